@@ -1,0 +1,268 @@
+// Package agentfleet holds the domain vocabulary every part of the fleet
+// speaks: runs and their statuses, steps, events, tenants and budgets, the
+// chat messages exchanged with a model and the request/result of one script
+// execution.
+//
+// It owns no behaviour beyond small helpers on these types and imports
+// nothing but the standard library. Infrastructure packages (bus, store,
+// sandbox, llm) depend on it; it depends on none of them. This is the centre
+// of the "standard package layout": domain at the middle, one package per
+// dependency at the edge.
+package agentfleet
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// RunStatus is where a run stands in its lifecycle:
+//
+//	queued -> running -> {completed | failed | cancelled | max_turns}
+//
+// with waiting states a run can enter between turns and leave again.
+type RunStatus string
+
+const (
+	StatusQueued          RunStatus = "queued"
+	StatusRunning         RunStatus = "running"
+	StatusCompleted       RunStatus = "completed"
+	StatusFailed          RunStatus = "failed"
+	StatusCancelled       RunStatus = "cancelled"
+	StatusMaxTurns        RunStatus = "max_turns"
+	StatusWaitingBudget   RunStatus = "waiting_budget"
+	StatusWaitingApproval RunStatus = "waiting_approval"
+	StatusWaitingChildren RunStatus = "waiting_children"
+)
+
+// Terminal reports whether the run can never change again.
+func (s RunStatus) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusMaxTurns:
+		return true
+	}
+	return false
+}
+
+// Waiting reports whether the run is parked between turns, holding no
+// worker and no message lease.
+func (s RunStatus) Waiting() bool {
+	switch s {
+	case StatusWaitingBudget, StatusWaitingApproval, StatusWaitingChildren:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the known statuses.
+func (s RunStatus) Valid() bool {
+	switch s {
+	case StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled,
+		StatusMaxTurns, StatusWaitingBudget, StatusWaitingApproval, StatusWaitingChildren:
+		return true
+	}
+	return false
+}
+
+// CanTransition reports whether a run may move from s to next. Terminal
+// statuses are final; a status may be re-entered (running -> running
+// advances the turn).
+func (s RunStatus) CanTransition(next RunStatus) bool {
+	if !s.Valid() || !next.Valid() || s.Terminal() {
+		return false
+	}
+	switch s {
+	case StatusQueued:
+		// A queued run may start, be cancelled, park (budget), or fail
+		// before its first turn (policy "fail", dead letter).
+		return next != StatusMaxTurns && next != StatusWaitingApproval && next != StatusWaitingChildren
+	case StatusRunning:
+		return next != StatusQueued
+	default: // waiting states
+		return next == StatusRunning || next == StatusQueued || next.Terminal() || next == s
+	}
+}
+
+// Usage counts the tokens of one or more model calls.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+// Total is prompt plus completion tokens.
+func (u Usage) Total() int64 { return u.PromptTokens + u.CompletionTokens }
+
+// Add returns the sum of two usages.
+func (u Usage) Add(o Usage) Usage {
+	return Usage{PromptTokens: u.PromptTokens + o.PromptTokens, CompletionTokens: u.CompletionTokens + o.CompletionTokens}
+}
+
+// Run is one agent working one task. Turn counts committed turns: the next
+// turn to execute is Turn+1.
+type Run struct {
+	ID             string            `json:"id"`
+	Tenant         string            `json:"tenant"`
+	Agent          string            `json:"agent"`
+	SessionID      string            `json:"session_id,omitempty"`
+	Status         RunStatus         `json:"status"`
+	Message        string            `json:"message"`
+	Context        json.RawMessage   `json:"context,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	MaxTurns       int               `json:"max_turns,omitempty"`
+	MaxTokens      int64             `json:"max_tokens,omitempty"`
+	// Deadline is when the run times out; zero means no run timeout.
+	Deadline time.Time `json:"deadline,omitzero"`
+	Turn     int       `json:"turns"`
+	// Args is the carried state: the JSON value the last script returned,
+	// handed in full to the next turn's run(args). Never in a prompt.
+	Args   json.RawMessage `json:"-"`
+	Answer json.RawMessage `json:"answer,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	Usage  Usage           `json:"usage"`
+	// DataBytesCarried sums, over turns, the carried bytes withheld from
+	// prompts net of the digest shown instead.
+	DataBytesCarried int64 `json:"data_bytes_carried"`
+	// EventSeq is the seq of the last event appended for the run.
+	EventSeq int64 `json:"-"`
+	// CancelRequested is set when a cancel arrived while a turn may be
+	// executing; the run stops at the next turn boundary.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Wake counts how often the run was parked and resumed; it makes the
+	// message id of a resumed turn distinct from the parked one, which the
+	// queue's dedup window would otherwise drop.
+	Wake      int       `json:"-"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// StepKind says what a step of the trace records.
+type StepKind string
+
+const (
+	// StepUser is the task as the user gave it (turn 0).
+	StepUser StepKind = "user"
+	// StepModel is the model's reply of a turn, verbatim.
+	StepModel StepKind = "model"
+	// StepObservation is what the model is shown about the turn's
+	// execution: its log output, the digest of the returned value, or
+	// the error.
+	StepObservation StepKind = "observation"
+)
+
+// Step is one entry of a run's trace. The trace is what a later turn
+// rehydrates its history from.
+type Step struct {
+	RunID     string    `json:"run_id"`
+	Turn      int       `json:"turn"`
+	Index     int       `json:"index"`
+	Kind      StepKind  `json:"kind"`
+	Content   string    `json:"content"`
+	Model     string    `json:"model,omitempty"`
+	Usage     Usage     `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// EventType names a RunEvent.
+type EventType string
+
+const (
+	EventQueued            EventType = "queued"
+	EventStarted           EventType = "started"
+	EventUser              EventType = "user"
+	EventModelCall         EventType = "model_call"
+	EventExecuteJS         EventType = "execute_js"
+	EventExecuteJSResult   EventType = "execute_js_result"
+	EventLog               EventType = "log"
+	EventDataUpdate        EventType = "data_update"
+	EventResponse          EventType = "response"
+	EventResponseChunk     EventType = "response_chunk"
+	EventWarning           EventType = "warning"
+	EventError             EventType = "error"
+	EventBudgetWaiting     EventType = "budget_waiting"
+	EventApprovalRequested EventType = "approval_requested"
+	EventApproved          EventType = "approved"
+	EventDenied            EventType = "denied"
+	EventChildSpawned      EventType = "child_spawned"
+	EventCompacted         EventType = "compacted"
+	EventCancelled         EventType = "cancelled"
+	EventDone              EventType = "done"
+)
+
+// EventVersion is the schema version written in every event's "v".
+const EventVersion = 1
+
+// Tokens is the token usage attached to an event.
+type Tokens struct {
+	Prompt     int64 `json:"prompt"`
+	Completion int64 `json:"completion"`
+}
+
+// Event is a RunEvent: one observable step of a run. Seq is dense per run
+// (1, 2, 3, ...) so a consumer can detect gaps and dedupe.
+type Event struct {
+	V         int             `json:"v"`
+	RunID     string          `json:"run_id"`
+	Tenant    string          `json:"tenant"`
+	SessionID string          `json:"session_id,omitempty"`
+	Seq       int64           `json:"seq"`
+	Turn      int             `json:"turn"`
+	Type      EventType       `json:"type"`
+	TS        time.Time       `json:"ts"`
+	Content   string          `json:"content,omitempty"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	Tokens    *Tokens         `json:"tokens,omitempty"`
+	Summary   string          `json:"summary,omitempty"`
+}
+
+// Terminal reports whether the event is the last one of a run.
+func (e Event) Terminal() bool { return e.Type == EventDone || e.Type == EventCancelled }
+
+// BudgetWindow is the accounting window of a tenant's token limit.
+type BudgetWindow string
+
+// Window kinds. A rolling window is written as a Go duration ("24h", "1h");
+// it is tumbling: it starts at first use and restarts when it ends.
+const (
+	WindowDay   BudgetWindow = "day"   // calendar day, UTC
+	WindowMonth BudgetWindow = "month" // calendar month, UTC
+)
+
+// ExhaustedPolicy is what happens to a run whose tenant has no budget left.
+type ExhaustedPolicy string
+
+const (
+	// ExhaustedQueue parks the run in waiting_budget until budget returns.
+	ExhaustedQueue ExhaustedPolicy = "queue"
+	// ExhaustedFail ends the run as failed with a budget error.
+	ExhaustedFail ExhaustedPolicy = "fail"
+)
+
+// Tenant is one customer of the fleet. A zero TokenLimit means unlimited.
+type Tenant struct {
+	ID                string          `json:"id"`
+	TokenLimit        int64           `json:"-"`
+	Window            BudgetWindow    `json:"-"`
+	TokensPerMinute   int64           `json:"tokens_per_minute,omitempty"`
+	MaxConcurrentRuns int             `json:"max_concurrent_runs,omitempty"`
+	Weight            int             `json:"weight"`
+	Exhausted         ExhaustedPolicy `json:"exhausted"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+}
+
+// Agent is a profile a run executes under: persona, model and the
+// primitives its scripts may call. Every tenant has one named "default".
+type Agent struct {
+	Tenant              string    `json:"tenant"`
+	Name                string    `json:"name"`
+	Persona             string    `json:"persona"`
+	Model               string    `json:"model,omitempty"`
+	Primitives          []string  `json:"primitives,omitempty"`
+	MaxCompletionTokens int       `json:"max_completion_tokens,omitempty"`
+	MaxTurns            int       `json:"max_turns,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// DefaultAgent is the name of the agent every tenant has.
+const DefaultAgent = "default"

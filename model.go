@@ -1,0 +1,65 @@
+package agentfleet
+
+import "context"
+
+// Chat roles.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// ChatMessage is one message of a conversation with a model.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ModelRequest is one chat completion request.
+type ModelRequest struct {
+	// Model names the model; empty means the client's default.
+	Model    string        `json:"model,omitempty"`
+	Messages []ChatMessage `json:"messages"`
+	// MaxTokens caps the completion; zero means the client's default.
+	MaxTokens   int      `json:"max_tokens,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	// JSON asks for a JSON object reply where the provider supports it.
+	JSON bool `json:"json,omitempty"`
+}
+
+// ModelResponse is a model's reply.
+type ModelResponse struct {
+	Content string `json:"content"`
+	// Model is the model that answered, as the provider named it.
+	Model string `json:"model"`
+	Usage Usage  `json:"usage"`
+	// UsageReported is false when the provider sent no usage; Usage then
+	// holds a conservative estimate.
+	UsageReported bool `json:"usage_reported"`
+}
+
+// ModelChunk is one piece of a streamed reply. The last chunk has Done set
+// and carries the whole response with usage.
+type ModelChunk struct {
+	Delta    string
+	Done     bool
+	Response ModelResponse
+}
+
+// AIRequest is a sub-call to the model made by a script (ai / aiJSON).
+type AIRequest struct {
+	Prompt string
+	// Schema, when set, asks for a JSON value of this JSON Schema.
+	Schema []byte
+	JSON   bool
+}
+
+// AIResponse is the reply to an AIRequest.
+type AIResponse struct {
+	Content string
+	Usage   Usage
+}
+
+// AIFunc performs a script's model sub-call, metered through the same
+// budget as the turn that made it.
+type AIFunc func(ctx context.Context, req AIRequest) (AIResponse, error)
