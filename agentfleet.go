@@ -108,6 +108,7 @@ type Run struct {
 	Context        json.RawMessage   `json:"context,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	BatchID        string            `json:"batch_id,omitempty"`
 	MaxTurns       int               `json:"max_turns,omitempty"`
 	MaxTokens      int64             `json:"max_tokens,omitempty"`
 	// Deadline is when the run times out; zero means no run timeout.

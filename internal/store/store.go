@@ -1,0 +1,468 @@
+// Package store declares the store of record: tenants, API keys, agents,
+// runs, the step trace, carried state, events (the outbox every published
+// RunEvent comes from), the budget ledger, approvals, batches, triggers and
+// skills.
+//
+// There are two backends behind the one Store interface: store/postgres
+// (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
+// default). Both are held to one contract suite, store/storetest; a change
+// of behaviour starts there. Nothing outside the backends sees a driver
+// type, and callers branch only on the sentinel errors declared here and on
+// *agentfleet.BudgetExhaustedError.
+//
+// Every method that changes a run appends the run's events in the same
+// transaction and returns them with their seq assigned, so seq is dense per
+// run no matter which process appended them; the caller publishes what it
+// got back.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// Sentinel errors. Backends wrap them with context; test with errors.Is.
+var (
+	// ErrNotFound: no such row (or not visible to the given tenant).
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the write lost a race or its precondition failed
+	// (turn fence, duplicate id, status not as expected). Nothing changed.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the parameters are malformed (unknown status, illegal
+	// transition, negative tokens).
+	ErrInvalid = errors.New("invalid")
+)
+
+// Store is the store of record. Methods are named NounVerb and take one
+// params struct each, so call sites read like sentences and grow without
+// breaking. All are safe for concurrent use.
+type Store interface {
+	// Close releases the backend's connections.
+	Close() error
+
+	TenantCreate(ctx context.Context, p TenantCreateParams) (agentfleet.Tenant, error)
+	TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error)
+	TenantUpdate(ctx context.Context, p TenantUpdateParams) (agentfleet.Tenant, error)
+	TenantList(ctx context.Context, p TenantListParams) ([]agentfleet.Tenant, error)
+
+	// APIKeyCreate stores the hash of a key for a tenant. The key itself
+	// is never stored.
+	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) error
+	// TenantGetByAPIKey hashes key and returns its tenant, or ErrNotFound.
+	TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error)
+
+	AgentUpsert(ctx context.Context, p AgentUpsertParams) (agentfleet.Agent, error)
+	AgentGetByName(ctx context.Context, p AgentGetByNameParams) (agentfleet.Agent, error)
+	AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error)
+
+	// RunCreate creates a run in status queued, or returns the existing
+	// run when (tenant, idempotency key) was seen before (Created false).
+	RunCreate(ctx context.Context, p RunCreateParams) (RunCreateResult, error)
+	RunGetByID(ctx context.Context, p RunGetByIDParams) (agentfleet.Run, error)
+	RunList(ctx context.Context, p RunListParams) (RunListResult, error)
+	// RunTransition moves a run between statuses outside a turn commit
+	// (start, park, resume, fail, finish); illegal transitions are
+	// ErrInvalid, a current status not in From is ErrConflict.
+	RunTransition(ctx context.Context, p RunTransitionParams) (RunChangeResult, error)
+	// RunCancel cancels a run: at once when it is queued or waiting,
+	// otherwise by setting CancelRequested so the worker stops it at the
+	// next turn boundary. Cancelling a cancelled run is a no-op; a run
+	// that ended otherwise is ErrConflict.
+	RunCancel(ctx context.Context, p RunCancelParams) (RunCancelResult, error)
+	// RunCountActive counts a tenant's runs that have started and not
+	// ended (running or waiting).
+	RunCountActive(ctx context.Context, tenant string) (int, error)
+
+	// ModelReplyRecord records the model's reply of a turn before its
+	// script runs. Fenced like TurnCommit: the run must have committed
+	// exactly Turn-1 turns and not have ended, else ErrConflict. When
+	// the turn already has a reply, that reply is returned with Existed
+	// set and nothing changes, so a redelivered turn never pays twice.
+	ModelReplyRecord(ctx context.Context, p ModelReplyRecordParams) (ModelReplyRecordResult, error)
+	// ModelReplyGet returns the recorded reply of a turn, or ErrNotFound.
+	ModelReplyGet(ctx context.Context, runID string, turn int) (ModelReply, error)
+
+	// TurnCommit commits one turn in one transaction: appends its steps
+	// and events, stores the new carried state and advances the run.
+	// Fenced by turn number: the run must have committed exactly Turn-1
+	// turns and not have ended, else ErrConflict and nothing changes.
+	TurnCommit(ctx context.Context, p TurnCommitParams) (RunChangeResult, error)
+	// TurnCommitMany commits several turns (of different runs) in one
+	// transaction. Each is fenced on its own: errs[i] is ErrConflict for
+	// a commit that lost, and the others still land. The returned error
+	// is for the batch as a whole (connection lost: nothing landed).
+	TurnCommitMany(ctx context.Context, ps []TurnCommitParams) (results []RunChangeResult, errs []error, err error)
+
+	// StepListByRun returns a run's trace in (turn, index) order.
+	StepListByRun(ctx context.Context, p StepListByRunParams) ([]agentfleet.Step, error)
+
+	// EventAppend appends events to a run outside a turn commit.
+	EventAppend(ctx context.Context, p EventAppendParams) ([]agentfleet.Event, error)
+	// EventListByRun returns a run's events with seq > AfterSeq, in order.
+	EventListByRun(ctx context.Context, p EventListByRunParams) ([]agentfleet.Event, error)
+
+	// BudgetReserve reserves tokens for one model call, only when
+	// used + reserved + Tokens <= limit in the tenant's current window
+	// (and the per-minute limit, when set, allows it); atomic under any
+	// concurrency. Rolls the window first when Now is past its end.
+	// Refusal is a *agentfleet.BudgetExhaustedError.
+	BudgetReserve(ctx context.Context, p BudgetReserveParams) (agentfleet.Reservation, error)
+	// BudgetSettle turns a reservation into usage. The charge is the
+	// reported usage, capped so used never exceeds the limit; what the
+	// cap cut is returned as Overage (and kept in the ledger).
+	BudgetSettle(ctx context.Context, p BudgetSettleParams) (BudgetSettleResult, error)
+	// BudgetRelease drops a reservation without charging it.
+	BudgetRelease(ctx context.Context, reservationID string) error
+	// BudgetExpire releases reservations whose lease ended before Now.
+	BudgetExpire(ctx context.Context, now time.Time) (released int, err error)
+	// BudgetGet returns the tenant's budget as of Now (rolled if due).
+	BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error)
+	// UsageList sums settled usage of a tenant, grouped by model or run.
+	UsageList(ctx context.Context, p UsageListParams) ([]UsageRow, error)
+
+	ApprovalCreate(ctx context.Context, p ApprovalCreateParams) (Approval, error)
+	ApprovalGetByID(ctx context.Context, id string) (Approval, error)
+	// ApprovalResolve decides a pending approval; deciding twice is
+	// ErrConflict.
+	ApprovalResolve(ctx context.Context, p ApprovalResolveParams) (Approval, error)
+
+	BatchCreate(ctx context.Context, p BatchCreateParams) (Batch, error)
+	BatchGetByID(ctx context.Context, p BatchGetByIDParams) (Batch, error)
+
+	TriggerCreate(ctx context.Context, p TriggerCreateParams) (Trigger, error)
+	TriggerGetByID(ctx context.Context, id string) (Trigger, error)
+	TriggerList(ctx context.Context, tenant string) ([]Trigger, error)
+
+	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
+	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
+	SkillList(ctx context.Context, tenant string) ([]Skill, error)
+}
+
+// TenantCreateParams creates a tenant. Zero TokenLimit means unlimited;
+// Window is agentfleet.WindowDay, WindowMonth or a Go duration ("24h").
+type TenantCreateParams struct {
+	ID                string
+	TokenLimit        int64
+	Window            agentfleet.BudgetWindow
+	TokensPerMinute   int64
+	MaxConcurrentRuns int
+	Weight            int // zero means 1
+	Exhausted         agentfleet.ExhaustedPolicy
+}
+
+// TenantUpdateParams changes the set fields of a tenant. Changing the
+// window restarts it.
+type TenantUpdateParams struct {
+	ID                string
+	TokenLimit        *int64
+	Window            *agentfleet.BudgetWindow
+	TokensPerMinute   *int64
+	MaxConcurrentRuns *int
+	Weight            *int
+	Exhausted         *agentfleet.ExhaustedPolicy
+}
+
+type TenantListParams struct {
+	Limit int // zero: all
+}
+
+type APIKeyCreateParams struct {
+	Tenant string
+	Key    string
+	Name   string
+}
+
+type AgentUpsertParams struct {
+	Tenant              string
+	Name                string
+	Persona             string
+	Model               string
+	Primitives          []string
+	MaxCompletionTokens int
+	MaxTurns            int
+}
+
+type AgentGetByNameParams struct {
+	Tenant string
+	Name   string
+}
+
+// RunCreateParams creates a run. ID is generated (time-ordered UUIDv7)
+// when empty.
+type RunCreateParams struct {
+	ID             string
+	Tenant         string
+	Agent          string
+	SessionID      string
+	Message        string
+	Context        json.RawMessage
+	Metadata       map[string]string
+	IdempotencyKey string
+	MaxTurns       int
+	MaxTokens      int64
+	Deadline       time.Time
+	BatchID        string
+	// Events are appended in the same transaction (seq from 1), only
+	// when the run is created.
+	Events []agentfleet.Event
+}
+
+type RunCreateResult struct {
+	Run agentfleet.Run
+	// Created is false when an earlier run with the same idempotency
+	// key was returned instead.
+	Created bool
+	// Startable is true when the run may start now: it has no session,
+	// or every earlier run of its session has ended. A run that is not
+	// startable is handed out later as SessionNext.
+	Startable bool
+	Events    []agentfleet.Event
+}
+
+// RunGetByIDParams reads a run; a non-empty Tenant scopes the lookup, so
+// another tenant's run is ErrNotFound.
+type RunGetByIDParams struct {
+	ID     string
+	Tenant string
+}
+
+// RunListParams filters and pages runs, newest first. An empty Tenant
+// lists all tenants (internal use). Cursor is the NextCursor of the
+// previous page.
+type RunListParams struct {
+	Tenant    string
+	Status    []agentfleet.RunStatus
+	Agent     string
+	SessionID string
+	BatchID   string
+	Limit     int // zero: 50
+	Cursor    string
+	// Oldest lists oldest first instead (for resuming parked runs in
+	// order).
+	Oldest bool
+}
+
+type RunListResult struct {
+	Runs       []agentfleet.Run
+	NextCursor string // empty on the last page
+}
+
+type RunTransitionParams struct {
+	ID string
+	// From lists the statuses the run must be in; empty means any
+	// non-terminal status.
+	From   []agentfleet.RunStatus
+	To     agentfleet.RunStatus
+	Error  string
+	Answer json.RawMessage
+	// IncrementWake bumps Run.Wake (when a parked run resumes).
+	IncrementWake bool
+	Events        []agentfleet.Event
+}
+
+// RunChangeResult is the run after a change, the events appended with
+// their seq, and, when the change ended the run and its session has a
+// queued run waiting, that run (now the session's head).
+type RunChangeResult struct {
+	Run         agentfleet.Run
+	Events      []agentfleet.Event
+	SessionNext *agentfleet.Run
+}
+
+type RunCancelParams struct {
+	ID     string
+	Tenant string // scopes the lookup when set
+	Reason string
+	// Events are appended when the run is cancelled at once.
+	Events []agentfleet.Event
+}
+
+type RunCancelResult struct {
+	RunChangeResult
+	// Immediate is true when the run is now cancelled; false when a
+	// worker will stop it at the next turn boundary.
+	Immediate bool
+}
+
+// ModelReply is the recorded model output of one turn.
+type ModelReply struct {
+	RunID         string
+	Turn          int
+	Content       string
+	Model         string
+	Usage         agentfleet.Usage
+	UsageReported bool
+	CreatedAt     time.Time
+}
+
+type ModelReplyRecordParams struct {
+	ModelReply
+}
+
+type ModelReplyRecordResult struct {
+	Reply   ModelReply
+	Existed bool
+}
+
+// TurnCommitParams is one committed turn. Usage and DataBytesCarried are
+// added to the run's totals. Status is the run's status after the turn
+// (running to continue, or a terminal status with Answer or Error).
+type TurnCommitParams struct {
+	RunID            string
+	Turn             int
+	Steps            []agentfleet.Step
+	Args             json.RawMessage
+	Status           agentfleet.RunStatus
+	Answer           json.RawMessage
+	Error            string
+	Usage            agentfleet.Usage
+	DataBytesCarried int64
+	Events           []agentfleet.Event
+}
+
+type StepListByRunParams struct {
+	RunID    string
+	FromTurn int // inclusive; zero: from the start
+}
+
+type EventAppendParams struct {
+	RunID  string
+	Events []agentfleet.Event
+}
+
+type EventListByRunParams struct {
+	RunID    string
+	AfterSeq int64
+	Limit    int // zero: all
+}
+
+type BudgetReserveParams struct {
+	Tenant string
+	RunID  string
+	Tokens int64
+	Now    time.Time
+	Lease  time.Duration
+}
+
+type BudgetSettleParams struct {
+	ReservationID string
+	Usage         agentfleet.Usage
+	Model         string
+	Now           time.Time
+}
+
+type BudgetSettleResult struct {
+	Charged int64
+	Overage int64
+}
+
+// UsageListParams: GroupBy is "model" or "run".
+type UsageListParams struct {
+	Tenant  string
+	RunID   string
+	Since   time.Time
+	GroupBy string
+}
+
+type UsageRow struct {
+	Key   string // the model or the run id
+	Usage agentfleet.Usage
+	Calls int64
+}
+
+type ApprovalStatus string
+
+const (
+	ApprovalPending  ApprovalStatus = "pending"
+	ApprovalApproved ApprovalStatus = "approved"
+	ApprovalDenied   ApprovalStatus = "denied"
+)
+
+type Approval struct {
+	ID        string
+	Tenant    string
+	RunID     string
+	Turn      int
+	Primitive string
+	Args      json.RawMessage
+	Status    ApprovalStatus
+	DecidedBy string
+	CreatedAt time.Time
+	DecidedAt time.Time
+}
+
+type ApprovalCreateParams struct {
+	Tenant    string
+	RunID     string
+	Turn      int
+	Primitive string
+	Args      json.RawMessage
+}
+
+type ApprovalResolveParams struct {
+	ID        string
+	Approve   bool
+	DecidedBy string
+}
+
+type Batch struct {
+	ID        string
+	Tenant    string
+	Agent     string
+	Total     int
+	Metadata  map[string]string
+	CreatedAt time.Time
+}
+
+type BatchCreateParams struct {
+	ID       string
+	Tenant   string
+	Agent    string
+	Total    int
+	Metadata map[string]string
+}
+
+type BatchGetByIDParams struct {
+	ID     string
+	Tenant string
+}
+
+// Trigger turns an incoming webhook into a run.
+type Trigger struct {
+	ID        string
+	Tenant    string
+	Agent     string
+	Kind      string // "github", "stripe", "standard"
+	Secret    string
+	Template  string
+	CreatedAt time.Time
+}
+
+type TriggerCreateParams struct {
+	Tenant   string
+	Agent    string
+	Kind     string
+	Secret   string
+	Template string
+}
+
+// Skill is a named, reusable piece of script a tenant's agents can load.
+type Skill struct {
+	Tenant      string
+	Name        string
+	Description string
+	Code        string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+type SkillUpsertParams struct {
+	Tenant      string
+	Name        string
+	Description string
+	Code        string
+}
