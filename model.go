@@ -63,3 +63,23 @@ type AIResponse struct {
 // AIFunc performs a script's model sub-call, metered through the same
 // budget as the turn that made it.
 type AIFunc func(ctx context.Context, req AIRequest) (AIResponse, error)
+
+// EstimateTokens is a conservative token count for a conversation, used to
+// size budget reservations before a call and to charge a call whose
+// provider reported no usage. Tokenizers average about four bytes of
+// English per token; we count three so code, numbers and non-Latin text
+// (which tokenize denser) are not under-reserved, plus a per-message
+// overhead for the role and framing tokens every chat format adds.
+func EstimateTokens(msgs []ChatMessage) int64 {
+	const perMessage = 4
+	var n int64
+	for _, m := range msgs {
+		n += perMessage + EstimateTextTokens(m.Content)
+	}
+	return n
+}
+
+// EstimateTextTokens is EstimateTokens for one piece of text.
+func EstimateTextTokens(s string) int64 {
+	return (int64(len(s)) + 2) / 3
+}
