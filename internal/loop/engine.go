@@ -1,0 +1,607 @@
+// Package loop is the turn engine of agentfleet: it composes the prompt
+// (protocol, persona, sandbox API, rehydrated history), calls the model,
+// extracts the script, runs it in the sandbox with the carried args, and
+// returns everything one turn produced — steps, new carried state, status,
+// usage and events — for the caller to commit.
+//
+// Its unit of work is one turn (Engine.Step), and it keeps nothing between
+// turns, so a stateless worker can run turn N of a run on one machine and
+// turn N+1 on another. It knows no NATS, SQL, HTTP server or goja: the
+// model, the sandbox, the budget meter and the reply recorder come in
+// through the small interfaces declared here, which is what lets the same
+// Step run in a unit test, in `agentctl dev` and on a worker.
+//
+// The protocol ("code as action", DESIGN §3): the model answers with one
+// fenced javascript block defining run(args); run's return value is carried
+// to the next turn in full but the model only sees its structural Digest;
+// answer(result) ends the run; a reply without code is the final answer;
+// errors are shown to the model with args left unchanged; only the latest
+// script stays verbatim in the history.
+//
+// Crash rules (DESIGN §2) the engine keeps: the budget is reserved before
+// the model call and settled after it; the reply is recorded (fenced by the
+// turn number) before the script runs, and a turn that finds a recorded
+// reply reuses it instead of paying the model again.
+package loop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// Model is the chat model a turn calls.
+type Model interface {
+	Complete(ctx context.Context, req agentfleet.ModelRequest) (agentfleet.ModelResponse, error)
+}
+
+// Sandbox runs one turn's script in isolation.
+type Sandbox interface {
+	Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error)
+	// Declarations documents the given primitives (nil: the default
+	// set) as TypeScript declarations for the system prompt.
+	Declarations(primitives []string) string
+}
+
+// Meter holds tenants' token budgets. Reserve refuses with a
+// *agentfleet.BudgetExhaustedError when the tenant has no budget left.
+type Meter interface {
+	Reserve(ctx context.Context, tenant, runID string, tokens int64) (agentfleet.Reservation, error)
+	Settle(ctx context.Context, res agentfleet.Reservation, usage agentfleet.Usage, model string) error
+	Release(ctx context.Context, res agentfleet.Reservation) error
+}
+
+// Reply is a turn's recorded model output.
+type Reply struct {
+	RunID         string
+	Turn          int
+	Content       string
+	Model         string
+	Usage         agentfleet.Usage
+	UsageReported bool
+}
+
+// Recorder records model replies before their scripts run.
+type Recorder interface {
+	// RecordedReply returns the reply recorded for a turn, if any.
+	RecordedReply(ctx context.Context, runID string, turn int) (Reply, bool, error)
+	// RecordReply records a reply. When the turn already has one, that
+	// one is returned with existed set. It fails with ErrStale when the
+	// run has moved past the turn or ended.
+	RecordReply(ctx context.Context, r Reply) (rec Reply, existed bool, err error)
+}
+
+// ErrStale means the turn was already committed (or the run ended) by
+// someone else: the caller should not commit, only re-publish what the
+// commit owed.
+var ErrStale = errors.New("turn already committed or run ended")
+
+// Defaults of Config.
+const (
+	MaxTurnsDefault            = 20
+	MaxCompletionTokensDefault = 2048
+	AIMaxTokensDefault         = 1024
+	HistoryWindowDefault       = 30
+	ContextTokensDefault       = 24000
+	// EventArgsMaxBytes bounds the carried value copied into a
+	// data_update event; larger values are described by their digest.
+	EventArgsMaxBytes = 8 << 10
+)
+
+// Config configures an Engine. Model and Sandbox are required; a nil Meter
+// means no budget, a nil Recorder means replies are not recorded (tests,
+// benchmarks).
+type Config struct {
+	Model    Model
+	Sandbox  Sandbox
+	Meter    Meter
+	Recorder Recorder
+	// DefaultModel is used when the agent names none.
+	DefaultModel string
+	// MaxTurns applies when neither the run nor its agent sets one.
+	MaxTurns int
+	// MaxCompletionTokens caps each turn's reply unless the agent sets
+	// its own.
+	MaxCompletionTokens int
+	// AIMaxTokens caps each ai()/aiJSON() sub-call's reply.
+	AIMaxTokens int
+	// HistoryWindow is how many recent turns a caller should load
+	// (see Engine.HistoryFrom).
+	HistoryWindow int
+	// ContextTokens is the prompt budget: the oldest turns are trimmed
+	// until the estimated prompt fits. Zero means no budget.
+	ContextTokens int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxTurns == 0 {
+		c.MaxTurns = MaxTurnsDefault
+	}
+	if c.MaxCompletionTokens == 0 {
+		c.MaxCompletionTokens = MaxCompletionTokensDefault
+	}
+	if c.AIMaxTokens == 0 {
+		c.AIMaxTokens = AIMaxTokensDefault
+	}
+	if c.HistoryWindow == 0 {
+		c.HistoryWindow = HistoryWindowDefault
+	}
+	if c.ContextTokens == 0 {
+		c.ContextTokens = ContextTokensDefault
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Model == nil:
+		return errors.New("loop: Config.Model is nil: pass a model client (llm.New, or a fake in tests)")
+	case c.Sandbox == nil:
+		return errors.New("loop: Config.Sandbox is nil: pass a sandbox (sandbox.New)")
+	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.HistoryWindow < 0 || c.ContextTokens < 0:
+		return errors.New("loop: limits must not be negative (zero selects the default)")
+	}
+	return nil
+}
+
+// Engine executes turns. It is safe for concurrent use; it holds no run
+// state, only a cache of system prompts.
+type Engine struct {
+	cfg     Config
+	prompts sync.Map // persona + "\x00" + primitives -> system prompt
+}
+
+// New returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg}, nil
+}
+
+// HistoryFrom is the first turn whose steps a caller should load before
+// executing turn next: the history window. Older turns are summarised to
+// the model as omitted.
+func (e *Engine) HistoryFrom(next int) int {
+	from := next - e.cfg.HistoryWindow
+	if from < 1 {
+		return 1
+	}
+	return from
+}
+
+// SystemPrompt returns the system prompt of an agent.
+func (e *Engine) SystemPrompt(agent agentfleet.Agent) string {
+	key := agent.Persona + "\x00" + strings.Join(agent.Primitives, ",")
+	if p, ok := e.prompts.Load(key); ok {
+		return p.(string)
+	}
+	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives))
+	e.prompts.Store(key, p)
+	return p
+}
+
+// TurnInput is what a turn needs: the run as committed so far (Run.Turn
+// turns), its agent, and the recorded steps of the turns in the history
+// window, oldest first.
+type TurnInput struct {
+	Run     agentfleet.Run
+	Agent   agentfleet.Agent
+	Steps   []agentfleet.Step
+	Secrets []string
+}
+
+// Outcome says what the caller does with a TurnResult.
+type Outcome int
+
+const (
+	// OutcomeContinue: commit the turn and enqueue the next one.
+	OutcomeContinue Outcome = iota + 1
+	// OutcomeFinished: commit the turn; the run ended (Status says how).
+	OutcomeFinished
+	// OutcomeNoBudget: nothing to commit; the tenant had no budget for
+	// the model call (Budget says what was needed and left). The run
+	// parks or fails, by the tenant's policy.
+	OutcomeNoBudget
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeContinue:
+		return "continue"
+	case OutcomeFinished:
+		return "finished"
+	case OutcomeNoBudget:
+		return "no_budget"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// TurnResult is everything one turn produced, to be committed in one
+// transaction (fenced by Turn) and then published.
+type TurnResult struct {
+	Turn    int
+	Outcome Outcome
+	// Status is the run's status after the turn.
+	Status agentfleet.RunStatus
+	Steps  []agentfleet.Step
+	// Args is the carried state for the next turn.
+	Args   json.RawMessage
+	Answer json.RawMessage
+	Error  string
+	// Usage is the tokens of this turn: its model call and its
+	// scripts' ai() sub-calls.
+	Usage agentfleet.Usage
+	// DataBytesCarried is what this turn kept out of the prompt: the
+	// carried value's size net of the digest shown instead.
+	DataBytesCarried int64
+	// Events are the turn's events, in order, without seq (the store
+	// assigns it on commit).
+	Events []agentfleet.Event
+	// Budget is set with OutcomeNoBudget.
+	Budget *agentfleet.BudgetExhaustedError
+}
+
+// turn is the state of one Step in progress.
+type turn struct {
+	e      *Engine
+	in     *TurnInput
+	run    *agentfleet.Run
+	n      int
+	res    TurnResult
+	mu     sync.Mutex // guards res.Events and aiUsage: ai() sub-calls append from the sandbox's goroutine
+	redact *strings.Replacer
+}
+
+// Step executes turn Run.Turn+1 of a run. Errors are infrastructure
+// failures the caller should retry later (model unavailable, store down);
+// ErrStale means another worker got there first. Everything that happens
+// to the script — exceptions, timeouts, limits — is in the result and
+// shown to the model on the next turn.
+func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
+	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
+	t.res.Turn = t.n
+	if len(in.Secrets) > 0 {
+		pairs := make([]string, 0, 2*len(in.Secrets))
+		for _, s := range in.Secrets {
+			if s != "" {
+				pairs = append(pairs, s, "[redacted]")
+			}
+		}
+		t.redact = strings.NewReplacer(pairs...)
+	}
+	return t.step(ctx)
+}
+
+func (t *turn) step(ctx context.Context) (TurnResult, error) {
+	run, cfg := t.run, &t.e.cfg
+	if t.n == 1 {
+		t.emit(agentfleet.Event{Type: agentfleet.EventStarted, Summary: "agent " + run.Agent})
+		t.emit(agentfleet.Event{Type: agentfleet.EventUser, Content: run.Message})
+	}
+	if !run.Deadline.IsZero() {
+		if !cfg.Now().Before(run.Deadline) {
+			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, run.Deadline)
+		defer cancel()
+	}
+	if run.MaxTokens > 0 && run.Usage.Total() >= run.MaxTokens {
+		return t.fail(fmt.Sprintf("run used %d tokens, reaching its max_tokens of %d", run.Usage.Total(), run.MaxTokens)), nil
+	}
+	maxTurns := firstPositive(run.MaxTurns, t.in.Agent.MaxTurns, cfg.MaxTurns)
+	if t.n > maxTurns {
+		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
+	}
+
+	conv := composeConversation(t.e.SystemPrompt(t.in.Agent), run, t.in.Steps, cfg.ContextTokens)
+	if conv.trimmed > 0 {
+		t.emit(agentfleet.Event{Type: agentfleet.EventCompacted,
+			Summary: fmt.Sprintf("%d oldest turn(s) left out of the prompt to fit %d tokens", conv.trimmed, cfg.ContextTokens)})
+	}
+	reply, stop, err := t.reply(ctx, conv.messages)
+	if err != nil {
+		if t.timedOut(ctx) {
+			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
+		}
+		return TurnResult{}, err
+	}
+	if stop != nil {
+		return *stop, nil
+	}
+	t.res.Usage = t.res.Usage.Add(reply.Usage)
+	content := t.clean(reply.Content)
+	t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Content: content, Summary: reply.Model,
+		Tokens: &agentfleet.Tokens{Prompt: reply.Usage.PromptTokens, Completion: reply.Usage.CompletionTokens}})
+	t.res.Steps = append(t.res.Steps, agentfleet.Step{
+		RunID: run.ID, Turn: t.n, Index: 0, Kind: agentfleet.StepModel,
+		Content: content, Model: reply.Model, Usage: reply.Usage, CreatedAt: cfg.Now(),
+	})
+
+	script, ok := ExtractScript(reply.Content)
+	if !ok {
+		answer, _ := json.Marshal(strings.TrimSpace(content))
+		t.emit(agentfleet.Event{Type: agentfleet.EventResponse, Content: strings.TrimSpace(content)})
+		return t.finish(agentfleet.StatusCompleted, answer, ""), nil
+	}
+	return t.execute(ctx, script, maxTurns)
+}
+
+// reply returns the turn's model reply: the recorded one when an earlier
+// attempt of this turn got that far, otherwise a fresh, metered call that
+// is recorded before anything executes. stop is set when the turn ends
+// without a reply (no budget, run over its token cap).
+func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply, *TurnResult, error) {
+	run, cfg := t.run, &t.e.cfg
+	if rec := cfg.Recorder; rec != nil {
+		r, ok, err := rec.RecordedReply(ctx, run.ID, t.n)
+		if err != nil {
+			return Reply{}, nil, fmt.Errorf("load recorded reply of turn %d: %w", t.n, err)
+		}
+		if ok {
+			return r, nil, nil
+		}
+	}
+	maxCompletion := int64(firstPositive(t.in.Agent.MaxCompletionTokens, cfg.MaxCompletionTokens))
+	prompt := agentfleet.EstimateTokens(msgs)
+	if run.MaxTokens > 0 {
+		left := run.MaxTokens - run.Usage.Total() - prompt
+		if left < 1 {
+			r := t.fail(fmt.Sprintf("run's max_tokens (%d) leaves no room for the next call: %d used, prompt about %d",
+				run.MaxTokens, run.Usage.Total(), prompt))
+			return Reply{}, &r, nil
+		}
+		maxCompletion = min(maxCompletion, left)
+	}
+	modelName := firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel)
+	resp, err := t.e.meteredCall(ctx, run, agentfleet.ModelRequest{Model: modelName, Messages: msgs, MaxTokens: int(maxCompletion)}, prompt+maxCompletion)
+	var be *agentfleet.BudgetExhaustedError
+	if errors.As(err, &be) {
+		r := TurnResult{Turn: t.n, Outcome: OutcomeNoBudget, Status: run.Status, Budget: be}
+		return Reply{}, &r, nil
+	}
+	if err != nil {
+		return Reply{}, nil, err
+	}
+	r := Reply{RunID: run.ID, Turn: t.n, Content: resp.Content, Model: resp.Model, Usage: resp.Usage, UsageReported: resp.UsageReported}
+	if rec := cfg.Recorder; rec != nil {
+		got, _, err := rec.RecordReply(ctx, r)
+		if err != nil {
+			return Reply{}, nil, fmt.Errorf("record reply of turn %d: %w", t.n, err)
+		}
+		// Another attempt may have recorded first; its reply is the
+		// one this turn executes, so every attempt runs the same code.
+		r = got
+	}
+	return r, nil, nil
+}
+
+// meteredCall reserves budget, calls the model and settles the reservation
+// to what the call used. A failed call releases its reservation.
+func (e *Engine) meteredCall(ctx context.Context, run *agentfleet.Run, req agentfleet.ModelRequest, reserve int64) (agentfleet.ModelResponse, error) {
+	var res agentfleet.Reservation
+	if e.cfg.Meter != nil {
+		var err error
+		res, err = e.cfg.Meter.Reserve(ctx, run.Tenant, run.ID, reserve)
+		if err != nil {
+			var be *agentfleet.BudgetExhaustedError
+			if errors.As(err, &be) {
+				return agentfleet.ModelResponse{}, err
+			}
+			return agentfleet.ModelResponse{}, fmt.Errorf("reserve %d tokens for run %s: %w", reserve, run.ID, err)
+		}
+	}
+	resp, err := e.cfg.Model.Complete(ctx, req)
+	if e.cfg.Meter == nil {
+		return resp, err
+	}
+	// Settling must happen even when the turn's context was cancelled
+	// mid-call: the tokens were spent.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err != nil {
+		if rerr := e.cfg.Meter.Release(sctx, res); rerr != nil {
+			return resp, fmt.Errorf("model call: %w (and releasing its reservation: %v)", err, rerr)
+		}
+		return resp, fmt.Errorf("model call: %w", err)
+	}
+	if err := e.cfg.Meter.Settle(sctx, res, resp.Usage, resp.Model); err != nil {
+		return resp, fmt.Errorf("settle %d tokens for run %s: %w", resp.Usage.Total(), run.ID, err)
+	}
+	return resp, nil
+}
+
+func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnResult, error) {
+	run, cfg := t.run, &t.e.cfg
+	t.emit(agentfleet.Event{Type: agentfleet.EventExecuteJS, Content: t.clean(script.Code)})
+
+	args := run.Args
+	if run.Turn == 0 && len(args) == 0 {
+		args = run.Context
+	}
+	if len(args) == 0 {
+		args = json.RawMessage("null")
+	}
+
+	var exec agentfleet.ExecResult
+	if script.Unterminated {
+		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptSyntax,
+			Message: "the ```javascript block was not closed (was the reply cut off?); send the whole script again"}
+	} else {
+		var err error
+		exec, err = cfg.Sandbox.Execute(ctx, agentfleet.ExecRequest{
+			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
+			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Secrets: t.in.Secrets,
+		})
+		if err != nil {
+			return TurnResult{}, fmt.Errorf("execute script of turn %d: %w", t.n, err)
+		}
+		if ctx.Err() != nil {
+			// Cancelled or timed out from outside: nothing to commit.
+			if t.timedOut(ctx) {
+				return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
+			}
+			return TurnResult{}, ctx.Err()
+		}
+	}
+	t.mu.Lock()
+	t.res.Usage = t.res.Usage.Add(exec.AIUsage)
+	t.mu.Unlock()
+
+	if exec.Logs != "" {
+		t.emit(agentfleet.Event{Type: agentfleet.EventLog, Content: exec.Logs})
+	}
+	var carried string
+	var carriedBytes int
+	switch {
+	case exec.Err != nil:
+		t.res.Args = args
+		carried = Digest(args)
+		t.emit(agentfleet.Event{Type: agentfleet.EventExecuteJSResult, Content: exec.Err.Message,
+			Summary: "failed (" + string(exec.Err.Kind) + ")"})
+	case exec.Answered:
+		t.emit(agentfleet.Event{Type: agentfleet.EventExecuteJSResult, Summary: "answered"})
+	default:
+		t.res.Args = exec.Return
+		carried = Digest(exec.Return)
+		carriedBytes = len(exec.Return)
+		if withheld := int64(carriedBytes - len(carried)); withheld > 0 {
+			t.res.DataBytesCarried = withheld
+		}
+		t.emit(agentfleet.Event{Type: agentfleet.EventExecuteJSResult, Summary: carried})
+		ev := agentfleet.Event{Type: agentfleet.EventDataUpdate, Summary: fmt.Sprintf("%s (%s)", carried, byteSize(carriedBytes))}
+		if carriedBytes <= EventArgsMaxBytes {
+			ev.Args = exec.Return
+		}
+		t.emit(ev)
+	}
+	t.res.Steps = append(t.res.Steps, agentfleet.Step{
+		RunID: run.ID, Turn: t.n, Index: 1, Kind: agentfleet.StepObservation,
+		Content: Observation(t.n, exec, carried, carriedBytes), CreatedAt: cfg.Now(),
+	})
+
+	if exec.Answered {
+		t.emit(agentfleet.Event{Type: agentfleet.EventResponse, Content: answerText(exec.Answer)})
+		return t.finish(agentfleet.StatusCompleted, exec.Answer, ""), nil
+	}
+	if t.n >= maxTurns {
+		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
+	}
+	t.res.Outcome = OutcomeContinue
+	t.res.Status = agentfleet.StatusRunning
+	return t.res, nil
+}
+
+// aiFunc is the ai()/aiJSON() sub-call of this turn's script: metered
+// through the same budget as the turn, its usage counted in the turn's.
+func (t *turn) aiFunc() agentfleet.AIFunc {
+	return func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
+		cfg := &t.e.cfg
+		system := "Answer the request directly and concisely."
+		if req.JSON || len(req.Schema) > 0 {
+			system = "Reply with one JSON value only, no prose."
+			if len(req.Schema) > 0 {
+				system += " It must match this JSON Schema: " + string(req.Schema)
+			}
+		}
+		msgs := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: system}, {Role: agentfleet.RoleUser, Content: req.Prompt}}
+		reserve := agentfleet.EstimateTokens(msgs) + int64(cfg.AIMaxTokens)
+		resp, err := t.e.meteredCall(ctx, t.run, agentfleet.ModelRequest{
+			Model: firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel), Messages: msgs,
+			MaxTokens: cfg.AIMaxTokens, JSON: req.JSON || len(req.Schema) > 0,
+		}, reserve)
+		if err != nil {
+			return agentfleet.AIResponse{}, err
+		}
+		t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Summary: "ai() " + resp.Model,
+			Tokens: &agentfleet.Tokens{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens}})
+		return agentfleet.AIResponse{Content: resp.Content, Usage: resp.Usage}, nil
+	}
+}
+
+// finish ends the run with status; answer or errMsg says how.
+func (t *turn) finish(status agentfleet.RunStatus, answer json.RawMessage, errMsg string) TurnResult {
+	t.res.Outcome = OutcomeFinished
+	t.res.Status = status
+	t.res.Answer = answer
+	t.res.Error = errMsg
+	if t.res.Args == nil {
+		t.res.Args = t.run.Args
+	}
+	if errMsg != "" {
+		t.emit(agentfleet.Event{Type: agentfleet.EventError, Content: errMsg})
+	}
+	t.emit(agentfleet.Event{Type: agentfleet.EventDone, Summary: string(status)})
+	return t.res
+}
+
+func (t *turn) fail(msg string) TurnResult { return t.finish(agentfleet.StatusFailed, nil, msg) }
+
+// timedOut reports whether ctx ended because the run's deadline passed.
+func (t *turn) timedOut(ctx context.Context) bool {
+	return !t.run.Deadline.IsZero() && errors.Is(ctx.Err(), context.DeadlineExceeded) && !t.e.cfg.Now().Before(t.run.Deadline)
+}
+
+func (t *turn) emit(ev agentfleet.Event) {
+	ev.V = agentfleet.EventVersion
+	ev.RunID = t.run.ID
+	ev.Tenant = t.run.Tenant
+	ev.SessionID = t.run.SessionID
+	ev.Turn = t.n
+	ev.TS = t.e.cfg.Now().UTC()
+	if t.redact != nil {
+		ev.Content = t.redact.Replace(ev.Content)
+		ev.Summary = t.redact.Replace(ev.Summary)
+	}
+	t.mu.Lock()
+	t.res.Events = append(t.res.Events, ev)
+	t.mu.Unlock()
+}
+
+// clean redacts known secrets from text that goes into steps and events.
+func (t *turn) clean(s string) string {
+	if t.redact == nil {
+		return s
+	}
+	return t.redact.Replace(s)
+}
+
+// answerText renders an answer for humans: a JSON string unquoted, any
+// other value as JSON.
+func answerText(answer json.RawMessage) string {
+	var s string
+	if json.Unmarshal(answer, &s) == nil {
+		return s
+	}
+	return string(answer)
+}
+
+func firstPositive(vs ...int) int {
+	for _, v := range vs {
+		if v > 0 {
+			return v
+		}
+	}
+	return 0
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,145 @@
+package loop
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// Script is the code block found in a model reply.
+type Script struct {
+	Code string
+	// Unterminated is set when the fence was never closed (the reply was
+	// cut, usually by max_tokens); the code is everything after the fence.
+	Unterminated bool
+	// start and end are the byte offsets of the whole fenced block,
+	// fences included, so it can be elided from history later.
+	start, end int
+}
+
+// ExtractScript finds the script of a reply: the first fenced block tagged
+// javascript or js (any case), or an untagged block that defines run().
+// ok is false when the reply has no such block: the reply is then the
+// run's final answer.
+func ExtractScript(reply string) (s Script, ok bool) {
+	pos := 0
+	for pos < len(reply) {
+		lineEnd := strings.IndexByte(reply[pos:], '\n')
+		next := len(reply)
+		if lineEnd >= 0 {
+			next = pos + lineEnd + 1
+		}
+		line := strings.TrimRight(reply[pos:next], "\r\n")
+		if tag, isFence := openingFence(line); isFence {
+			codeStart := next
+			code, end, closed := readFenced(reply, codeStart)
+			if tag == "javascript" || tag == "js" || (tag == "" && definesRun(code)) {
+				return Script{Code: code, Unterminated: !closed, start: pos, end: end}, true
+			}
+			pos = end
+			continue
+		}
+		pos = next
+	}
+	return Script{}, false
+}
+
+// openingFence reports whether line opens a fenced code block and returns
+// its language tag, lower-cased.
+func openingFence(line string) (tag string, ok bool) {
+	trimmed := strings.TrimLeft(line, " ")
+	if len(line)-len(trimmed) > 3 || !strings.HasPrefix(trimmed, "```") {
+		return "", false
+	}
+	info := strings.TrimSpace(strings.TrimLeft(trimmed, "`"))
+	if f := strings.Fields(info); len(f) > 0 {
+		info = f[0]
+	}
+	return strings.ToLower(info), true
+}
+
+// readFenced reads a block body starting at from up to its closing fence.
+// end is the offset just past the closing fence line.
+func readFenced(reply string, from int) (code string, end int, closed bool) {
+	pos := from
+	for pos < len(reply) {
+		lineEnd := strings.IndexByte(reply[pos:], '\n')
+		next := len(reply)
+		if lineEnd >= 0 {
+			next = pos + lineEnd + 1
+		}
+		line := strings.TrimSpace(reply[pos:next])
+		if strings.HasPrefix(line, "```") && strings.Trim(line, "`") == "" {
+			return reply[from:pos], next, true
+		}
+		pos = next
+	}
+	return reply[from:], len(reply), false
+}
+
+func definesRun(code string) bool {
+	return strings.Contains(code, "function run") || strings.Contains(code, "run =")
+}
+
+// ElideScript replaces the script block of an earlier turn's reply with a
+// short marker, keeping the prose around it. Only the latest script of a
+// run stays verbatim in the history: older ones cost tokens and their
+// effect is already in the results that follow them.
+func ElideScript(reply string, turn int) string {
+	s, ok := ExtractScript(reply)
+	if !ok {
+		return reply
+	}
+	marker := fmt.Sprintf("[script of turn %d elided]", turn)
+	prefix := reply[:s.start]
+	suffix := reply[s.end:]
+	if prefix != "" && !strings.HasSuffix(prefix, "\n") {
+		prefix += "\n"
+	}
+	if suffix != "" && !strings.HasPrefix(suffix, "\n") {
+		marker += "\n"
+	}
+	return prefix + marker + suffix
+}
+
+// Observation is what the model is told about a turn's execution: its log
+// output and the digest of what run() returned, or the error and the
+// digest of the args that remain in place. Values never appear here.
+func Observation(turn int, res agentfleet.ExecResult, carried string, carriedBytes int) string {
+	var b strings.Builder
+	if res.Err != nil {
+		fmt.Fprintf(&b, "Turn %d failed (%s): %s\n", turn, res.Err.Kind, res.Err.Message)
+	} else if res.Answered {
+		fmt.Fprintf(&b, "Turn %d answered.\n", turn)
+	} else {
+		fmt.Fprintf(&b, "Turn %d ran.\n", turn)
+	}
+	if res.Logs != "" {
+		b.WriteString("log:\n")
+		b.WriteString(strings.TrimRight(res.Logs, "\n"))
+		b.WriteByte('\n')
+	} else if res.Err == nil && !res.Answered {
+		b.WriteString("log: (empty)\n")
+	}
+	if res.Answered {
+		return b.String()
+	}
+	if res.Err != nil {
+		fmt.Fprintf(&b, "args unchanged for the next turn: %s\n", carried)
+		return b.String()
+	}
+	fmt.Fprintf(&b, "returned %s (%s), passed to the next turn as args\n", carried, byteSize(carriedBytes))
+	return b.String()
+}
+
+func byteSize(n int) string {
+	switch {
+	case n < 1024:
+		return fmt.Sprintf("%d B", n)
+	case n < 1024*1024:
+		return fmt.Sprintf("%.1f KiB", float64(n)/1024)
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1024*1024))
+	}
+}
