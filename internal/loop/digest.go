@@ -13,12 +13,12 @@ import (
 // instead of the value itself, so it must stay small whatever the value:
 // depth and width are capped and array elements are sampled.
 const (
-	DigestMaxDepth   = 4
-	DigestMaxKeys    = 16
-	DigestMaxSample  = 32 // array elements inspected to infer an element shape
-	DigestMaxUnion   = 3  // distinct element shapes listed before collapsing to "any"
-	DigestMaxBytes   = 600
-	digestEllipsis   = "…"
+	DigestMaxDepth  = 4
+	DigestMaxKeys   = 16
+	DigestMaxSample = 32 // array elements inspected to infer an element shape
+	DigestMaxUnion  = 3  // distinct element shapes listed before collapsing to "any"
+	DigestMaxBytes  = 600
+	digestEllipsis  = "…"
 )
 
 // Digest renders the structural shape of a JSON value in a TypeScript-like
