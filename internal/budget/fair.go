@@ -1,0 +1,194 @@
+package budget
+
+import "container/heap"
+
+// FairQueue orders work across tenants by weighted fair share: start-time
+// fair queuing on a virtual clock, one unit of cost per turn. A tenant that
+// becomes backlogged starts at the current virtual time (it cannot bank
+// credit while idle); each turn it is served advances its tag by 1/weight.
+// The next turn comes from the tenant with the smallest tag, so a tenant
+// with 10,000 queued turns and one with a single turn alternate: the single
+// turn waits for at most one turn of the other tenant per unit of weight.
+//
+// Each tenant has two FIFOs: continuations (turn n+1 of a run in
+// progress), which are always eligible, and fresh runs (turn 1), which are
+// gated by the caller's admission check (max concurrent runs).
+// Continuations go first: finishing started runs frees their slots.
+//
+// Cost is O(log T) per push and pop for T backlogged tenants, and memory
+// is one entry per queued item plus one per tenant; nothing is per tenant
+// per worker. FairQueue is not safe for concurrent use: the scheduler owns
+// it from one goroutine.
+type FairQueue[T any] struct {
+	tenants map[string]*tenantQueue[T]
+	ready   tenantHeap[T]
+	// blocked holds tenants whose only work is fresh runs the admission
+	// check refused; Recheck puts them back.
+	blocked map[string]*tenantQueue[T]
+	vtime   float64
+	seq     uint64
+	n       int
+}
+
+type tenantQueue[T any] struct {
+	id     string
+	weight float64
+	tag    float64 // virtual start time of the head item
+	seq    uint64  // FIFO tie-break among equal tags
+	cont   fifo[T]
+	fresh  fifo[T]
+	index  int // in ready; -1 when not there
+}
+
+// NewFairQueue returns an empty queue.
+func NewFairQueue[T any]() *FairQueue[T] {
+	return &FairQueue[T]{tenants: map[string]*tenantQueue[T]{}, blocked: map[string]*tenantQueue[T]{}}
+}
+
+// Len is the number of queued items.
+func (q *FairQueue[T]) Len() int { return q.n }
+
+// TenantLen is the number of items a tenant has queued.
+func (q *FairQueue[T]) TenantLen(tenant string) int {
+	if tq, ok := q.tenants[tenant]; ok {
+		return tq.cont.len() + tq.fresh.len()
+	}
+	return 0
+}
+
+// Push queues an item for tenant with the tenant's current weight (values
+// below 1 count as 1). fresh marks the first turn of a run.
+func (q *FairQueue[T]) Push(tenant string, weight int, item T, fresh bool) {
+	if weight < 1 {
+		weight = 1
+	}
+	tq, ok := q.tenants[tenant]
+	if !ok {
+		tq = &tenantQueue[T]{id: tenant, index: -1}
+		q.tenants[tenant] = tq
+	}
+	tq.weight = float64(weight)
+	wasIdle := tq.cont.len()+tq.fresh.len() == 0
+	if fresh {
+		tq.fresh.push(item)
+	} else {
+		tq.cont.push(item)
+	}
+	q.n++
+	if wasIdle {
+		// A tenant returning from idle starts now, not where it left
+		// off: idle time earns no credit to burst with later.
+		tq.tag = max(tq.tag, q.vtime)
+		q.seq++
+		tq.seq = q.seq
+		heap.Push(&q.ready, tq)
+		return
+	}
+	if _, isBlocked := q.blocked[tenant]; isBlocked && !fresh {
+		// A continuation is always eligible.
+		delete(q.blocked, tenant)
+		heap.Push(&q.ready, tq)
+	}
+}
+
+// Pop returns the next item by fair share. canAdmit is asked before a
+// fresh run is handed out; a tenant refused is set aside until Recheck.
+// ok is false when nothing is eligible.
+func (q *FairQueue[T]) Pop(canAdmit func(tenant string) bool) (item T, tenant string, fresh bool, ok bool) {
+	for q.ready.Len() > 0 {
+		tq := q.ready[0]
+		switch {
+		case tq.cont.len() > 0:
+			item = tq.cont.pop()
+		case canAdmit == nil || canAdmit(tq.id):
+			item, fresh = tq.fresh.pop(), true
+		default:
+			heap.Pop(&q.ready)
+			q.blocked[tq.id] = tq
+			continue
+		}
+		q.n--
+		q.vtime = tq.tag
+		tq.tag += 1 / tq.weight
+		if tq.cont.len()+tq.fresh.len() == 0 {
+			heap.Pop(&q.ready)
+		} else {
+			q.seq++
+			tq.seq = q.seq
+			heap.Fix(&q.ready, tq.index)
+		}
+		return item, tq.id, fresh, true
+	}
+	return item, "", false, false
+}
+
+// Recheck makes set-aside tenants eligible again (their active runs may
+// have finished).
+func (q *FairQueue[T]) Recheck() {
+	for id, tq := range q.blocked {
+		delete(q.blocked, id)
+		heap.Push(&q.ready, tq)
+	}
+}
+
+// Forget drops an idle tenant's state (to bound memory over many tenants).
+func (q *FairQueue[T]) Forget(tenant string) {
+	if tq, ok := q.tenants[tenant]; ok && tq.cont.len()+tq.fresh.len() == 0 {
+		delete(q.tenants, tenant)
+	}
+}
+
+type tenantHeap[T any] []*tenantQueue[T]
+
+func (h tenantHeap[T]) Len() int { return len(h) }
+func (h tenantHeap[T]) Less(i, j int) bool {
+	if h[i].tag != h[j].tag {
+		return h[i].tag < h[j].tag
+	}
+	return h[i].seq < h[j].seq
+}
+func (h tenantHeap[T]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *tenantHeap[T]) Push(x any) {
+	tq := x.(*tenantQueue[T])
+	tq.index = len(*h)
+	*h = append(*h, tq)
+}
+func (h *tenantHeap[T]) Pop() any {
+	old := *h
+	tq := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	tq.index = -1
+	return tq
+}
+
+// fifo is a slice-backed queue that reuses its storage.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
+
+func (f *fifo[T]) len() int { return len(f.items) - f.head }
+
+func (f *fifo[T]) push(v T) {
+	if f.head > 0 && f.head == len(f.items) {
+		f.items, f.head = f.items[:0], 0
+	}
+	f.items = append(f.items, v)
+}
+
+func (f *fifo[T]) pop() T {
+	var zero T
+	v := f.items[f.head]
+	f.items[f.head] = zero
+	f.head++
+	if f.head > 1024 && f.head*2 > len(f.items) {
+		f.items = append(f.items[:0], f.items[f.head:]...)
+		f.head = 0
+	}
+	return v
+}

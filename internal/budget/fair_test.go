@@ -1,0 +1,108 @@
+package budget
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func drain(q *FairQueue[string], n int, canAdmit func(string) bool) []string {
+	var out []string
+	for range n {
+		item, _, _, ok := q.Pop(canAdmit)
+		if !ok {
+			break
+		}
+		out = append(out, item)
+	}
+	return out
+}
+
+func TestFairQueueNewTenantIsServedNext(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	for i := range 1000 {
+		q.Push("A", 1, fmt.Sprintf("A%d", i), true)
+	}
+	require.Equal(t, []string{"A0", "A1", "A2"}, drain(q, 3, nil))
+	q.Push("B", 1, "B0", true)
+	q.Push("B", 1, "B1", true)
+	// B arrived behind 997 of A's items but waits at most one of them.
+	got := drain(q, 4, nil)
+	require.Equal(t, []string{"B0", "A3", "B1", "A4"}, got)
+	require.Equal(t, 995, q.Len())
+}
+
+func TestFairQueueWeights(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	for range 300 {
+		q.Push("heavy", 3, "h", false)
+		q.Push("light", 1, "l", false)
+	}
+	counts := map[string]int{}
+	for _, it := range drain(q, 200, nil) {
+		counts[it]++
+	}
+	require.Equal(t, 150, counts["h"])
+	require.Equal(t, 50, counts["l"])
+}
+
+func TestFairQueueIdleTenantBanksNoCredit(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	for range 100 {
+		q.Push("A", 1, "a", false)
+	}
+	drain(q, 50, nil)
+	// B was idle while A was served 50 times; now both have backlog.
+	for range 10 {
+		q.Push("B", 1, "b", false)
+	}
+	got := drain(q, 10, nil)
+	counts := map[string]int{}
+	for _, it := range got {
+		counts[it]++
+	}
+	require.Equal(t, 5, counts["a"], "B must not get a burst for its idle time")
+	require.Equal(t, 5, counts["b"])
+}
+
+func TestFairQueueAdmissionGatesFreshRunsOnly(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	q.Push("A", 1, "A-fresh1", true)
+	q.Push("A", 1, "A-fresh2", true)
+	q.Push("B", 1, "B-fresh", true)
+	admitA := false
+	canAdmit := func(tenant string) bool { return tenant != "A" || admitA }
+	require.Equal(t, []string{"B-fresh"}, drain(q, 5, canAdmit))
+	_, _, _, ok := q.Pop(canAdmit)
+	require.False(t, ok, "A's fresh runs stay gated")
+	// A continuation of A is always eligible, and goes before its fresh runs.
+	q.Push("A", 1, "A-cont", false)
+	require.Equal(t, []string{"A-cont"}, drain(q, 5, canAdmit))
+	admitA = true
+	_, _, _, ok = q.Pop(canAdmit)
+	require.False(t, ok, "a set-aside tenant waits for Recheck")
+	q.Recheck()
+	require.Equal(t, []string{"A-fresh1", "A-fresh2"}, drain(q, 5, canAdmit))
+	require.Zero(t, q.Len())
+}
+
+func TestFairQueueManyTenantsRoundRobin(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	const tenants = 1000
+	for i := range tenants {
+		for range 3 {
+			q.Push(fmt.Sprintf("t%04d", i), 1, fmt.Sprintf("t%04d", i), false)
+		}
+	}
+	seen := map[string]int{}
+	for _, it := range drain(q, tenants, nil) {
+		seen[it]++
+	}
+	require.Len(t, seen, tenants, "each tenant served once before any is served twice")
+}
