@@ -76,6 +76,9 @@ type Store interface {
 	// RunCountActive counts a tenant's runs that have started and not
 	// ended (running or waiting).
 	RunCountActive(ctx context.Context, tenant string) (int, error)
+	// RunCountByStatus counts a tenant's runs by status (statuses with
+	// no runs are absent from the map).
+	RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error)
 
 	// ModelReplyRecord records the model's reply of a turn before its
 	// script runs. Fenced like TurnCommit: the run must have committed
