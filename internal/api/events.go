@@ -1,0 +1,186 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// handleRunEvents streams a run's events as Server-Sent Events: "id:" is
+// the event's seq (dense from 1), "event:" its type, "data:" the event
+// JSON. It replays history from the store, then follows live events from
+// NATS, and ends after the terminal event. A client resumes with
+// Last-Event-ID (or ?after=N) and gets exactly the events after it.
+//
+// The store is the truth and NATS the fast path: events arrive from NATS
+// as they are published; a gap in seq (a publish that has not happened
+// yet, or history aged out of the stream) is filled from the store, and
+// the store is also polled every few seconds so a lost publish cannot
+// stall a stream.
+func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p principal) {
+	run, err := s.lookupRun(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	last, err := resumePoint(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.fail(w, r, fmt.Errorf("response writer cannot stream"))
+		return
+	}
+	ctx := r.Context()
+	// Subscribe before reading the store, so nothing published in
+	// between is missed.
+	live, err := s.cfg.Bus.RunEvents(ctx, run.Tenant, run.ID, last)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("subscribe to events: %w", err))
+		return
+	}
+	defer live.Close()
+
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+
+	sse := &sseWriter{w: w, f: flusher, last: last}
+	done, err := s.catchUp(ctx, sse, run.ID)
+	if err != nil || done {
+		return
+	}
+
+	type next struct {
+		ev  agentfleet.Event
+		err error
+	}
+	events := make(chan next)
+	liveCtx, stopLive := context.WithCancel(ctx)
+	defer stopLive()
+	go func() {
+		for {
+			ev, err := live.Next(liveCtx)
+			select {
+			case events <- next{ev, err}:
+			case <-liveCtx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	poll := time.NewTicker(sseStorePoll)
+	defer poll.Stop()
+	keepAlive := time.NewTicker(sseKeepAlive)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-events:
+			if n.err != nil {
+				// NATS failed us; the store still has the truth.
+				s.log.Warn("live events ended; following the store", "run", run.ID, "err", n.err)
+				events = nil
+				continue
+			}
+			switch {
+			case n.ev.Seq <= sse.last:
+				continue
+			case n.ev.Seq > sse.last+1:
+				if done, err := s.catchUp(ctx, sse, run.ID); err != nil || done {
+					return
+				}
+				if n.ev.Seq <= sse.last {
+					continue
+				}
+			}
+			if err := sse.send(n.ev); err != nil || n.ev.Terminal() {
+				return
+			}
+		case <-poll.C:
+			if done, err := s.catchUp(ctx, sse, run.ID); err != nil || done {
+				return
+			}
+		case <-keepAlive.C:
+			if err := sse.comment("keep-alive"); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// catchUp sends what the store has after the last sent seq; done is true
+// once the terminal event went out.
+func (s *Server) catchUp(ctx context.Context, sse *sseWriter, runID string) (done bool, err error) {
+	evs, err := s.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: runID, AfterSeq: sse.last})
+	if err != nil {
+		s.log.Warn("read events from the store", "run", runID, "err", err)
+		return false, err
+	}
+	for _, ev := range evs {
+		if err := sse.send(ev); err != nil {
+			return false, err
+		}
+		if ev.Terminal() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func resumePoint(r *http.Request) (int64, error) {
+	v := r.Header.Get("Last-Event-ID")
+	if v == "" {
+		v = r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errBadRequest("Last-Event-ID %q is not an event seq", v)
+	}
+	return n, nil
+}
+
+type sseWriter struct {
+	w    http.ResponseWriter
+	f    http.Flusher
+	last int64
+}
+
+func (s *sseWriter) send(ev agentfleet.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data); err != nil {
+		return err
+	}
+	s.f.Flush()
+	s.last = ev.Seq
+	return nil
+}
+
+func (s *sseWriter) comment(text string) error {
+	if _, err := fmt.Fprintf(s.w, ": %s\n\n", text); err != nil {
+		return err
+	}
+	s.f.Flush()
+	return nil
+}

@@ -1,0 +1,252 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// Limits on submitted runs.
+const (
+	maxTurnsLimit  = 1000
+	maxMessageLen  = 256 << 10
+	maxMetadataLen = 64
+	listLimitMax   = 500
+)
+
+// runCreateRequest is the body of POST /v1/runs.
+type runCreateRequest struct {
+	Agent          string            `json:"agent"`
+	Message        string            `json:"message"`
+	SessionID      string            `json:"session_id"`
+	Context        json.RawMessage   `json:"context"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	Metadata       map[string]string `json:"metadata"`
+	MaxTurns       int               `json:"max_turns"`
+	MaxTokens      int64             `json:"max_tokens"`
+	// Timeout is a Go duration ("90s", "10m") after which the run fails.
+	Timeout string `json:"timeout"`
+}
+
+func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p principal) {
+	var req runCreateRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	}
+	params, err := validateRunCreate(p.tenant, req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: params.Agent}); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errUnprocessable("unknown agent %q (every tenant has %q)", params.Agent, agentfleet.DefaultAgent)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	params.Events = []agentfleet.Event{{
+		V: agentfleet.EventVersion, Tenant: p.tenant, SessionID: params.SessionID,
+		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
+	}}
+	res, err := s.cfg.Store.RunCreate(r.Context(), params)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// A repeated submission (same idempotency key) publishes again what
+	// the first one owed: if that request died between the store and
+	// NATS, this finishes its work; if not, dedup drops the repeats.
+	evs := res.Events
+	if !res.Created {
+		evs, err = s.cfg.Store.EventListByRun(r.Context(), store.EventListByRunParams{RunID: res.Run.ID, Limit: 1})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if err := s.publishAdmission(r.Context(), res.Run, evs, res.Startable); err != nil {
+		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable",
+			msg: fmt.Sprintf("run %s was recorded but could not be queued (%v); submit it again with the same idempotency_key", res.Run.ID, err)})
+		return
+	}
+	status := http.StatusAccepted
+	if !res.Created {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, res.Run)
+}
+
+// publishAdmission publishes a new run's events and, when it may start,
+// its first turn.
+func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs []agentfleet.Event, startable bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := s.cfg.Bus.PublishEvents(ctx, evs); err != nil {
+		return fmt.Errorf("publish events: %w", err)
+	}
+	if startable && run.Status == agentfleet.StatusQueued && run.Turn == 0 {
+		if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1}); err != nil {
+			return fmt.Errorf("enqueue first turn: %w", err)
+		}
+	}
+	return nil
+}
+
+func validateRunCreate(tenant string, req runCreateRequest) (store.RunCreateParams, error) {
+	p := store.RunCreateParams{
+		Tenant: tenant, Agent: req.Agent, SessionID: req.SessionID, Message: req.Message,
+		Context: req.Context, Metadata: req.Metadata, IdempotencyKey: req.IdempotencyKey,
+		MaxTurns: req.MaxTurns, MaxTokens: req.MaxTokens,
+	}
+	if p.Agent == "" {
+		p.Agent = agentfleet.DefaultAgent
+	}
+	switch {
+	case strings.TrimSpace(req.Message) == "":
+		return p, errUnprocessable("message is required: say what the agent should do")
+	case len(req.Message) > maxMessageLen:
+		return p, errUnprocessable("message is %d bytes; the limit is %d (put bulk data in context)", len(req.Message), maxMessageLen)
+	case !validID(p.Agent):
+		return p, errUnprocessable("agent %q is not a valid name (letters, digits, '-' and '_', up to 64)", p.Agent)
+	case req.SessionID != "" && !validID(req.SessionID):
+		return p, errUnprocessable("session_id %q is not valid (letters, digits, '-' and '_', up to 64)", req.SessionID)
+	case len(req.IdempotencyKey) > 200:
+		return p, errUnprocessable("idempotency_key is longer than 200 bytes")
+	case req.MaxTurns < 0 || req.MaxTurns > maxTurnsLimit:
+		return p, errUnprocessable("max_turns must be between 0 (agent default) and %d", maxTurnsLimit)
+	case req.MaxTokens < 0:
+		return p, errUnprocessable("max_tokens must not be negative (0 means no per-run cap)")
+	case len(req.Metadata) > maxMetadataLen:
+		return p, errUnprocessable("metadata has %d keys; the limit is %d", len(req.Metadata), maxMetadataLen)
+	}
+	if len(req.Context) > 0 && !json.Valid(req.Context) {
+		return p, errBadRequest("context is not valid JSON")
+	}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d <= 0 {
+			return p, errUnprocessable("timeout %q is not a positive duration like \"90s\" or \"10m\"", req.Timeout)
+		}
+		p.Deadline = time.Now().Add(d).UTC()
+	}
+	return p, nil
+}
+
+func (s *Server) handleRunGet(w http.ResponseWriter, r *http.Request, p principal) {
+	run, err := s.lookupRun(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+// lookupRun reads the run named in the path, as the principal may see it.
+func (s *Server) lookupRun(r *http.Request, p principal) (agentfleet.Run, error) {
+	id := r.PathValue("id")
+	run, err := s.cfg.Store.RunGetByID(r.Context(), store.RunGetByIDParams{ID: id, Tenant: p.tenant})
+	if errors.Is(err, store.ErrNotFound) {
+		return run, errNotFound("no run %q", id)
+	}
+	return run, err
+}
+
+type runListResponse struct {
+	Runs       []agentfleet.Run `json:"runs"`
+	NextCursor string           `json:"next_cursor,omitempty"`
+}
+
+func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p principal) {
+	q := r.URL.Query()
+	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"), Cursor: q.Get("cursor")}
+	if p.admin {
+		params.Tenant = q.Get("tenant")
+	}
+	if st := q.Get("status"); st != "" {
+		for _, v := range strings.Split(st, ",") {
+			status := agentfleet.RunStatus(strings.TrimSpace(v))
+			if !status.Valid() {
+				s.fail(w, r, errBadRequest("unknown status %q", v))
+				return
+			}
+			params.Status = append(params.Status, status)
+		}
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > listLimitMax {
+			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
+			return
+		}
+		params.Limit = n
+	}
+	res, err := s.cfg.Store.RunList(r.Context(), params)
+	if errors.Is(err, store.ErrInvalid) {
+		err = errBadRequest("invalid cursor")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if res.Runs == nil {
+		res.Runs = []agentfleet.Run{}
+	}
+	writeJSON(w, http.StatusOK, runListResponse{Runs: res.Runs, NextCursor: res.NextCursor})
+}
+
+func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p principal) {
+	run, err := s.lookupRun(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	now := time.Now().UTC()
+	ev := func(t agentfleet.EventType, summary string) agentfleet.Event {
+		return agentfleet.Event{V: agentfleet.EventVersion, RunID: run.ID, Tenant: run.Tenant, SessionID: run.SessionID,
+			Turn: run.Turn, Type: t, TS: now, Summary: summary}
+	}
+	res, err := s.cfg.Store.RunCancel(r.Context(), store.RunCancelParams{
+		ID: run.ID, Tenant: run.Tenant, Reason: "cancelled by request",
+		Events: []agentfleet.Event{ev(agentfleet.EventCancelled, "cancelled before it ran further"), ev(agentfleet.EventDone, string(agentfleet.StatusCancelled))},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		err = errConflict("run %s already ended (%s)", run.ID, run.Status)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+	defer cancel()
+	if res.Immediate {
+		if err := s.cfg.Bus.PublishEvents(ctx, res.Events); err != nil {
+			s.log.Warn("publish cancel events", "run", run.ID, "err", err)
+		}
+		if next := res.SessionNext; next != nil {
+			if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: next.ID, Tenant: next.Tenant, Turn: 1}); err != nil {
+				s.log.Warn("start next run of session", "run", next.ID, "err", err)
+			}
+		}
+	} else {
+		// The worker running it stops at the next turn boundary; this
+		// interrupts a script that is running now.
+		if err := s.cfg.Bus.PublishControl(ctx, run.Tenant, run.ID, "cancel"); err != nil {
+			s.log.Warn("publish cancel control", "run", run.ID, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusAccepted, res.Run)
+}

@@ -1,0 +1,302 @@
+// Package api is the dispatcher's HTTP API (DESIGN §8): run submission,
+// reads, listing, cancellation, events as Server-Sent Events, tenant
+// administration, metrics and health. It admits runs and publishes their
+// first turn; it never calls a model.
+//
+// Every endpoint but the health checks authenticates with a bearer token:
+// the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant
+// key sees only its own tenant: another tenant's run is 404, not 403, so
+// ids do not leak. Errors are {"error":{"code","message"}} with the status
+// mapped in one place (writeError).
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Defaults of Config.
+const (
+	MaxBodyBytesDefault = 1 << 20
+	sseKeepAlive        = 15 * time.Second
+	sseStorePoll        = 2 * time.Second
+	publishTimeout      = 10 * time.Second
+)
+
+// Config configures the API server.
+type Config struct {
+	Store store.Store
+	Bus   *bus.Bus
+	// AdminToken authorises tenant administration. Empty disables the
+	// admin endpoints (every admin request is 401).
+	AdminToken string
+	// MaxBodyBytes caps request bodies (413 beyond it).
+	MaxBodyBytes int64
+	// Gatherer serves /metrics; nil means the default registry.
+	Gatherer prometheus.Gatherer
+	// TenantChanged is called after a tenant's settings change, so
+	// parked runs can be woken at once.
+	TenantChanged func(tenant string)
+	Logger        *slog.Logger
+}
+
+// Server serves the API.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Bus == nil {
+		return nil, errors.New("api: Config needs Store and Bus")
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, errors.New("api: MaxBodyBytes must not be negative (zero selects 1 MiB)")
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if cfg.Gatherer == nil {
+		cfg.Gatherer = prometheus.DefaultGatherer
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, mux: http.NewServeMux()}
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/runs", s.tenantOnly(s.handleRunCreate))
+	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
+	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
+	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
+	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
+	s.mux.HandleFunc("GET /v1/tenants/{id}", s.authed(s.handleTenantGet))
+	s.mux.HandleFunc("PUT /v1/tenants/{id}", s.adminOnly(s.handleTenantUpdate))
+	s.mux.HandleFunc("GET /v1/tenants/{id}/usage", s.authed(s.handleTenantUsage))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFound("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+}
+
+// handleReady is 200 only when the store and NATS are usable.
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if _, err := s.cfg.Store.TenantList(ctx, store.TenantListParams{Limit: 1}); err != nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "store not ready: " + err.Error()})
+		return
+	}
+	if err := s.cfg.Bus.Ready(ctx); err != nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "nats not ready: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// principal is who a request acts as: the admin, or one tenant.
+type principal struct {
+	admin  bool
+	tenant string
+}
+
+// canSee reports whether the principal may see tenant's data.
+func (p principal) canSee(tenant string) bool { return p.admin || p.tenant == tenant }
+
+type handler func(w http.ResponseWriter, r *http.Request, p principal)
+
+func (s *Server) authenticate(r *http.Request) (principal, error) {
+	auth := r.Header.Get("Authorization")
+	token, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || token == "" {
+		return principal{}, errUnauthorized("missing bearer token: send Authorization: Bearer <api key>")
+	}
+	if s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) == 1 {
+		return principal{admin: true}, nil
+	}
+	t, err := s.cfg.Store.TenantGetByAPIKey(r.Context(), token)
+	if errors.Is(err, store.ErrNotFound) {
+		return principal{}, errUnauthorized("invalid API key")
+	}
+	if err != nil {
+		return principal{}, fmt.Errorf("look up API key: %w", err)
+	}
+	return principal{tenant: t.ID}, nil
+}
+
+func (s *Server) authed(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, err := s.authenticate(r)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		h(w, r, p)
+	}
+}
+
+func (s *Server) adminOnly(h handler) http.HandlerFunc {
+	return s.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
+		if !p.admin {
+			s.fail(w, r, &apiError{status: http.StatusForbidden, code: "forbidden", msg: "this endpoint needs the admin token"})
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+func (s *Server) tenantOnly(h handler) http.HandlerFunc {
+	return s.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
+		if p.tenant == "" {
+			s.fail(w, r, errUnprocessable("runs are submitted with a tenant's API key, not the admin token"))
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+// apiError is an error with its HTTP mapping.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errBadRequest(format string, a ...any) error {
+	return &apiError{status: http.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, a...)}
+}
+func errUnprocessable(format string, a ...any) error {
+	return &apiError{status: http.StatusUnprocessableEntity, code: "unprocessable", msg: fmt.Sprintf(format, a...)}
+}
+func errNotFound(format string, a ...any) error {
+	return &apiError{status: http.StatusNotFound, code: "not_found", msg: fmt.Sprintf(format, a...)}
+}
+func errConflict(format string, a ...any) error {
+	return &apiError{status: http.StatusConflict, code: "conflict", msg: fmt.Sprintf(format, a...)}
+}
+func errUnauthorized(msg string) error {
+	return &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: msg}
+}
+
+// fail writes err, logging what is not the client's fault.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &mbe):
+		err = &apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
+			msg: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
+	case errors.Is(err, store.ErrNotFound):
+		err = errNotFound("not found")
+	case errors.Is(err, store.ErrConflict):
+		err = errConflict("%v", err)
+	case errors.Is(err, store.ErrInvalid):
+		err = errUnprocessable("%v", err)
+	default:
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		err = &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"}
+	}
+	writeError(w, err)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	ae := err.(*apiError)
+	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// decodeBody decodes a JSON body strictly: unknown fields and trailing
+// data are errors, so a typo in a field name is reported, not ignored.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		var ute *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &mbe):
+			return err
+		case errors.Is(err, io.EOF):
+			return errBadRequest("request body is empty; send a JSON object")
+		case errors.As(err, &ute):
+			return errBadRequest("field %q must be %s, not %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+		case errors.As(err, &se):
+			return errBadRequest("malformed JSON at byte %d: %v", se.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return errBadRequest("%s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		return errBadRequest("malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return errBadRequest("request body has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "float64":
+		return "a number"
+	case "map", "struct":
+		return "an object"
+	case "slice":
+		return "an array"
+	case "bool":
+		return "a boolean"
+	}
+	return goKind
+}
+
+// validID reports whether s may be a tenant, session or agent id: it
+// appears in NATS subjects, so dots, wildcards and spaces are out.
+func validID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,293 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// DefaultPersona is the persona of every tenant's "default" agent.
+const DefaultPersona = "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."
+
+type budgetSpec struct {
+	Tokens *int64  `json:"tokens"`
+	Window *string `json:"window"`
+}
+
+// tenantRequest is the body of POST and PUT /v1/tenants; on PUT only the
+// fields present change.
+type tenantRequest struct {
+	ID                string      `json:"id"`
+	Budget            *budgetSpec `json:"budget"`
+	TokensPerMinute   *int64      `json:"tokens_per_minute"`
+	MaxConcurrentRuns *int        `json:"max_concurrent_runs"`
+	Weight            *int        `json:"weight"`
+	Exhausted         *string     `json:"exhausted"`
+}
+
+// tenantView is a tenant as the API shows it.
+type tenantView struct {
+	ID                string                     `json:"id"`
+	Budget            agentfleet.BudgetState     `json:"budget"`
+	TokensPerMinute   int64                      `json:"tokens_per_minute"`
+	MaxConcurrentRuns int                        `json:"max_concurrent_runs"`
+	Weight            int                        `json:"weight"`
+	Exhausted         agentfleet.ExhaustedPolicy `json:"exhausted"`
+	WaitingRuns       int                        `json:"waiting_runs"`
+	ActiveRuns        int                        `json:"active_runs"`
+	CreatedAt         time.Time                  `json:"created_at"`
+	UpdatedAt         time.Time                  `json:"updated_at"`
+	APIKey            string                     `json:"api_key,omitempty"`
+}
+
+func (req *tenantRequest) validate() error {
+	if b := req.Budget; b != nil {
+		if b.Tokens != nil && *b.Tokens < 0 {
+			return errUnprocessable("budget.tokens must not be negative (0 or absent: unlimited)")
+		}
+		if b.Window != nil {
+			if err := validWindow(*b.Window); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case req.TokensPerMinute != nil && *req.TokensPerMinute < 0:
+		return errUnprocessable("tokens_per_minute must not be negative (0: no per-minute limit)")
+	case req.MaxConcurrentRuns != nil && *req.MaxConcurrentRuns < 0:
+		return errUnprocessable("max_concurrent_runs must not be negative (0: no limit)")
+	case req.Weight != nil && (*req.Weight < 1 || *req.Weight > 1000):
+		return errUnprocessable("weight must be from 1 to 1000")
+	case req.Exhausted != nil && *req.Exhausted != string(agentfleet.ExhaustedQueue) && *req.Exhausted != string(agentfleet.ExhaustedFail):
+		return errUnprocessable("exhausted must be %q (park runs until budget returns) or %q", agentfleet.ExhaustedQueue, agentfleet.ExhaustedFail)
+	}
+	return nil
+}
+
+func validWindow(w string) error {
+	switch agentfleet.BudgetWindow(w) {
+	case agentfleet.WindowDay, agentfleet.WindowMonth:
+		return nil
+	}
+	d, err := time.ParseDuration(w)
+	if err != nil || d < time.Minute {
+		return errUnprocessable("budget.window %q must be \"day\", \"month\" or a duration of at least 1m like \"24h\"", w)
+	}
+	return nil
+}
+
+func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ principal) {
+	var req tenantRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !validID(req.ID) {
+		s.fail(w, r, errUnprocessable("id %q is not a valid tenant id (letters, digits, '-' and '_', up to 64)", req.ID))
+		return
+	}
+	if err := req.validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p := store.TenantCreateParams{ID: req.ID, Window: agentfleet.WindowDay, Weight: 1, Exhausted: agentfleet.ExhaustedQueue}
+	if b := req.Budget; b != nil {
+		if b.Tokens != nil {
+			p.TokenLimit = *b.Tokens
+		}
+		if b.Window != nil {
+			p.Window = agentfleet.BudgetWindow(*b.Window)
+		}
+	}
+	if req.TokensPerMinute != nil {
+		p.TokensPerMinute = *req.TokensPerMinute
+	}
+	if req.MaxConcurrentRuns != nil {
+		p.MaxConcurrentRuns = *req.MaxConcurrentRuns
+	}
+	if req.Weight != nil {
+		p.Weight = *req.Weight
+	}
+	if req.Exhausted != nil {
+		p.Exhausted = agentfleet.ExhaustedPolicy(*req.Exhausted)
+	}
+	key, err := CreateTenant(r.Context(), s.cfg.Store, p)
+	if errors.Is(err, store.ErrConflict) {
+		err = errConflict("tenant %q already exists", req.ID)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	view, err := s.tenantView(r.Context(), req.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	view.APIKey = key
+	writeJSON(w, http.StatusCreated, view)
+}
+
+// CreateTenant creates a tenant with its default agent and a fresh API
+// key, returned once (only its hash is stored).
+func CreateTenant(ctx context.Context, st store.Store, p store.TenantCreateParams) (apiKey string, err error) {
+	if _, err := st.TenantCreate(ctx, p); err != nil {
+		return "", err
+	}
+	if _, err := st.AgentUpsert(ctx, store.AgentUpsertParams{Tenant: p.ID, Name: agentfleet.DefaultAgent, Persona: DefaultPersona}); err != nil {
+		return "", err
+	}
+	key := NewAPIKey()
+	if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: p.ID, Key: key, Name: "initial"}); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// NewAPIKey returns a fresh random API key.
+func NewAPIKey() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return "af_" + base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (s *Server) handleTenantGet(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if !p.canSee(id) {
+		s.fail(w, r, errNotFound("no tenant %q", id))
+		return
+	}
+	view, err := s.tenantView(r.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		err = errNotFound("no tenant %q", id)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ principal) {
+	id := r.PathValue("id")
+	var req tenantRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.ID != "" && req.ID != id {
+		s.fail(w, r, errUnprocessable("id in the body (%q) differs from the path (%q); a tenant cannot be renamed", req.ID, id))
+		return
+	}
+	if err := req.validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p := store.TenantUpdateParams{ID: id, TokensPerMinute: req.TokensPerMinute, MaxConcurrentRuns: req.MaxConcurrentRuns, Weight: req.Weight}
+	if b := req.Budget; b != nil {
+		p.TokenLimit = b.Tokens
+		if b.Window != nil {
+			win := agentfleet.BudgetWindow(*b.Window)
+			p.Window = &win
+		}
+	}
+	if req.Exhausted != nil {
+		ex := agentfleet.ExhaustedPolicy(*req.Exhausted)
+		p.Exhausted = &ex
+	}
+	if _, err := s.cfg.Store.TenantUpdate(r.Context(), p); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errNotFound("no tenant %q", id)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	if s.cfg.TenantChanged != nil {
+		s.cfg.TenantChanged(id)
+	}
+	view, err := s.tenantView(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+func (s *Server) tenantView(ctx context.Context, id string) (tenantView, error) {
+	t, err := s.cfg.Store.TenantGetByID(ctx, id)
+	if err != nil {
+		return tenantView{}, err
+	}
+	b, err := s.cfg.Store.BudgetGet(ctx, id, time.Now().UTC())
+	if err != nil {
+		return tenantView{}, err
+	}
+	counts, err := s.cfg.Store.RunCountByStatus(ctx, id)
+	if err != nil {
+		return tenantView{}, err
+	}
+	active := 0
+	for st, n := range counts {
+		if st == agentfleet.StatusRunning || st.Waiting() {
+			active += n
+		}
+	}
+	return tenantView{
+		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns,
+		Weight: t.Weight, Exhausted: t.Exhausted, WaitingRuns: counts[agentfleet.StatusWaitingBudget], ActiveRuns: active,
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
+	}, nil
+}
+
+type usageResponse struct {
+	GroupBy string     `json:"group_by"`
+	Rows    []usageRow `json:"rows"`
+}
+
+type usageRow struct {
+	Key   string           `json:"key"`
+	Usage agentfleet.Usage `json:"usage"`
+	Calls int64            `json:"calls"`
+}
+
+// handleTenantUsage sums a tenant's settled usage by model or by run.
+func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p principal) {
+	id := r.PathValue("id")
+	if !p.canSee(id) {
+		s.fail(w, r, errNotFound("no tenant %q", id))
+		return
+	}
+	q := r.URL.Query()
+	params := store.UsageListParams{Tenant: id, RunID: q.Get("run_id"), GroupBy: q.Get("group_by")}
+	if params.GroupBy == "" {
+		params.GroupBy = "model"
+	}
+	if params.GroupBy != "model" && params.GroupBy != "run" {
+		s.fail(w, r, errBadRequest("group_by must be \"model\" or \"run\""))
+		return
+	}
+	if since := q.Get("since"); since != "" {
+		t, err := time.Parse(time.RFC3339, since)
+		if err != nil {
+			s.fail(w, r, errBadRequest("since must be an RFC 3339 time like 2026-01-02T15:04:05Z"))
+			return
+		}
+		params.Since = t
+	}
+	rows, err := s.cfg.Store.UsageList(r.Context(), params)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := usageResponse{GroupBy: params.GroupBy, Rows: []usageRow{}}
+	for _, row := range rows {
+		out.Rows = append(out.Rows, usageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
+	}
+	writeJSON(w, http.StatusOK, out)
+}

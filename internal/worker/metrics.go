@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the worker's Prometheus metrics; a nil *Metrics records
+// nothing.
+type Metrics struct {
+	turns        *prometheus.CounterVec
+	turnSeconds  *prometheus.HistogramVec
+	committed    *prometheus.CounterVec
+	carriedBytes prometheus.Counter
+}
+
+// NewMetrics registers the worker metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_worker_turn_messages_total", Help: "Turn messages handled, by how they were settled (ack, retry, hand_back, abandoned).",
+		}, []string{"result"}),
+		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "agentfleet_worker_turn_seconds", Help: "Time from pulling a turn message to settling it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"result"}),
+		committed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_worker_turns_committed_total", Help: "Turns committed, by tenant and outcome.",
+		}, []string{"tenant", "outcome"}),
+		carriedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentfleet_data_bytes_carried_total", Help: "Carried bytes kept out of prompts, net of digests.",
+		}),
+	}
+	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.carriedBytes)
+	return m
+}
+
+func (m *Metrics) turnDone(result string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.turns.WithLabelValues(result).Inc()
+	m.turnSeconds.WithLabelValues(result).Observe(d.Seconds())
+}
+
+func (m *Metrics) turnCommitted(tenant string, res loop.TurnResult) {
+	if m == nil {
+		return
+	}
+	m.committed.WithLabelValues(tenant, res.Outcome.String()).Inc()
+	m.carriedBytes.Add(float64(res.DataBytesCarried))
+}
