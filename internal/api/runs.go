@@ -23,22 +23,22 @@ const (
 	listLimitMax   = 500
 )
 
-// runCreateRequest is the body of POST /v1/runs.
-type runCreateRequest struct {
-	Agent          string            `json:"agent"`
+// RunCreateRequest is the body of POST /v1/runs.
+type RunCreateRequest struct {
+	Agent          string            `json:"agent,omitempty"`
 	Message        string            `json:"message"`
-	SessionID      string            `json:"session_id"`
-	Context        json.RawMessage   `json:"context"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	Metadata       map[string]string `json:"metadata"`
-	MaxTurns       int               `json:"max_turns"`
-	MaxTokens      int64             `json:"max_tokens"`
+	SessionID      string            `json:"session_id,omitempty"`
+	Context        json.RawMessage   `json:"context,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	MaxTurns       int               `json:"max_turns,omitempty"`
+	MaxTokens      int64             `json:"max_tokens,omitempty"`
 	// Timeout is a Go duration ("90s", "10m") after which the run fails.
-	Timeout string `json:"timeout"`
+	Timeout string `json:"timeout,omitempty"`
 }
 
 func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p principal) {
-	var req runCreateRequest
+	var req RunCreateRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -106,7 +106,7 @@ func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs [
 	return nil
 }
 
-func validateRunCreate(tenant string, req runCreateRequest) (store.RunCreateParams, error) {
+func validateRunCreate(tenant string, req RunCreateRequest) (store.RunCreateParams, error) {
 	p := store.RunCreateParams{
 		Tenant: tenant, Agent: req.Agent, SessionID: req.SessionID, Message: req.Message,
 		Context: req.Context, Metadata: req.Metadata, IdempotencyKey: req.IdempotencyKey,
@@ -165,7 +165,8 @@ func (s *Server) lookupRun(r *http.Request, p principal) (agentfleet.Run, error)
 	return run, err
 }
 
-type runListResponse struct {
+// RunList is a page of GET /v1/runs.
+type RunList struct {
 	Runs       []agentfleet.Run `json:"runs"`
 	NextCursor string           `json:"next_cursor,omitempty"`
 }
@@ -205,7 +206,7 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 	if res.Runs == nil {
 		res.Runs = []agentfleet.Run{}
 	}
-	writeJSON(w, http.StatusOK, runListResponse{Runs: res.Runs, NextCursor: res.NextCursor})
+	writeJSON(w, http.StatusOK, RunList{Runs: res.Runs, NextCursor: res.NextCursor})
 }
 
 func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p principal) {

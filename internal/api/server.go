@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/prometheus/client_golang/prometheus"

@@ -15,24 +15,26 @@ import (
 // DefaultPersona is the persona of every tenant's "default" agent.
 const DefaultPersona = "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."
 
-type budgetSpec struct {
-	Tokens *int64  `json:"tokens"`
-	Window *string `json:"window"`
+// BudgetSpec is a tenant's token limit and its window ("day", "month" or
+// a duration like "24h").
+type BudgetSpec struct {
+	Tokens *int64  `json:"tokens,omitempty"`
+	Window *string `json:"window,omitempty"`
 }
 
-// tenantRequest is the body of POST and PUT /v1/tenants; on PUT only the
+// TenantRequest is the body of POST and PUT /v1/tenants; on PUT only the
 // fields present change.
-type tenantRequest struct {
-	ID                string      `json:"id"`
-	Budget            *budgetSpec `json:"budget"`
-	TokensPerMinute   *int64      `json:"tokens_per_minute"`
-	MaxConcurrentRuns *int        `json:"max_concurrent_runs"`
-	Weight            *int        `json:"weight"`
-	Exhausted         *string     `json:"exhausted"`
+type TenantRequest struct {
+	ID                string      `json:"id,omitempty"`
+	Budget            *BudgetSpec `json:"budget,omitempty"`
+	TokensPerMinute   *int64      `json:"tokens_per_minute,omitempty"`
+	MaxConcurrentRuns *int        `json:"max_concurrent_runs,omitempty"`
+	Weight            *int        `json:"weight,omitempty"`
+	Exhausted         *string     `json:"exhausted,omitempty"`
 }
 
-// tenantView is a tenant as the API shows it.
-type tenantView struct {
+// TenantView is a tenant as the API shows it.
+type TenantView struct {
 	ID                string                     `json:"id"`
 	Budget            agentfleet.BudgetState     `json:"budget"`
 	TokensPerMinute   int64                      `json:"tokens_per_minute"`
@@ -46,7 +48,7 @@ type tenantView struct {
 	APIKey            string                     `json:"api_key,omitempty"`
 }
 
-func (req *tenantRequest) validate() error {
+func (req *TenantRequest) validate() error {
 	if b := req.Budget; b != nil {
 		if b.Tokens != nil && *b.Tokens < 0 {
 			return errUnprocessable("budget.tokens must not be negative (0 or absent: unlimited)")
@@ -83,7 +85,7 @@ func validWindow(w string) error {
 }
 
 func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ principal) {
-	var req tenantRequest
+	var req TenantRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -125,7 +127,7 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 		s.fail(w, r, err)
 		return
 	}
-	view, err := s.tenantView(r.Context(), req.ID)
+	view, err := s.TenantView(r.Context(), req.ID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -163,7 +165,7 @@ func (s *Server) handleTenantGet(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, errNotFound("no tenant %q", id))
 		return
 	}
-	view, err := s.tenantView(r.Context(), id)
+	view, err := s.TenantView(r.Context(), id)
 	if errors.Is(err, store.ErrNotFound) {
 		err = errNotFound("no tenant %q", id)
 	}
@@ -176,7 +178,7 @@ func (s *Server) handleTenantGet(w http.ResponseWriter, r *http.Request, p princ
 
 func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ principal) {
 	id := r.PathValue("id")
-	var req tenantRequest
+	var req TenantRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -211,7 +213,7 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 	if s.cfg.TenantChanged != nil {
 		s.cfg.TenantChanged(id)
 	}
-	view, err := s.tenantView(r.Context(), id)
+	view, err := s.TenantView(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -219,18 +221,18 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 	writeJSON(w, http.StatusOK, view)
 }
 
-func (s *Server) tenantView(ctx context.Context, id string) (tenantView, error) {
+func (s *Server) TenantView(ctx context.Context, id string) (TenantView, error) {
 	t, err := s.cfg.Store.TenantGetByID(ctx, id)
 	if err != nil {
-		return tenantView{}, err
+		return TenantView{}, err
 	}
 	b, err := s.cfg.Store.BudgetGet(ctx, id, time.Now().UTC())
 	if err != nil {
-		return tenantView{}, err
+		return TenantView{}, err
 	}
 	counts, err := s.cfg.Store.RunCountByStatus(ctx, id)
 	if err != nil {
-		return tenantView{}, err
+		return TenantView{}, err
 	}
 	active := 0
 	for st, n := range counts {
@@ -238,19 +240,22 @@ func (s *Server) tenantView(ctx context.Context, id string) (tenantView, error) 
 			active += n
 		}
 	}
-	return tenantView{
+	return TenantView{
 		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns,
 		Weight: t.Weight, Exhausted: t.Exhausted, WaitingRuns: counts[agentfleet.StatusWaitingBudget], ActiveRuns: active,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}, nil
 }
 
-type usageResponse struct {
+// UsageReport is GET /v1/tenants/{id}/usage: settled usage grouped by
+// model or run.
+type UsageReport struct {
 	GroupBy string     `json:"group_by"`
-	Rows    []usageRow `json:"rows"`
+	Rows    []UsageRow `json:"rows"`
 }
 
-type usageRow struct {
+// UsageRow is one group of a UsageReport.
+type UsageRow struct {
 	Key   string           `json:"key"`
 	Usage agentfleet.Usage `json:"usage"`
 	Calls int64            `json:"calls"`
@@ -285,9 +290,9 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, err)
 		return
 	}
-	out := usageResponse{GroupBy: params.GroupBy, Rows: []usageRow{}}
+	out := UsageReport{GroupBy: params.GroupBy, Rows: []UsageRow{}}
 	for _, row := range rows {
-		out.Rows = append(out.Rows, usageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
+		out.Rows = append(out.Rows, UsageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -1,0 +1,275 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// eventMsgID is "<run>/ev/<seq>": an event published again (a worker
+// re-publishing what a commit owed after a crash) is stored once.
+func eventMsgID(ev agentfleet.Event) string {
+	return ev.RunID + "/ev/" + strconv.FormatInt(ev.Seq, 10)
+}
+
+func validEvent(ev agentfleet.Event) error {
+	if err := validRun(ev.Tenant, ev.RunID); err != nil {
+		return err
+	}
+	if err := validToken(string(ev.Type)); err != nil {
+		return fmt.Errorf("event type: %w", err)
+	}
+	if ev.Seq < 1 {
+		return fmt.Errorf("event seq %d: seq counts from 1", ev.Seq)
+	}
+	return nil
+}
+
+// PublishEvents publishes evs to AF_EVENTS on <p>.events.<tenant>.<run>.<type>
+// without waiting between them, then waits for every ack. A nil error
+// means all are stored; on error some may be, and publishing the same
+// events again is safe. An event with V 0 is sent with the current schema
+// version.
+func (b *Bus) PublishEvents(ctx context.Context, evs []agentfleet.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	for i, ev := range evs {
+		if err := validEvent(ev); err != nil {
+			return fmt.Errorf("publish event %d of %d: %w", i+1, len(evs), err)
+		}
+		if ev.V == 0 {
+			ev.V = agentfleet.EventVersion
+		}
+		data, err := json.Marshal(ev)
+		if err != nil {
+			return fmt.Errorf("publish event %s: %w", eventMsgID(ev), err)
+		}
+		msgs[i] = &nats.Msg{Subject: b.n.eventSubject(ev.Tenant, ev.RunID, string(ev.Type)), Data: data}
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	err := opErr(ctx, b.publishAsync(ctx, msgs, evs))
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		// The stream vanished (a server restarted empty): recreate it
+		// and send the batch again; ids make the repeats harmless.
+		stream := b.n.stream(streamEvents)
+		if eerr := b.ensureStream(ctx, stream); eerr != nil {
+			return fmt.Errorf("publish events: %w (and %w)", err, eerr)
+		}
+		err = opErr(ctx, b.publishAsync(ctx, msgs, evs))
+	}
+	if err != nil {
+		return fmt.Errorf("publish %d events of run %s: %w", len(evs), evs[0].RunID, err)
+	}
+	return nil
+}
+
+func (b *Bus) publishAsync(ctx context.Context, msgs []*nats.Msg, evs []agentfleet.Event) error {
+	if err := b.checkConn(); err != nil {
+		return err
+	}
+	stream := b.n.stream(streamEvents)
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	var sendErr error
+	for i, m := range msgs {
+		// A fresh message each time: the client keeps a reference to the
+		// one it sent until the ack comes.
+		msg := &nats.Msg{Subject: m.Subject, Data: m.Data}
+		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(eventMsgID(evs[i])), jetstream.WithExpectStream(stream))
+		if err != nil {
+			sendErr = fmt.Errorf("send event %s: %w", eventMsgID(evs[i]), err)
+			break
+		}
+		futures = append(futures, f)
+	}
+	// Wait for what was sent even after a send error, so no ack is left
+	// racing with the caller's retry.
+	var ackErr error
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if ackErr == nil {
+				ackErr = err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return errors.Join(sendErr, ackErr)
+}
+
+// EventStream delivers one run's events in seq order: the stored history
+// first, then live ones as they are published.
+type EventStream struct {
+	b       *Bus
+	stream  string
+	cons    jetstream.Consumer
+	it      jetstream.MessagesContext
+	last    int64
+	untrack func()
+
+	closeOnce sync.Once
+}
+
+// RunEvents opens an ordered consumer on <p>.events.<tenant>.<run>.> from
+// the start of the stream and skips events with seq <= afterSeq, so a
+// client resuming with Last-Event-ID n passes n. The ordered consumer is
+// ephemeral and in memory on the server; it survives reconnects by
+// re-creating itself after the last event delivered. Close it when done.
+func (b *Bus) RunEvents(ctx context.Context, tenant, runID string, afterSeq int64) (*EventStream, error) {
+	if err := validRun(tenant, runID); err != nil {
+		return nil, fmt.Errorf("run events: %w", err)
+	}
+	if err := b.checkConn(); err != nil {
+		return nil, fmt.Errorf("run events of %s: %w", runID, err)
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	stream := b.n.stream(streamEvents)
+	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{b.n.runEvents(tenant, runID)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// Abandoned streams (a client that vanished without Close) are
+		// reaped by the server after this.
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run events of %s: %w", runID, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		deleteOrdered(b, stream, cons)
+		return nil, fmt.Errorf("run events of %s: %w", runID, err)
+	}
+	s := &EventStream{b: b, stream: stream, cons: cons, it: it, last: max(afterSeq, 0)}
+	untrack, err := b.track(s.stop)
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	s.untrack = untrack
+	return s, nil
+}
+
+// Next blocks until the next event of the run, or ctx ends. It does not
+// add a default timeout: waiting for live events is its job. Events come
+// with strictly increasing seq; a duplicate or an older seq is skipped.
+// Next is not safe for concurrent use; one reader per EventStream. While
+// the stream re-creates its consumer after a reconnect, Next waits for
+// that (with the client's own backoff) even if ctx ends; Close stops it.
+func (s *EventStream) Next(ctx context.Context) (agentfleet.Event, error) {
+	for {
+		m, err := s.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return agentfleet.Event{}, ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return agentfleet.Event{}, ErrClosed
+			}
+			return agentfleet.Event{}, fmt.Errorf("next run event: %w", err)
+		}
+		var ev agentfleet.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			s.b.log.Warn("skip undecodable event", "subject", m.Subject(), "err", err)
+			continue
+		}
+		if ev.Seq <= s.last {
+			continue
+		}
+		s.last = ev.Seq
+		return ev, nil
+	}
+}
+
+// Close stops the stream and deletes its consumer. Safe to call twice.
+func (s *EventStream) Close() {
+	if s.untrack != nil {
+		s.untrack()
+	}
+	s.stop()
+}
+
+func (s *EventStream) stop() {
+	s.closeOnce.Do(func() {
+		s.it.Stop()
+		deleteOrdered(s.b, s.stream, s.cons)
+	})
+}
+
+// EventFilter selects live events; an empty field matches anything.
+type EventFilter struct {
+	Tenant string
+	RunID  string
+	Type   agentfleet.EventType
+}
+
+// SubscribeEvents calls fn for every event published from now on that
+// matches f, on a plain core subscription: no history, no acks, nothing
+// kept on the server, and a slow fn drops events rather than stalling
+// publishers. That suits a console or a tail; a client that must not miss
+// any uses RunEvents. fn is called from one goroutine at a time; after
+// unsubscribe returns, fn is not called again, though a call already
+// running may still be finishing.
+func (b *Bus) SubscribeEvents(ctx context.Context, f EventFilter, fn func(agentfleet.Event)) (unsubscribe func(), err error) {
+	for name, tok := range map[string]string{"tenant": f.Tenant, "run id": f.RunID, "event type": string(f.Type)} {
+		if tok == "" {
+			continue
+		}
+		if err := validToken(tok); err != nil {
+			return nil, fmt.Errorf("subscribe events: %s: %w", name, err)
+		}
+	}
+	subject := b.n.eventSubject(f.Tenant, f.RunID, string(f.Type))
+	return b.subscribe(ctx, subject, func(m *nats.Msg) {
+		var ev agentfleet.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			b.log.Warn("skip undecodable event", "subject", m.Subject, "err", err)
+			return
+		}
+		fn(ev)
+	})
+}
+
+// subscribe makes a core subscription that Close also ends, and waits
+// until the server has registered it so that a publish made after it
+// returns is seen.
+func (b *Bus) subscribe(ctx context.Context, subject string, handler nats.MsgHandler) (func(), error) {
+	if err := b.checkConn(); err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	sub, err := b.nc.Subscribe(subject, handler)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { _ = sub.Unsubscribe() }) }
+	untrack, err := b.track(stop)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		untrack()
+		stop()
+		return nil, fmt.Errorf("subscribe %s: %w", subject, err)
+	}
+	return func() {
+		untrack()
+		stop()
+	}, nil
+}

@@ -1,0 +1,121 @@
+package bus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
+)
+
+func events(tenant, runID string, from, to int64) []agentfleet.Event {
+	var evs []agentfleet.Event
+	for seq := from; seq <= to; seq++ {
+		evs = append(evs, agentfleet.Event{
+			RunID: runID, Tenant: tenant, Seq: seq, Turn: 1,
+			Type: agentfleet.EventLog, TS: time.Unix(1700000000, 0).UTC(), Content: "line",
+		})
+	}
+	return evs
+}
+
+func nextSeqs(t *testing.T, ctx context.Context, es *bus.EventStream, n int) []int64 {
+	t.Helper()
+	var seqs []int64
+	for range n {
+		ev, err := es.Next(ctx)
+		require.NoError(t, err)
+		seqs = append(seqs, ev.Seq)
+	}
+	return seqs
+}
+
+func TestPublishEventsDedupsBySeq(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 3)))
+	// A worker re-publishing what a commit owed after a crash.
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 3, 4)))
+	info := streamInfo(t, s.js, "AF_EVENTS")
+	require.EqualValues(t, 4, info.State.Msgs)
+
+	st, err := s.js.Stream(s.ctx, "AF_EVENTS")
+	require.NoError(t, err)
+	raw, err := st.GetLastMsgForSubject(s.ctx, "af.events.acme.run1.log")
+	require.NoError(t, err)
+	require.Contains(t, string(raw.Data), `"v":1`, "schema version filled in")
+
+	bad := events("acme", "run.1", 1, 1)
+	require.ErrorIs(t, s.b.PublishEvents(s.ctx, bad), bus.ErrInvalidToken)
+	require.Error(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 0, 0)), "seq 0")
+}
+
+func TestRunEventsReplaysHistoryThenLive(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 3)))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run2", 1, 2)))  // another run
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("other", "run1", 1, 2))) // another tenant
+
+	es, err := s.b.RunEvents(s.ctx, "acme", "run1", 0)
+	require.NoError(t, err)
+	defer es.Close()
+	require.Equal(t, []int64{1, 2, 3}, nextSeqs(t, s.ctx, es, 3))
+
+	// Live: published after the stream caught up.
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 4, 5)))
+	require.Equal(t, []int64{4, 5}, nextSeqs(t, s.ctx, es, 2))
+
+	// Nothing else belongs to this run.
+	ctx, cancel := context.WithTimeout(s.ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = es.Next(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// Resuming after seq 3 (an SSE client's Last-Event-ID).
+	resumed, err := s.b.RunEvents(s.ctx, "acme", "run1", 3)
+	require.NoError(t, err)
+	defer resumed.Close()
+	ev, err := resumed.Next(s.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 4, ev.Seq)
+	require.Equal(t, "acme", ev.Tenant)
+	require.Equal(t, agentfleet.EventLog, ev.Type)
+	require.Equal(t, agentfleet.EventVersion, ev.V)
+
+	resumed.Close()
+	_, err = resumed.Next(s.ctx)
+	require.ErrorIs(t, err, bus.ErrClosed)
+}
+
+func TestSubscribeEventsLive(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	got := make(chan agentfleet.Event, 10)
+	unsubscribe, err := s.b.SubscribeEvents(s.ctx, bus.EventFilter{Tenant: "acme"}, func(ev agentfleet.Event) { got <- ev })
+	require.NoError(t, err)
+
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("other", "run1", 1, 1)))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run9", 7, 7)))
+	select {
+	case ev := <-got:
+		require.Equal(t, "acme", ev.Tenant)
+		require.EqualValues(t, 7, ev.Seq)
+	case <-s.ctx.Done():
+		t.Fatal("event not received")
+	}
+	unsubscribe()
+	unsubscribe() // idempotent
+	require.Empty(t, got, "the other tenant's event leaked through")
+}
+
+func TestPublishEventsRecreatesVanishedStream(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.js.DeleteStream(s.ctx, "AF_EVENTS"))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 5)))
+	require.EqualValues(t, 5, streamInfo(t, s.js, "AF_EVENTS").State.Msgs)
+}

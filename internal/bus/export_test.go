@@ -1,0 +1,34 @@
+package bus
+
+import "github.com/nats-io/nats.go/jetstream"
+
+// Test hooks: the external tests inspect server state through the same
+// JetStream handle the Bus uses, and simulate a crashed process.
+
+func (b *Bus) JetStreamForTest() jetstream.JetStream { return b.js }
+
+func (b *Bus) StreamForTest(q string) string {
+	switch q {
+	case "runq":
+		return b.n.stream(streamRunQ)
+	case "work":
+		return b.n.stream(streamWork)
+	case "events":
+		return b.n.stream(streamEvents)
+	case "dlq":
+		return b.n.stream(streamDLQ)
+	}
+	panic("unknown stream " + q)
+}
+
+func (b *Bus) SubjectForTest(q Queue, tenant, runID string) string {
+	return b.n.queueSubject(q, tenant, runID)
+}
+
+// KillConnForTest drops the connection for good without releasing
+// anything, as a crashed process would.
+func (b *Bus) KillConnForTest() { b.nc.Close() }
+
+func (s *TurnSource) NamesForTest() (stream, durable string) { return s.stream, s.durable }
+
+func (b *Bus) LeaseBucketForTest(name string) string { return b.n.leaseBucket(name) }

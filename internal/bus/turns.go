@@ -1,0 +1,584 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Turn is the envelope of one turn to execute, the payload of every message
+// on the turn queues: {"run_id","tenant","turn","wake"}. Everything else
+// about the run is in the store; the message only says which turn is due.
+type Turn struct {
+	RunID  string `json:"run_id"`
+	Tenant string `json:"tenant"`
+	// Turn is the number of the turn to execute, from 1.
+	Turn int `json:"turn"`
+	// Wake is agentfleet.Run.Wake: how often the run was parked and
+	// resumed. It makes a resumed turn's message id differ from the
+	// parked one, which the duplicate window would otherwise drop.
+	Wake int `json:"wake"`
+}
+
+// MsgID is the JetStream message id of the turn: "<run>/turn/<n>", plus
+// "/w<wake>" for a resumed turn. Publishing the same turn twice within the
+// duplicate window stores it once.
+func (t Turn) MsgID() string {
+	id := t.RunID + "/turn/" + strconv.Itoa(t.Turn)
+	if t.Wake > 0 {
+		id += "/w" + strconv.Itoa(t.Wake)
+	}
+	return id
+}
+
+func (t Turn) validate() error {
+	if err := validRun(t.Tenant, t.RunID); err != nil {
+		return err
+	}
+	if t.Turn < 1 {
+		return fmt.Errorf("turn number %d: turns count from 1", t.Turn)
+	}
+	if t.Wake < 0 {
+		return fmt.Errorf("wake %d: must not be negative", t.Wake)
+	}
+	return nil
+}
+
+// EnqueueTurn publishes t to AF_RUNQ and waits for the stream's ack. The
+// dispatcher enqueues turn 1, a worker turn n+1, the budget resumer a
+// parked turn. A duplicate (same MsgID within the window) is accepted and
+// dropped by the server.
+func (b *Bus) EnqueueTurn(ctx context.Context, t Turn) error {
+	return b.publishTurn(ctx, QueueRunQ, t)
+}
+
+// ForwardTurn publishes t to AF_WORK, the queue workers pull from; the fair
+// scheduler calls it for the turn it picked from AF_RUNQ (before acking that
+// one), with the same message id so a forward retried after a crash is
+// stored once.
+func (b *Bus) ForwardTurn(ctx context.Context, t Turn) error {
+	return b.publishTurn(ctx, QueueWork, t)
+}
+
+func (b *Bus) publishTurn(ctx context.Context, q Queue, t Turn) error {
+	if err := t.validate(); err != nil {
+		return fmt.Errorf("publish turn to %s: %w", q, err)
+	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("publish turn %s: %w", t.MsgID(), err)
+	}
+	msg := &nats.Msg{Subject: b.n.queueSubject(q, t.Tenant, t.RunID), Data: data}
+	if _, err := b.publish(ctx, msg, b.n.queueStream(q), t.MsgID()); err != nil {
+		return fmt.Errorf("publish turn %s to %s: %w", t.MsgID(), q, err)
+	}
+	return nil
+}
+
+// QueueDepth is the number of messages in queue q, delivered or not: what a
+// queue-depth autoscaler looks at.
+func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
+	if err := q.valid(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	st, err := b.js.Stream(ctx, b.n.queueStream(q))
+	if err != nil {
+		return 0, fmt.Errorf("queue depth of %s: %w", q, err)
+	}
+	return st.CachedInfo().State.Msgs, nil
+}
+
+// SourceOption refines a TurnSource.
+type SourceOption func(*sourceOptions)
+
+type sourceOptions struct {
+	tenant string
+}
+
+// FilterTenant makes the source deliver only turns of one tenant, e.g. for
+// a scheduler that keeps a source per tenant. On a work queue the filters of
+// different durables must not overlap; the server rejects a source that
+// would.
+func FilterTenant(tenant string) SourceOption {
+	return func(o *sourceOptions) { o.tenant = tenant }
+}
+
+// TurnSource pulls turns from one queue through one durable pull consumer
+// that every worker of the fleet shares. It is safe for concurrent use:
+// each slot of a worker calls Next on its own.
+type TurnSource struct {
+	b       *Bus
+	q       Queue
+	stream  string
+	durable string
+	filter  string
+
+	ensureMu sync.Mutex // one (re)creation at a time
+	mu       sync.Mutex
+	cons     jetstream.Consumer
+	epoch    uint64 // the connection epoch cons was ensured on
+}
+
+// TurnSource opens (creating or updating) the durable consumer named
+// durable on queue q. Workers use one name for the whole fleet, e.g.
+// "workers" on QueueWork, and the scheduler another on QueueRunQ.
+func (b *Bus) TurnSource(ctx context.Context, q Queue, durable string, opts ...SourceOption) (*TurnSource, error) {
+	var o sourceOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := q.valid(); err != nil {
+		return nil, fmt.Errorf("turn source: %w", err)
+	}
+	if err := validName(durable); err != nil {
+		return nil, fmt.Errorf("turn source durable: %w", err)
+	}
+	s := &TurnSource{b: b, q: q, stream: b.n.queueStream(q), durable: durable, filter: b.n.queueAll(q)}
+	if o.tenant != "" {
+		if err := validToken(o.tenant); err != nil {
+			return nil, fmt.Errorf("turn source tenant filter: %w", err)
+		}
+		s.filter = b.n.queueSubject(q, o.tenant, "")
+	}
+	// Ride out a reconnect in progress, but not a configuration the
+	// server rejects (e.g. a filter overlapping another durable's).
+	if _, hasDeadline := ctx.Deadline(); !hasDeadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.cfg.RequestTimeout)
+		defer cancel()
+	}
+	for attempt := 0; ; attempt++ {
+		if err := b.waitUp(ctx); err != nil {
+			return nil, fmt.Errorf("turn source %s on %s: %w", durable, s.stream, err)
+		}
+		epoch, _, _, _ := b.state()
+		_, err := s.consumer(ctx, epoch)
+		if err == nil {
+			return s, nil
+		}
+		if isPermanent(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-time.After(backoff(attempt)):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+func (s *TurnSource) consumerConfig() jetstream.ConsumerConfig {
+	c := s.b.cfg
+	return jetstream.ConsumerConfig{
+		Durable:       s.durable,
+		Description:   "agentfleet turn source on " + s.q.String(),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		// The fleet dead-letters by itself (see Delivery.LastAttempt), so
+		// the server must never drop a message silently.
+		MaxDeliver:    -1,
+		MaxAckPending: c.MaxAckPending,
+		MaxWaiting:    c.MaxWaiting,
+		FilterSubject: s.filter,
+		ReplayPolicy:  jetstream.ReplayInstantPolicy,
+	}
+}
+
+// consumer returns the consumer, (re)ensuring it when it was never made,
+// was found missing, or the connection is new since it was ensured: a
+// server that restarted with an empty store has lost it.
+func (s *TurnSource) consumer(ctx context.Context, epoch uint64) (jetstream.Consumer, error) {
+	if c := s.current(epoch); c != nil {
+		return c, nil
+	}
+	s.ensureMu.Lock()
+	defer s.ensureMu.Unlock()
+	if c := s.current(epoch); c != nil {
+		return c, nil // another caller ensured it meanwhile
+	}
+	ctx, cancel := s.b.apiCtx(ctx)
+	defer cancel()
+	cfg := s.consumerConfig()
+	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err = s.b.ensureStream(ctx, s.stream); err == nil {
+			cons, err = s.b.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
+		}
+	}
+	if err != nil {
+		return nil, opErr(ctx, fmt.Errorf("ensure consumer %s on %s: %w", s.durable, s.stream, err))
+	}
+	s.mu.Lock()
+	s.cons, s.epoch = cons, epoch
+	s.mu.Unlock()
+	return cons, nil
+}
+
+func (s *TurnSource) current(epoch uint64) jetstream.Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cons != nil && s.epoch == epoch {
+		return s.cons
+	}
+	return nil
+}
+
+func (s *TurnSource) invalidate() {
+	s.mu.Lock()
+	s.cons = nil
+	s.mu.Unlock()
+}
+
+// errConnLost ends a pull whose connection dropped: its pull request died
+// with the connection and a new one is needed.
+var errConnLost = errors.New("connection lost during pull")
+
+// Next blocks until it holds one turn or ctx ends. It asks the server for
+// exactly one message per call, so the caller holds no more un-acked turns
+// than it has called Next for. It rides out disconnects, server restarts
+// and a vanished stream or consumer; it returns only a delivery, ctx's
+// error, ErrClosed, or an error the server will keep giving (a consumer
+// configuration it rejects).
+func (s *TurnSource) Next(ctx context.Context) (*Delivery, error) {
+	for attempt := 0; ; {
+		if err := s.b.waitUp(ctx); err != nil {
+			return nil, err
+		}
+		// Read after waiting: the epoch and context of the connection
+		// that is up now.
+		epoch, _, _, conn := s.b.state()
+		cons, err := s.consumer(ctx, epoch)
+		if err == nil {
+			var ds []*Delivery
+			ds, err = s.pull(ctx, cons, 1, s.b.cfg.PullExpiry, conn.Done())
+			if len(ds) == 1 {
+				return ds[0], nil
+			}
+			if err == nil {
+				attempt = 0
+				continue // the pull expired empty (or held only a malformed envelope)
+			}
+		}
+		switch {
+		case errors.Is(err, ErrClosed):
+			return nil, err
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, errConnLost):
+			continue // wait for the next connection
+		case isPermanent(err):
+			return nil, err
+		}
+		s.b.log.Debug("pull turn", "queue", s.q.String(), "durable", s.durable, "err", err)
+		select {
+		case <-time.After(backoff(attempt)):
+			attempt++
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.b.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Fetch pulls up to max turns, waiting at most wait for them, for a caller
+// that dispatches in batches (the fair scheduler). Every returned delivery
+// is the caller's to settle. It returns no deliveries and a nil error when
+// wait passed with nothing queued.
+func (s *TurnSource) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("fetch %d turns: max must be at least 1", max)
+	}
+	if wait < 10*time.Millisecond {
+		return nil, fmt.Errorf("fetch wait %s: use at least 10ms", wait)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := s.b.waitUp(wctx); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, cerr
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("fetch turns: %w", ErrNotConnected)
+		}
+		return nil, err
+	}
+	epoch, _, _, conn := s.b.state()
+	cons, err := s.consumer(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.pull(ctx, cons, max, time.Until(deadline(wctx)), conn.Done())
+	if errors.Is(err, errConnLost) && len(ds) == 0 {
+		return nil, fmt.Errorf("fetch turns: %w", ErrNotConnected)
+	}
+	return ds, err
+}
+
+func deadline(ctx context.Context) time.Time {
+	d, _ := ctx.Deadline()
+	return d
+}
+
+// pull issues one pull request for up to max messages, expiring after
+// expiry, and decodes what arrives. A pull abandoned because ctx ended, the
+// connection dropped or the Bus closed has its late messages Nak'ed, so
+// they go to another worker now rather than after AckWait.
+func (s *TurnSource) pull(ctx context.Context, cons jetstream.Consumer, max int, expiry time.Duration, lost <-chan struct{}) ([]*Delivery, error) {
+	if expiry < 10*time.Millisecond {
+		return nil, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, expiry)
+	defer cancel()
+	batch, err := cons.Fetch(max, jetstream.FetchContext(fctx))
+	if err != nil {
+		return nil, s.pullErr(err)
+	}
+	var ds []*Delivery
+	abandon := func(cause error) ([]*Delivery, error) {
+		cancel()
+		for _, d := range ds {
+			_ = d.msg.Nak()
+		}
+		for m := range batch.Messages() {
+			_ = m.Nak()
+		}
+		return nil, cause
+	}
+	msgs := batch.Messages()
+	for {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				if ctx.Err() != nil {
+					return abandon(ctx.Err())
+				}
+				berr := batch.Error()
+				if berr == nil || errors.Is(berr, context.DeadlineExceeded) {
+					return ds, nil // expired: what we have is all there is
+				}
+				if len(ds) > 0 {
+					return ds, nil
+				}
+				return nil, s.pullErr(berr)
+			}
+			if ctx.Err() != nil {
+				_ = m.Nak()
+				continue
+			}
+			if d := s.decode(ctx, m); d != nil {
+				ds = append(ds, d)
+			}
+		case <-lost:
+			return abandon(errConnLost)
+		case <-s.b.ctx.Done():
+			return abandon(ErrClosed)
+		}
+	}
+}
+
+// pullErr recognises the signs that the consumer or its stream vanished
+// (deleted, or a server restarted without its store) and forgets the
+// consumer so the next pull re-creates it.
+func (s *TurnSource) pullErr(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.invalidate()
+	}
+	if errors.Is(err, nats.ErrConnectionClosed) && s.b.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return fmt.Errorf("pull from %s/%s: %w", s.stream, s.durable, err)
+}
+
+// decode turns a message into a Delivery. An envelope that does not
+// decode, or disagrees with its subject, can never be run: it is
+// dead-lettered here and nil returned.
+func (s *TurnSource) decode(ctx context.Context, m jetstream.Msg) *Delivery {
+	d := &Delivery{Queue: s.q, msg: m, src: s}
+	if md, err := m.Metadata(); err == nil {
+		d.NumDelivered = md.NumDelivered
+		d.StreamSeq = md.Sequence.Stream
+		d.Enqueued = md.Timestamp
+	}
+	var bad error
+	if err := json.Unmarshal(m.Data(), &d.Turn); err != nil {
+		bad = fmt.Errorf("malformed turn envelope: %w", err)
+	} else if err := d.Turn.validate(); err != nil {
+		bad = fmt.Errorf("invalid turn envelope: %w", err)
+	} else if want := s.b.n.queueSubject(s.q, d.Turn.Tenant, d.Turn.RunID); m.Subject() != want {
+		bad = fmt.Errorf("turn envelope for %s/%s arrived on subject %s", d.Turn.Tenant, d.Turn.RunID, m.Subject())
+	}
+	if bad == nil {
+		return d
+	}
+	if err := d.DeadLetter(ctx, bad.Error()); err != nil {
+		s.b.log.Warn("dead-letter malformed turn", "subject", m.Subject(), "reason", bad, "err", err)
+		_ = m.NakWithDelay(s.b.cfg.AckWait)
+	}
+	return nil
+}
+
+// Backlog is a TurnSource's view of its queue.
+type Backlog struct {
+	// Undelivered messages matching the source's filter.
+	Undelivered uint64
+	// AckPending messages are delivered and not yet acked: turns running.
+	AckPending int
+	// Redelivered counts un-acked messages delivered more than once.
+	Redelivered int
+	// Waiting is the number of pull requests parked at the server: idle
+	// worker slots.
+	Waiting int
+}
+
+// Pending reads the consumer's state, e.g. for a scheduler that keeps
+// AF_WORK shallow.
+func (s *TurnSource) Pending(ctx context.Context) (Backlog, error) {
+	ctx, cancel := s.b.opCtx(ctx)
+	defer cancel()
+	for try := 0; ; try++ {
+		epoch, _, _, _ := s.b.state()
+		cons, err := s.consumer(ctx, epoch)
+		if err != nil {
+			return Backlog{}, err
+		}
+		info, err := cons.Info(ctx)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) && try == 0 {
+			s.invalidate()
+			continue
+		}
+		if err != nil {
+			return Backlog{}, fmt.Errorf("consumer info %s/%s: %w", s.stream, s.durable, err)
+		}
+		return Backlog{
+			Undelivered: info.NumPending,
+			AckPending:  info.NumAckPending,
+			Redelivered: info.NumRedelivered,
+			Waiting:     info.NumWaiting,
+		}, nil
+	}
+}
+
+// Delivery is one turn handed to one caller. The caller settles it exactly
+// once: Ack after the turn is committed and its continuation published,
+// NakWithDelay to retry it later, Term to drop it, or DeadLetter.
+type Delivery struct {
+	Turn  Turn
+	Queue Queue
+	// NumDelivered counts deliveries of this message, this one included.
+	NumDelivered uint64
+	// StreamSeq is the message's sequence in its stream.
+	StreamSeq uint64
+	// Enqueued is when the stream stored the message.
+	Enqueued time.Time
+
+	msg jetstream.Msg
+	src *TurnSource
+}
+
+// LastAttempt reports whether this is the MaxDeliver-th delivery: if the
+// turn fails now, dead-letter it instead of retrying.
+func (d *Delivery) LastAttempt() bool {
+	return d.NumDelivered >= uint64(d.src.b.cfg.MaxDeliver)
+}
+
+// Exhausted reports whether the message was delivered more than MaxDeliver
+// times, e.g. because workers died on it: dead-letter it without running.
+func (d *Delivery) Exhausted() bool {
+	return d.NumDelivered > uint64(d.src.b.cfg.MaxDeliver)
+}
+
+// InProgress tells the server the turn is still being worked on, resetting
+// its AckWait clock.
+func (d *Delivery) InProgress() error {
+	if err := d.msg.InProgress(); err != nil {
+		return fmt.Errorf("in progress %s: %w", d.Turn.MsgID(), err)
+	}
+	return nil
+}
+
+// Ack settles the turn as done and waits for the server to confirm, so a
+// nil error means the turn will not come back.
+func (d *Delivery) Ack(ctx context.Context) error {
+	ctx, cancel := d.src.b.opCtx(ctx)
+	defer cancel()
+	if err := d.msg.DoubleAck(ctx); err != nil {
+		return opErr(ctx, fmt.Errorf("ack %s: %w", d.Turn.MsgID(), err))
+	}
+	return nil
+}
+
+// NakWithDelay hands the turn back for redelivery after delay (0 means at
+// once). NumDelivered of the next delivery is one higher.
+func (d *Delivery) NakWithDelay(delay time.Duration) error {
+	var err error
+	if delay <= 0 {
+		err = d.msg.Nak()
+	} else {
+		err = d.msg.NakWithDelay(delay)
+	}
+	if err != nil {
+		return fmt.Errorf("nak %s: %w", d.Turn.MsgID(), err)
+	}
+	return nil
+}
+
+// Term drops the turn for good, e.g. when its run no longer exists. The
+// reason shows in the server's advisory.
+func (d *Delivery) Term(reason string) error {
+	if err := d.msg.TermWithReason(headerSafe(reason)); err != nil {
+		return fmt.Errorf("term %s: %w", d.Turn.MsgID(), err)
+	}
+	return nil
+}
+
+// KeepAlive sends InProgress every AckWait/3 until stop is called, ctx
+// ends, the delivery is settled, or the Bus closes; stop waits for the
+// goroutine to end. Wrap the model call and script execution of a turn in
+// it.
+func (d *Delivery) KeepAlive(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	b := d.src.b
+	interval := b.cfg.AckWait / 3
+	started := b.goOwned(func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := d.msg.InProgress(); errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+				return
+			} else if err != nil {
+				// Disconnected, most likely: try again next tick. If the
+				// outage outlasts AckWait the turn is redelivered, which
+				// the commit fence makes harmless.
+				b.log.Debug("keepalive", "turn", d.Turn.MsgID(), "err", err)
+			}
+		}
+	})
+	if !started {
+		close(done)
+	}
+	return func() {
+		cancel()
+		<-done
+	}
+}

@@ -1,0 +1,287 @@
+// Package client is the Go client of the dispatcher's HTTP API, used by
+// agentctl, the bench command and the end-to-end tests. It speaks only
+// HTTP: runs, tenants, and run events over Server-Sent Events, resuming
+// with Last-Event-ID when a stream breaks.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+)
+
+// Client calls one dispatcher.
+type Client struct {
+	BaseURL string
+	Token   string
+	HTTP    *http.Client
+}
+
+// New returns a client for baseURL authenticating with token.
+func New(baseURL, token string) *Client {
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{}}
+}
+
+// Error is an error response of the API.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s (HTTP %d %s)", e.Message, e.Status, e.Code)
+}
+
+// IsNotFound reports whether err is a 404 from the API.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return decodeError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s response: %w", method, path, err)
+	}
+	return nil
+}
+
+func decodeError(resp *http.Response) error {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &body) != nil || body.Error.Code == "" {
+		return &Error{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(raw))}
+	}
+	return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+}
+
+// CreateRun submits a run.
+func (c *Client) CreateRun(ctx context.Context, req api.RunCreateRequest) (agentfleet.Run, error) {
+	var run agentfleet.Run
+	err := c.do(ctx, http.MethodPost, "/v1/runs", req, &run)
+	return run, err
+}
+
+// GetRun reads a run.
+func (c *Client) GetRun(ctx context.Context, id string) (agentfleet.Run, error) {
+	var run agentfleet.Run
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &run)
+	return run, err
+}
+
+// ListRunsParams filters GET /v1/runs.
+type ListRunsParams struct {
+	Status    []agentfleet.RunStatus
+	Agent     string
+	SessionID string
+	Limit     int
+	Cursor    string
+}
+
+// ListRuns lists runs, newest first.
+func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, error) {
+	q := url.Values{}
+	if len(p.Status) > 0 {
+		ss := make([]string, len(p.Status))
+		for i, s := range p.Status {
+			ss[i] = string(s)
+		}
+		q.Set("status", strings.Join(ss, ","))
+	}
+	if p.Agent != "" {
+		q.Set("agent", p.Agent)
+	}
+	if p.SessionID != "" {
+		q.Set("session_id", p.SessionID)
+	}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		q.Set("cursor", p.Cursor)
+	}
+	var out api.RunList
+	err := c.do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// CancelRun cancels a run.
+func (c *Client) CancelRun(ctx context.Context, id string) (agentfleet.Run, error) {
+	var run agentfleet.Run
+	err := c.do(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, &run)
+	return run, err
+}
+
+// CreateTenant creates a tenant (admin token); the view carries the
+// tenant's API key, shown this once.
+func (c *Client) CreateTenant(ctx context.Context, req api.TenantRequest) (api.TenantView, error) {
+	var out api.TenantView
+	err := c.do(ctx, http.MethodPost, "/v1/tenants", req, &out)
+	return out, err
+}
+
+// GetTenant reads a tenant with its budget.
+func (c *Client) GetTenant(ctx context.Context, id string) (api.TenantView, error) {
+	var out api.TenantView
+	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// UpdateTenant changes a tenant's settings (admin token).
+func (c *Client) UpdateTenant(ctx context.Context, id string, req api.TenantRequest) (api.TenantView, error) {
+	var out api.TenantView
+	err := c.do(ctx, http.MethodPut, "/v1/tenants/"+url.PathEscape(id), req, &out)
+	return out, err
+}
+
+// Usage reads a tenant's settled usage grouped by "model" or "run".
+func (c *Client) Usage(ctx context.Context, tenant, groupBy string) (api.UsageReport, error) {
+	var out api.UsageReport
+	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/usage?group_by="+url.QueryEscape(groupBy), nil, &out)
+	return out, err
+}
+
+// ErrStopEvents may be returned by an Events callback to stop early
+// without an error.
+var ErrStopEvents = errors.New("stop events")
+
+// Events streams a run's events after afterSeq to fn, in seq order, until
+// the terminal event, ctx ends, or fn returns an error. A broken stream is
+// resumed with Last-Event-ID, so fn sees every event exactly once.
+func (c *Client) Events(ctx context.Context, runID string, afterSeq int64, fn func(agentfleet.Event) error) error {
+	last := afterSeq
+	backoff := 100 * time.Millisecond
+	for {
+		done, cbErr, err := c.eventStream(ctx, runID, &last, fn)
+		switch {
+		case done || errors.Is(cbErr, ErrStopEvents):
+			return nil
+		case cbErr != nil:
+			return cbErr
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			return err
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// eventStream reads one SSE connection: done is true after the terminal
+// event, cbErr is what fn returned, err what broke the stream.
+func (c *Client) eventStream(ctx context.Context, runID string, last *int64, fn func(agentfleet.Event) error) (done bool, cbErr, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/runs/"+url.PathEscape(runID)+"/events", nil)
+	if err != nil {
+		return false, nil, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if *last > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return false, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return false, nil, decodeError(resp)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var data []byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case len(line) == 0:
+			if len(data) == 0 {
+				continue
+			}
+			var ev agentfleet.Event
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return false, nil, fmt.Errorf("decode event: %w", err)
+			}
+			data = data[:0]
+			if ev.Seq <= *last {
+				continue
+			}
+			*last = ev.Seq
+			if err := fn(ev); err != nil {
+				return false, err, nil
+			}
+			if ev.Terminal() {
+				return true, nil, nil
+			}
+		case bytes.HasPrefix(line, []byte("data:")):
+			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, nil, err
+	}
+	return false, nil, io.ErrUnexpectedEOF
+}
+
+// Wait follows a run's events until it ends, then returns the run.
+func (c *Client) Wait(ctx context.Context, runID string) (agentfleet.Run, error) {
+	if err := c.Events(ctx, runID, 0, func(agentfleet.Event) error { return nil }); err != nil {
+		return agentfleet.Run{}, err
+	}
+	return c.GetRun(ctx, runID)
+}

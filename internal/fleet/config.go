@@ -1,0 +1,149 @@
+// Package fleet assembles agentfleet's processes from their parts: the
+// dispatcher (HTTP API, fair scheduler, budget keeper), the worker (turn
+// executors, sandbox pool, model client, metrics endpoint), and dev mode,
+// which runs both on an embedded NATS server and SQLite in one process.
+// cmd/dispatcher, cmd/worker and `agentctl dev` are thin wrappers around
+// it, and the end-to-end tests boot the same assemblies on port 0.
+//
+// Configuration comes from the environment (DESIGN §8); ConfigFromEnv
+// reads it and Validate says how to fix what is wrong.
+package fleet
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/agentfleet/internal/llm"
+)
+
+// Defaults (DESIGN §8).
+const (
+	ListenDefault        = "127.0.0.1:8080"
+	NATSListenDefault    = "127.0.0.1:4223"
+	DataDirDefault       = "./.agentfleet"
+	WorkersDefault       = 2
+	WorkerSlotsDefault   = 8
+	MetricsListenDefault = "127.0.0.1:9464"
+	DrainTimeoutDefault  = 30 * time.Second
+)
+
+// Config is the environment of a fleet process.
+type Config struct {
+	// Listen is the dispatcher's (or dev mode's) HTTP address.
+	Listen     string
+	AdminToken string
+	// DatabaseURL is a postgres:// URL; empty means SQLite in DataDir.
+	DatabaseURL string
+	// NATSURL is the NATS server; empty means an embedded server.
+	NATSURL string
+	// NATSListen is where dev mode's embedded server also listens, so
+	// `nats sub` works from another terminal. Empty: in-process only.
+	NATSListen string
+	DataDir    string
+	// Workers is how many in-process workers dev mode runs.
+	Workers     int
+	WorkerSlots int
+	// MetricsListen is the worker's /metrics and /healthz address.
+	MetricsListen string
+	// Prefix is the NATS subject prefix (default "af").
+	Prefix string
+	// ReadyDepth is how many turns the scheduler keeps ready for the
+	// workers beyond those they are running (0: the scheduler default).
+	ReadyDepth   int
+	DrainTimeout time.Duration
+	Model        llm.Config
+}
+
+// ConfigFromEnv reads the environment, applying defaults.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		Listen:        envOr("AGENTFLEET_LISTEN", ListenDefault),
+		AdminToken:    os.Getenv("AGENTFLEET_ADMIN_TOKEN"),
+		DatabaseURL:   os.Getenv("AGENTFLEET_DATABASE_URL"),
+		NATSURL:       os.Getenv("AGENTFLEET_NATS_URL"),
+		NATSListen:    envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
+		DataDir:       envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
+		MetricsListen: envOr("AGENTFLEET_METRICS_LISTEN", MetricsListenDefault),
+		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
+		DrainTimeout:  DrainTimeoutDefault,
+		Model:         llm.ConfigFromEnv(),
+	}
+	var errs []error
+	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
+	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
+	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
+	if v := os.Getenv("AGENTFLEET_DRAIN_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_DRAIN_TIMEOUT=%q is not a duration like \"30s\"", v))
+		}
+		c.DrainTimeout = d
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the configuration and says how to fix it.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_LISTEN=%q must be host:port, e.g. %s", c.Listen, ListenDefault))
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_METRICS_LISTEN=%q must be host:port (port 0 picks a free one)", c.MetricsListen))
+		}
+	}
+	if c.NATSListen != "" {
+		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_LISTEN=%q must be host:port, e.g. %s", c.NATSListen, NATSListenDefault))
+		}
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_DATABASE_URL must be a postgres:// URL (unset it to use SQLite in AGENTFLEET_DATA_DIR)"))
+	}
+	if c.Workers < 0 || c.WorkerSlots < 1 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_WORKERS must be >= 0 and AGENTFLEET_WORKER_SLOTS >= 1 (got %d and %d)", c.Workers, c.WorkerSlots))
+	}
+	if c.ReadyDepth < 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_READY_DEPTH must not be negative"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
+	}
+	return errors.Join(errs...)
+}
+
+// SQLitePath is where the embedded store lives.
+func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "agentfleet.db") }
+
+// NATSStoreDir is where the embedded NATS server keeps JetStream data.
+func (c Config) NATSStoreDir() string { return filepath.Join(c.DataDir, "nats") }
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(key string, def int, errs *[]error) int {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not a whole number", key, v))
+		return def
+	}
+	return n
+}
