@@ -101,7 +101,23 @@ func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
 type SourceOption func(*sourceOptions)
 
 type sourceOptions struct {
-	tenant string
+	tenant        string
+	ackWait       time.Duration
+	maxAckPending int
+}
+
+// HoldFor sets the source's AckWait: how long a delivery may stay
+// un-acked before the server redelivers it. A scheduler that holds turns
+// in memory until it forwards them sets it long; workers keep the
+// default, heartbeating while they run a turn.
+func HoldFor(ackWait time.Duration) SourceOption {
+	return func(o *sourceOptions) { o.ackWait = ackWait }
+}
+
+// MaxHeld bounds the un-acked deliveries of the source across its users
+// (the consumer's MaxAckPending).
+func MaxHeld(n int) SourceOption {
+	return func(o *sourceOptions) { o.maxAckPending = n }
 }
 
 // FilterTenant makes the source deliver only turns of one tenant, e.g. for
@@ -121,6 +137,7 @@ type TurnSource struct {
 	stream  string
 	durable string
 	filter  string
+	opts    sourceOptions
 
 	ensureMu sync.Mutex // one (re)creation at a time
 	mu       sync.Mutex
@@ -142,7 +159,10 @@ func (b *Bus) TurnSource(ctx context.Context, q Queue, durable string, opts ...S
 	if err := validName(durable); err != nil {
 		return nil, fmt.Errorf("turn source durable: %w", err)
 	}
-	s := &TurnSource{b: b, q: q, stream: b.n.queueStream(q), durable: durable, filter: b.n.queueAll(q)}
+	if o.ackWait < 0 || o.maxAckPending < 0 {
+		return nil, fmt.Errorf("turn source %s: HoldFor and MaxHeld must not be negative", durable)
+	}
+	s := &TurnSource{b: b, q: q, stream: b.n.queueStream(q), durable: durable, filter: b.n.queueAll(q), opts: o}
 	if o.tenant != "" {
 		if err := validToken(o.tenant); err != nil {
 			return nil, fmt.Errorf("turn source tenant filter: %w", err)
@@ -178,6 +198,12 @@ func (b *Bus) TurnSource(ctx context.Context, q Queue, durable string, opts ...S
 
 func (s *TurnSource) consumerConfig() jetstream.ConsumerConfig {
 	c := s.b.cfg
+	if s.opts.ackWait > 0 {
+		c.AckWait = s.opts.ackWait
+	}
+	if s.opts.maxAckPending > 0 {
+		c.MaxAckPending = s.opts.maxAckPending
+	}
 	return jetstream.ConsumerConfig{
 		Durable:       s.durable,
 		Description:   "agentfleet turn source on " + s.q.String(),
@@ -222,6 +248,26 @@ func (s *TurnSource) consumer(ctx context.Context, epoch uint64) (jetstream.Cons
 	s.cons, s.epoch = cons, epoch
 	s.mu.Unlock()
 	return cons, nil
+}
+
+// Reset deletes and re-creates the source's consumer. Deliveries that a
+// previous holder left un-acked are then redelivered at once instead of
+// after their AckWait: a scheduler taking over from a dead one calls it
+// to reclaim the turns its predecessor held in memory. Nothing queued is
+// lost: on a work queue the messages stay until acked.
+func (s *TurnSource) Reset(ctx context.Context) error {
+	s.ensureMu.Lock()
+	actx, cancel := s.b.apiCtx(ctx)
+	err := s.b.js.DeleteConsumer(actx, s.stream, s.durable)
+	cancel()
+	s.ensureMu.Unlock()
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return opErr(ctx, fmt.Errorf("reset consumer %s on %s: %w", s.durable, s.stream, err))
+	}
+	s.invalidate()
+	epoch, _, _, _ := s.b.state()
+	_, err = s.consumer(ctx, epoch)
+	return err
 }
 
 func (s *TurnSource) current(epoch uint64) jetstream.Consumer {

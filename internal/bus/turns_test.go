@@ -297,3 +297,39 @@ func TestKeepAliveStopsWithTheBus(t *testing.T) {
 	stop()
 	stop() // idempotent
 }
+
+func TestResetRedeliversHeldTurnsAtOnce(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	turns := enqueue(t, s, 2)
+	// A scheduler holds turns for an hour; it dies holding both.
+	held, err := s.b.TurnSource(s.ctx, bus.QueueRunQ, "scheduler", bus.HoldFor(time.Hour), bus.MaxHeld(50_000))
+	require.NoError(t, err)
+	for range turns {
+		_, err := held.Next(s.ctx)
+		require.NoError(t, err)
+	}
+	stream, durable := held.NamesForTest()
+	cons, err := s.js.Consumer(s.ctx, stream, durable)
+	require.NoError(t, err)
+	info, err := cons.Info(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, info.Config.AckWait)
+	require.Equal(t, 50_000, info.Config.MaxAckPending)
+
+	// Its successor resets the consumer and gets both back now, not
+	// in an hour.
+	next, err := s.b.TurnSource(s.ctx, bus.QueueRunQ, "scheduler", bus.HoldFor(time.Hour), bus.MaxHeld(50_000))
+	require.NoError(t, err)
+	require.NoError(t, next.Reset(s.ctx))
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	got := map[string]bool{}
+	for range turns {
+		d, err := next.Next(ctx)
+		require.NoError(t, err)
+		got[d.Turn.RunID] = true
+		require.NoError(t, d.Ack(ctx))
+	}
+	require.Equal(t, map[string]bool{"run0": true, "run1": true}, got)
+}
