@@ -1,0 +1,39 @@
+package scheduler
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the scheduler's Prometheus metrics; a nil *Metrics records
+// nothing.
+type Metrics struct {
+	queuedTurns *prometheus.GaugeVec
+	forwardedN  *prometheus.CounterVec
+}
+
+// NewMetrics registers the scheduler metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		queuedTurns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "agentfleet_scheduler_queued_turns", Help: "Turns held by the scheduler waiting for their fair share, by tenant.",
+		}, []string{"tenant"}),
+		forwardedN: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_scheduler_forwarded_turns_total", Help: "Turns handed to the workers' queue, by tenant.",
+		}, []string{"tenant"}),
+	}
+	reg.MustRegister(m.queuedTurns, m.forwardedN)
+	return m
+}
+
+func (m *Metrics) queued(tenant string, n int) {
+	if m == nil {
+		return
+	}
+	m.queuedTurns.WithLabelValues(tenant).Set(float64(n))
+}
+
+func (m *Metrics) forwarded(tenant string, left int) {
+	if m == nil {
+		return
+	}
+	m.forwardedN.WithLabelValues(tenant).Inc()
+	m.queuedTurns.WithLabelValues(tenant).Set(float64(left))
+}

@@ -1,0 +1,343 @@
+// Package scheduler makes the shared fleet fair across tenants. Every turn
+// to execute is published to the turn queue (AF_RUNQ, subjects
+// af.runq.<tenant>.<run>); the scheduler takes them in as they arrive,
+// holds them in memory in per-tenant queues, and forwards them to the
+// workers' queue (AF_WORK) by weighted fair share (budget.FairQueue),
+// keeping that queue shallow: at most ReadyDepth turns wait there
+// undelivered. A tenant's new turn therefore waits behind at most
+// ReadyDepth turns plus its fair share of the turns being run, whatever
+// another tenant's backlog, which bounds its delay to about one turn's
+// service time with the default depth.
+//
+// The design choice, and its limits:
+//   - One scheduler, one consumer, one goroutine owning the fair queue: no
+//     consumer or goroutine per tenant anywhere, so 1,000 active tenants
+//     cost 1,000 small queue heads in one process. The fair queue is
+//     O(log tenants) per turn.
+//   - Held turns stay un-acked in AF_RUNQ until forwarded (AckWait
+//     HoldAckWait, at most HoldMax of them). If the scheduler dies, its
+//     successor resets the consumer and gets them all back at once;
+//     forwarding uses the turn's own message id, so a turn forwarded just
+//     before the crash is deduplicated by AF_WORK, never run twice.
+//   - Beyond HoldMax held turns the server stops delivering to the
+//     scheduler and newer turns wait in AF_RUNQ in arrival order: fairness
+//     then holds among the first HoldMax turns only.
+//   - Every turn takes one extra hop (AF_RUNQ -> scheduler -> AF_WORK),
+//     well under a millisecond on a local server.
+//   - Across dispatcher processes, a NATS lease elects the one that runs
+//     the scheduler; the others wait to take over.
+//
+// Max concurrent runs per tenant is enforced here too: a tenant's first
+// turns (new runs) are held back while it has that many runs active.
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agentfleet/agentfleet/internal/budget"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// Defaults of Config.
+const (
+	ReadyDepthDefault  = 32
+	PullersDefault     = 4
+	HoldMaxDefault     = 100_000
+	HoldAckWaitDefault = time.Hour
+	DurableDefault     = "scheduler"
+	WorkersDefault     = "workers"
+	TenantTTLDefault   = 2 * time.Second
+	LeaseTTLDefault    = 10 * time.Second
+	// pollFull is how soon a full ready queue is checked for room again,
+	// pollBlocked how soon turns held back are reconsidered.
+	pollFull    = 2 * time.Millisecond
+	pollBlocked = 50 * time.Millisecond
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Bus   *bus.Bus
+	Store store.Store
+	// ReadyDepth is how many turns may wait undelivered in the workers'
+	// queue. Deeper keeps busy workers fed; shallower is fairer.
+	ReadyDepth int
+	// Pullers is how many pulls from the turn queue run at once.
+	Pullers int
+	// HoldMax and HoldAckWait bound the turns held in memory.
+	HoldMax     int
+	HoldAckWait time.Duration
+	// Durable names the scheduler's consumer of the turn queue, and
+	// WorkersDurable the workers' consumer of their queue (read for its
+	// backlog).
+	Durable        string
+	WorkersDurable string
+	// TenantTTL is how long tenant settings (weight, max concurrent
+	// runs) are cached.
+	TenantTTL time.Duration
+	// LeaseTTL is the leader lease's TTL; zero disables leadership
+	// election (a single dispatcher).
+	LeaseTTL time.Duration
+	Logger   *slog.Logger
+	Metrics  *Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.ReadyDepth == 0 {
+		c.ReadyDepth = ReadyDepthDefault
+	}
+	if c.Pullers == 0 {
+		c.Pullers = PullersDefault
+	}
+	if c.HoldMax == 0 {
+		c.HoldMax = HoldMaxDefault
+	}
+	if c.HoldAckWait == 0 {
+		c.HoldAckWait = HoldAckWaitDefault
+	}
+	if c.Durable == "" {
+		c.Durable = DurableDefault
+	}
+	if c.WorkersDurable == "" {
+		c.WorkersDurable = WorkersDefault
+	}
+	if c.TenantTTL == 0 {
+		c.TenantTTL = TenantTTLDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Scheduler forwards turns fairly. Create it with New and start it with
+// Run.
+type Scheduler struct {
+	cfg     Config
+	log     *slog.Logger
+	tenants *tenantCache
+}
+
+// New returns a Scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	cfg.setDefaults()
+	switch {
+	case cfg.Bus == nil || cfg.Store == nil:
+		return nil, errors.New("scheduler: Config needs Bus and Store")
+	case cfg.ReadyDepth < 1 || cfg.Pullers < 1 || cfg.HoldMax < 1 || cfg.HoldAckWait < time.Minute || cfg.TenantTTL < 0 || cfg.LeaseTTL < 0:
+		return nil, fmt.Errorf("scheduler: ReadyDepth, Pullers and HoldMax must be positive and HoldAckWait at least a minute (got %d, %d, %d, %s)",
+			cfg.ReadyDepth, cfg.Pullers, cfg.HoldMax, cfg.HoldAckWait)
+	}
+	return &Scheduler{cfg: cfg, log: cfg.Logger, tenants: newTenantCache(cfg.Store, cfg.TenantTTL)}, nil
+}
+
+// Run schedules until ctx ends. With a LeaseTTL it first waits to hold
+// the scheduler lease, and steps down (then waits again) if it loses it.
+func (s *Scheduler) Run(ctx context.Context) error {
+	if s.cfg.LeaseTTL == 0 {
+		return s.lead(ctx)
+	}
+	for ctx.Err() == nil {
+		lease, err := s.cfg.Bus.Lease(ctx, "scheduler", s.cfg.LeaseTTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			s.log.Warn("scheduler lease", "err", err)
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		select {
+		case <-lease.Held():
+		case <-ctx.Done():
+			lease.Release()
+			return nil
+		}
+		s.log.Info("scheduler lease acquired; scheduling")
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lease.Lost():
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+		err = s.lead(lctx)
+		cancel()
+		lease.Release()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("scheduler stopped", "err", err)
+		}
+	}
+	return nil
+}
+
+// lead is the scheduling loop of the leader.
+func (s *Scheduler) lead(ctx context.Context) error {
+	src, err := s.cfg.Bus.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable, bus.HoldFor(s.cfg.HoldAckWait), bus.MaxHeld(s.cfg.HoldMax))
+	if err != nil {
+		return fmt.Errorf("scheduler: open turn queue: %w", err)
+	}
+	// Reclaim what a previous leader held un-acked.
+	if err := src.Reset(ctx); err != nil {
+		return fmt.Errorf("scheduler: reset turn queue consumer: %w", err)
+	}
+	work, err := s.cfg.Bus.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
+	if err != nil {
+		return fmt.Errorf("scheduler: open work queue: %w", err)
+	}
+
+	intake := make(chan *bus.Delivery, 256)
+	pctx, stopPullers := context.WithCancel(ctx)
+	var pullers sync.WaitGroup
+	for range s.cfg.Pullers {
+		pullers.Add(1)
+		go func() {
+			defer pullers.Done()
+			s.pull(pctx, src, intake)
+		}()
+	}
+	defer func() {
+		stopPullers()
+		pullers.Wait()
+	}()
+
+	st := &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}}
+	var retry *time.Timer
+	retryC := func() <-chan time.Time {
+		if retry == nil {
+			return nil
+		}
+		return retry.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case d := <-intake:
+			s.take(ctx, st, d)
+		drain:
+			for {
+				select {
+				case d := <-intake:
+					s.take(ctx, st, d)
+				default:
+					break drain
+				}
+			}
+		case <-retryC():
+			retry = nil
+		}
+		if st.q.Len() == 0 {
+			continue
+		}
+		room, err := s.room(ctx, work)
+		if err != nil {
+			s.log.Warn("scheduler: read work queue backlog", "err", err)
+		}
+		n := s.dispatch(ctx, st, room)
+		if st.q.Len() == 0 || retry != nil {
+			continue
+		}
+		// Turns are left: the ready queue is full (look again very
+		// soon), or what is left is held back (a tenant at its max
+		// concurrent runs, a failed forward): look again later.
+		wait := pollBlocked
+		if n == room {
+			wait = pollFull
+		}
+		retry = time.NewTimer(wait)
+	}
+}
+
+// pull feeds the intake until ctx ends.
+func (s *Scheduler) pull(ctx context.Context, src *bus.TurnSource, intake chan<- *bus.Delivery) {
+	for {
+		d, err := src.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
+				return
+			}
+			s.log.Warn("scheduler pull", "err", err)
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		select {
+		case intake <- d:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// state is what the leader holds: the fair queue of message ids and the
+// newest delivery of each.
+type state struct {
+	q    *budget.FairQueue[string]
+	held map[string]*bus.Delivery
+}
+
+func (s *Scheduler) take(ctx context.Context, st *state, d *bus.Delivery) {
+	id := d.Turn.MsgID()
+	if _, ok := st.held[id]; ok {
+		st.held[id] = d // a redelivery of a turn we hold: keep the newest handle
+		return
+	}
+	st.held[id] = d
+	tenant := d.Turn.Tenant
+	st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, d.Turn.Turn == 1 && d.Turn.Wake == 0)
+	s.cfg.Metrics.queued(tenant, st.q.TenantLen(tenant))
+}
+
+// room is how many turns the workers' queue can take now.
+func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, error) {
+	bl, err := work.Pending(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return max(0, s.cfg.ReadyDepth-int(bl.Undelivered)), nil
+}
+
+// dispatch forwards up to room turns in fair order and returns how many
+// it forwarded.
+func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
+	st.q.Recheck()
+	n := 0
+	for n < room {
+		id, tenant, fresh, ok := st.q.Pop(func(tenant string) bool { return s.tenants.admit(ctx, tenant) })
+		if !ok {
+			break
+		}
+		d := st.held[id]
+		if err := s.cfg.Bus.ForwardTurn(ctx, d.Turn); err != nil {
+			// Put it back (at its tenant's tail, close enough to its
+			// fair position) and retry later.
+			s.log.Warn("scheduler: forward turn", "run", d.Turn.RunID, "err", err)
+			st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, fresh)
+			break
+		}
+		delete(st.held, id)
+		if fresh {
+			s.tenants.admitted(tenant)
+		}
+		if err := d.Ack(ctx); err != nil {
+			// Forwarded but not acked: it comes back after
+			// HoldAckWait, and the work queue drops it as a duplicate.
+			s.log.Warn("scheduler: ack forwarded turn", "run", d.Turn.RunID, "err", err)
+		}
+		s.cfg.Metrics.forwarded(tenant, st.q.TenantLen(tenant))
+		n++
+	}
+	return n
+}
