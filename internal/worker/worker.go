@@ -35,16 +35,16 @@ import (
 
 // Defaults of Config.
 const (
-	SlotsDefault       = 8
-	MaxDeliverDefault  = 5
-	RetryDelayDefault  = time.Second
-	RetryDelayMax      = 30 * time.Second
-	DurableDefault     = "workers"
-	AgentCacheTTL      = 5 * time.Second
-	commitBatchMax     = 64
-	publishTimeout     = 10 * time.Second
-	storeTimeout       = 15 * time.Second
-	pullRetryDelay     = 500 * time.Millisecond
+	SlotsDefault      = 8
+	MaxDeliverDefault = 5
+	RetryDelayDefault = time.Second
+	RetryDelayMax     = 30 * time.Second
+	DurableDefault    = "workers"
+	AgentCacheTTL     = 5 * time.Second
+	commitBatchMax    = 64
+	publishTimeout    = 10 * time.Second
+	storeTimeout      = 15 * time.Second
+	pullRetryDelay    = 500 * time.Millisecond
 )
 
 // Config configures a Worker.
