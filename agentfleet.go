@@ -215,8 +215,9 @@ type Event struct {
 	Summary   string          `json:"summary,omitempty"`
 }
 
-// Terminal reports whether the event is the last one of a run.
-func (e Event) Terminal() bool { return e.Type == EventDone || e.Type == EventCancelled }
+// Terminal reports whether the event is the last one of a run: every run
+// ends with a done event, whatever its final status.
+func (e Event) Terminal() bool { return e.Type == EventDone }
 
 // BudgetWindow is the accounting window of a tenant's token limit.
 type BudgetWindow string

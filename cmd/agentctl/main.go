@@ -1,0 +1,126 @@
+// Command agentctl is the agentfleet CLI: submit and watch runs, list and
+// cancel them, administer tenants, run the whole fleet in one process
+// (agentctl dev) and measure it (agentctl bench).
+//
+// Clients read AGENTFLEET_URL (default http://127.0.0.1:8080) and
+// AGENTFLEET_TOKEN (a tenant's API key, or the admin token for tenant
+// administration).
+//
+// Exit codes of `agentctl run --wait`: 0 completed, 1 failed, 2 max
+// turns, 3 usage error, 4 cancelled, 5 budget (parked waiting for budget,
+// or failed for lack of it).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitMaxTurns  = 2
+	exitUsage     = 3
+	exitCancelled = 4
+	exitBudget    = 5
+)
+
+const usage = `agentctl — the agentfleet CLI
+
+Usage:
+  agentctl run [--agent A] [--session S] [--context JSON] [--max-turns N] [--max-tokens N]
+               [--timeout D] [--idempotency-key K] [--wait] [--json] MESSAGE
+  agentctl watch [--json] RUN
+  agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
+  agentctl runs show [--json] RUN
+  agentctl runs cancel RUN
+  agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
+                          [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+  agentctl tenants show [--json] ID
+  agentctl tenants set-budget [--tokens N] [--window W] [--tokens-per-minute N]
+                              [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+  agentctl tenants usage [--by model|run] ID
+  agentctl dev [--demo]
+
+Environment:
+  AGENTFLEET_URL    the dispatcher (default http://127.0.0.1:8080)
+  AGENTFLEET_TOKEN  a tenant API key, or the admin token for 'tenants'
+
+'run --wait' prints events to stderr and the answer alone to stdout, and exits
+0 completed, 1 failed, 2 max turns, 3 usage error, 4 cancelled, 5 budget.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// usageError is a command-line mistake: printed with a hint, exit 3.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
+
+// exitError carries an exit code decided by a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	env := cliEnv{stdout: stdout, stderr: stderr}
+	var err error
+	switch args[0] {
+	case "run":
+		err = env.cmdRun(ctx, args[1:])
+	case "watch":
+		err = env.cmdWatch(ctx, args[1:])
+	case "runs":
+		err = env.cmdRuns(ctx, args[1:])
+	case "tenants":
+		err = env.cmdTenants(ctx, args[1:])
+	case "dev":
+		err = env.cmdDev(ctx, args[1:])
+	default:
+		err = usagef("unknown command %q", args[0])
+	}
+	var ue usageError
+	var ee exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "agentctl: %s\nRun 'agentctl --help' for usage.\n", ue.msg)
+		return exitUsage
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "agentctl: %v\n", ee.err)
+		}
+		return ee.code
+	default:
+		fmt.Fprintf(stderr, "agentctl: %v\n", err)
+		return exitFailed
+	}
+}

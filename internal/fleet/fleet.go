@@ -1,0 +1,381 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/budget"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/scheduler"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/postgres"
+	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// OpenStore opens the store the configuration names: Postgres when
+// DatabaseURL is set, otherwise SQLite in the data directory.
+func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
+	if cfg.DatabaseURL != "" {
+		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL})
+		if err != nil {
+			return nil, fmt.Errorf("open postgres store: %w", err)
+		}
+		return s, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	s, err := sqlite.Open(ctx, sqlite.Config{Path: cfg.SQLitePath()})
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite store %s: %w", cfg.SQLitePath(), err)
+	}
+	return s, nil
+}
+
+// OpenBus connects to NATS: the server at NATSURL, or an embedded one
+// started here (listening on NATSListen when set, storing in the data
+// directory). The embedded server, when there is one, is returned for the
+// caller to shut down after closing the bus.
+func OpenBus(ctx context.Context, cfg Config, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
+	bcfg := bus.Config{URL: cfg.NATSURL, Prefix: cfg.Prefix, Logger: logger}
+	if cfg.NATSURL != "" {
+		b, err := bus.Connect(ctx, bcfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+		}
+		return b, nil, nil
+	}
+	if err := os.MkdirAll(cfg.NATSStoreDir(), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create NATS store dir: %w", err)
+	}
+	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("start embedded NATS: %w", err)
+	}
+	b, err := bus.Connect(ctx, bcfg, bus.WithEmbedded(emb))
+	if err != nil {
+		emb.Shutdown()
+		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	return b, emb, nil
+}
+
+// NewRegistry returns a Prometheus registry with the Go and process
+// collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	Listen     string
+	AdminToken string
+	ReadyDepth int
+	Store      store.Store
+	Bus        *bus.Bus
+	Registry   *prometheus.Registry
+	Logger     *slog.Logger
+	// Elect runs the scheduler under a NATS lease, for several
+	// dispatchers on one fleet.
+	Elect bool
+	// KeeperInterval overrides the budget keeper's pass interval.
+	KeeperInterval time.Duration
+}
+
+// Dispatcher is the dispatcher process's work: the HTTP API, the fair
+// scheduler and the budget keeper.
+type Dispatcher struct {
+	cfg      DispatcherConfig
+	listener net.Listener
+	server   *http.Server
+	sched    *scheduler.Scheduler
+	keeper   *budget.Keeper
+}
+
+// NewDispatcher binds the listener (so URL is known at once) and builds
+// the parts; Run serves.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry()
+	}
+	bm := budget.NewMetrics(cfg.Registry)
+	d := &Dispatcher{cfg: cfg}
+	keeper, err := budget.NewKeeper(budget.KeeperConfig{
+		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
+		Resume: func(ctx context.Context, run agentfleet.Run) error {
+			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.keeper = keeper
+	lease := time.Duration(0)
+	if cfg.Elect {
+		lease = scheduler.LeaseTTLDefault
+	}
+	d.sched, err = scheduler.New(scheduler.Config{
+		Bus: cfg.Bus, Store: cfg.Store, ReadyDepth: cfg.ReadyDepth, LeaseTTL: lease,
+		Logger: cfg.Logger, Metrics: scheduler.NewMetrics(cfg.Registry),
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := api.New(api.Config{
+		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Gatherer: cfg.Registry, Logger: cfg.Logger,
+		TenantChanged: func(string) { keeper.Kick() },
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (AGENTFLEET_LISTEN): %w", cfg.Listen, err)
+	}
+	d.listener = ln
+	d.server = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	return d, nil
+}
+
+// URL is the API's base URL.
+func (d *Dispatcher) URL() string { return "http://" + d.listener.Addr().String() }
+
+// Run serves until ctx ends, then shuts the HTTP server down gracefully
+// (open event streams are cut after a few seconds).
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Add(3)
+	go func() { defer wg.Done(); errs <- d.sched.Run(ctx) }()
+	go func() { defer wg.Done(); errs <- d.keeper.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := d.server.Serve(d.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("serve API: %w", err)
+			return
+		}
+		errs <- nil
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.server.Shutdown(sctx); err != nil {
+		_ = d.server.Close()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+// WorkerConfig configures a WorkerProcess.
+type WorkerConfig struct {
+	// Workers is how many Worker loops share this process's engine
+	// (dev mode runs several; a worker process runs one).
+	Workers int
+	Slots   int
+	Model   llm.Config
+	// ModelClient, when set, is used instead of building one from Model
+	// (tests and benchmarks pass fakes).
+	ModelClient llm.Client
+	Sandbox     sandbox.Config
+	Store       store.Store
+	Bus         *bus.Bus
+	Registry    *prometheus.Registry
+	Logger      *slog.Logger
+	// Queue is where turns are pulled from (the scheduler's work queue
+	// by default).
+	Queue bus.Queue
+	// WorkerConfig fields passed through to every worker.
+	MaxDeliver int
+	RetryDelay time.Duration
+}
+
+// WorkerProcess is a worker process's work: one model client, one
+// sandbox pool, one engine, and Workers turn loops on them.
+type WorkerProcess struct {
+	Workers []*worker.Worker
+	Engine  *loop.Engine
+	pool    *sandbox.Pool
+	model   llm.Client
+}
+
+// NewWorkerProcess builds the engine and the workers.
+func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = NewRegistry()
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
+	model := cfg.ModelClient
+	if model == nil {
+		var err error
+		if model, err = llm.New(cfg.Model); err != nil {
+			return nil, fmt.Errorf("model client: %w", err)
+		}
+	}
+	if cfg.Sandbox.Logger == nil {
+		cfg.Sandbox.Logger = cfg.Logger
+	}
+	pool, err := sandbox.New(cfg.Sandbox)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox pool: %w", err)
+	}
+	meter, err := budget.NewMeter(budget.MeterConfig{Store: cfg.Store, Metrics: budget.NewMetrics(cfg.Registry)})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	engine, err := loop.New(loop.Config{
+		Model: model, Sandbox: pool, Meter: meter, Recorder: recorder{cfg.Store}, DefaultModel: cfg.Model.Model,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	wm := worker.NewMetrics(cfg.Registry)
+	wp := &WorkerProcess{Engine: engine, pool: pool, model: model}
+	var secrets []string
+	if cfg.Model.APIKey != "" {
+		secrets = append(secrets, cfg.Model.APIKey)
+	}
+	queue := cfg.Queue
+	if queue == 0 {
+		queue = bus.QueueWork
+	}
+	for i := range cfg.Workers {
+		w, err := worker.New(worker.Config{
+			Bus: cfg.Bus, Store: cfg.Store, Engine: engine, Queue: queue, Slots: cfg.Slots,
+			MaxDeliver: cfg.MaxDeliver, RetryDelay: cfg.RetryDelay, Secrets: secrets,
+			Logger: cfg.Logger.With("worker", i), Metrics: wm,
+		})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		wp.Workers = append(wp.Workers, w)
+	}
+	return wp, nil
+}
+
+// Run runs every worker until ctx ends (which abandons in-flight turns,
+// as a crash would; call Shutdown first to drain).
+func (wp *WorkerProcess) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(wp.Workers))
+	for i, w := range wp.Workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.Run(ctx) }()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Shutdown drains every worker within ctx.
+func (wp *WorkerProcess) Shutdown(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, w := range wp.Workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Shutdown(ctx) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Close releases the sandbox pool. Call it after Run returned.
+func (wp *WorkerProcess) Close() error { return wp.pool.Close() }
+
+// ServeMetrics serves /metrics and /healthz on addr until ctx ends; port 0
+// picks a free port, which is logged and returned through bound.
+func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger, bound func(string)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s (AGENTFLEET_METRICS_LISTEN): %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	logger.Info("worker metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
+	if bound != nil {
+		bound(ln.Addr().String())
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// recorder adapts the store to the engine's reply Recorder.
+type recorder struct{ s store.Store }
+
+func (r recorder) RecordedReply(ctx context.Context, runID string, turn int) (loop.Reply, bool, error) {
+	rep, err := r.s.ModelReplyGet(ctx, runID, turn)
+	if errors.Is(err, store.ErrNotFound) {
+		return loop.Reply{}, false, nil
+	}
+	if err != nil {
+		return loop.Reply{}, false, err
+	}
+	return loop.Reply{RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported}, true, nil
+}
+
+func (r recorder) RecordReply(ctx context.Context, rep loop.Reply) (loop.Reply, bool, error) {
+	res, err := r.s.ModelReplyRecord(ctx, store.ModelReplyRecordParams{ModelReply: store.ModelReply{
+		RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported,
+	}})
+	if errors.Is(err, store.ErrConflict) {
+		return loop.Reply{}, false, loop.ErrStale
+	}
+	if err != nil {
+		return loop.Reply{}, false, err
+	}
+	got := res.Reply
+	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, nil
+}
+
+// modelName is the model a process reports using, for logs.
+func modelName(c llm.Config) string {
+	if llm.IsDemo(c) {
+		return "demo (offline)"
+	}
+	return strings.TrimSpace(c.Model)
+}
