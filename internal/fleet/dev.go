@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -73,16 +74,17 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 		return nil, err
 	}
 	reg := NewRegistry()
+	bm := budget.NewMetrics(reg)
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
-		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log,
+		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.Workers, err = NewWorkerProcess(WorkerConfig{
 		Workers: cfg.Workers, Slots: cfg.WorkerSlots, Model: cfg.Model, ModelClient: opts.ModelClient,
-		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log,
+		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {
 		return nil, err

@@ -99,6 +99,9 @@ type DispatcherConfig struct {
 	Elect bool
 	// KeeperInterval overrides the budget keeper's pass interval.
 	KeeperInterval time.Duration
+	// BudgetMetrics, when set, is shared with a worker process on the
+	// same registry (dev mode); otherwise they are registered here.
+	BudgetMetrics *budget.Metrics
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API, the fair
@@ -120,7 +123,10 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = NewRegistry()
 	}
-	bm := budget.NewMetrics(cfg.Registry)
+	bm := cfg.BudgetMetrics
+	if bm == nil {
+		bm = budget.NewMetrics(cfg.Registry)
+	}
 	d := &Dispatcher{cfg: cfg}
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
@@ -214,6 +220,8 @@ type WorkerConfig struct {
 	// WorkerConfig fields passed through to every worker.
 	MaxDeliver int
 	RetryDelay time.Duration
+	// BudgetMetrics: see DispatcherConfig.
+	BudgetMetrics *budget.Metrics
 }
 
 // WorkerProcess is a worker process's work: one model client, one
@@ -250,7 +258,11 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sandbox pool: %w", err)
 	}
-	meter, err := budget.NewMeter(budget.MeterConfig{Store: cfg.Store, Metrics: budget.NewMetrics(cfg.Registry)})
+	bm := cfg.BudgetMetrics
+	if bm == nil {
+		bm = budget.NewMetrics(cfg.Registry)
+	}
+	meter, err := budget.NewMeter(budget.MeterConfig{Store: cfg.Store, Metrics: bm})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -372,8 +384,8 @@ func (r recorder) RecordReply(ctx context.Context, rep loop.Reply) (loop.Reply, 
 	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, nil
 }
 
-// modelName is the model a process reports using, for logs.
-func modelName(c llm.Config) string {
+// ModelName is the model a process reports using, for logs.
+func ModelName(c llm.Config) string {
 	if llm.IsDemo(c) {
 		return "demo (offline)"
 	}
