@@ -1,0 +1,391 @@
+package fleet_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
+	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/internal/fleet"
+	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The embedded NATS server and the HTTP transport keep a few
+		// package-level goroutines alive past each test.
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*Server).startGoRoutine.func1"),
+	)
+}
+
+// threeTurns answers "compute N" tasks in three turns: return {n: N},
+// double it, answer "result 2N+1". Tasks named "slow ..." loop until
+// interrupted.
+func threeTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
+	task := r.FirstUser()
+	if strings.HasPrefix(task, "slow") {
+		return "Spinning.\n```js\nfunction run(args) { while (true) {} }\n```", agentfleet.Usage{}, nil
+	}
+	n, err := taskNumber(task)
+	if err != nil {
+		return "", agentfleet.Usage{}, err
+	}
+	switch assistantTurns(r) {
+	case 0:
+		return fmt.Sprintf("Start.\n```javascript\nfunction run(args) { log('start'); return {n: %d} }\n```", n), agentfleet.Usage{PromptTokens: 100, CompletionTokens: 20}, nil
+	case 1:
+		return "Double.\n```javascript\nfunction run(args) { return {n: args.n * 2} }\n```", agentfleet.Usage{PromptTokens: 120, CompletionTokens: 20}, nil
+	default:
+		return "Answer.\n```javascript\nfunction run(args) { answer('result ' + (args.n + 1)) }\n```", agentfleet.Usage{PromptTokens: 140, CompletionTokens: 20}, nil
+	}
+}
+
+var numberRE = regexp.MustCompile(`compute (\d+)`)
+
+func taskNumber(task string) (int, error) {
+	m := numberRE.FindStringSubmatch(task)
+	if m == nil {
+		return 0, fmt.Errorf("task %q names no number", task)
+	}
+	return strconv.Atoi(m[1])
+}
+
+func assistantTurns(r fakeserver.Request) int {
+	n := 0
+	for _, m := range r.Messages {
+		if m.Role == agentfleet.RoleAssistant {
+			n++
+		}
+	}
+	return n
+}
+
+// testFleet is a dispatcher and two worker processes on an embedded NATS
+// server, SQLite, and an OpenAI-wire fake model.
+type testFleet struct {
+	t          *testing.T
+	ctx        context.Context
+	store      store.Store
+	bus        *bus.Bus
+	model      *fakeserver.Server
+	dispatcher *fleet.Dispatcher
+	workers    []*fleet.WorkerProcess
+	stopWorker []context.CancelFunc
+	workerDone []chan struct{}
+	admin      *client.Client
+	tenant     *client.Client
+}
+
+func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	emb := bustest.StartServer(t)
+	// A short AckWait makes a crashed worker's turns come back quickly.
+	b := bustest.Connect(t, emb, func(c *bus.Config) { c.AckWait = 2 * time.Second })
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "fleet.db")})
+	require.NoError(t, err)
+	model, err := fakeserver.Start(fakeserver.Config{Responder: responder, Latency: latency})
+	require.NoError(t, err)
+
+	f := &testFleet{t: t, ctx: ctx, store: st, bus: b, model: model}
+	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
+		Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
+		KeeperInterval: 100 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	dispatcherDone := make(chan struct{})
+	go func() { defer close(dispatcherDone); _ = f.dispatcher.Run(ctx) }()
+
+	for i := range 2 {
+		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL()})
+		require.NoError(t, err)
+		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
+			Workers: 1, Slots: 8, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
+			Store: st, Bus: b, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
+		})
+		require.NoError(t, err)
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = wp.Run(wctx) }()
+		f.workers = append(f.workers, wp)
+		f.stopWorker = append(f.stopWorker, stop)
+		f.workerDone = append(f.workerDone, done)
+	}
+	t.Cleanup(func() {
+		cancel()
+		for _, d := range f.workerDone {
+			<-d
+		}
+		<-dispatcherDone
+		for _, wp := range f.workers {
+			_ = wp.Close()
+		}
+		_ = b.Close()
+		_ = model.Close()
+		_ = st.Close()
+	})
+
+	f.admin = client.New(f.dispatcher.URL(), "admin-secret")
+	tv, err := f.admin.CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	require.NotEmpty(t, tv.APIKey)
+	f.tenant = client.New(f.dispatcher.URL(), tv.APIKey)
+	return f
+}
+
+// crashWorker stops worker i as a crash would: its in-flight turns are
+// abandoned without an ack.
+func (f *testFleet) crashWorker(i int) {
+	f.stopWorker[i]()
+	<-f.workerDone[i]
+}
+
+func (f *testFleet) submit(req api.RunCreateRequest) agentfleet.Run {
+	f.t.Helper()
+	run, err := f.tenant.CreateRun(f.ctx, req)
+	require.NoError(f.t, err)
+	return run
+}
+
+func (f *testFleet) wait(id string, timeout time.Duration) agentfleet.Run {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, timeout)
+	defer cancel()
+	run, err := f.tenant.Wait(ctx, id)
+	require.NoError(f.t, err, "run %s did not end in %s", id, timeout)
+	return run
+}
+
+func (f *testFleet) events(id string) []agentfleet.Event {
+	f.t.Helper()
+	evs, err := f.store.EventListByRun(f.ctx, store.EventListByRunParams{RunID: id})
+	require.NoError(f.t, err)
+	return evs
+}
+
+// requireOneCommitPerTurn checks a completed run's trace: dense seq, one
+// model reply and one observation per turn, turns 1..n.
+func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
+	f.t.Helper()
+	evs := f.events(run.ID)
+	calls := map[int]int{}
+	for i, ev := range evs {
+		require.EqualValues(f.t, i+1, ev.Seq, "run %s: seq must be dense", run.ID)
+		if ev.Type == agentfleet.EventModelCall {
+			calls[ev.Turn]++
+		}
+	}
+	steps, err := f.store.StepListByRun(f.ctx, store.StepListByRunParams{RunID: run.ID})
+	require.NoError(f.t, err)
+	perTurn := map[[2]int]int{}
+	turnSteps := 0
+	for _, s := range steps {
+		perTurn[[2]int{s.Turn, s.Index}]++
+		if s.Turn > 0 { // turn 0 holds the task as submitted
+			turnSteps++
+		}
+	}
+	for turn := 1; turn <= run.Turn; turn++ {
+		require.Equal(f.t, 1, calls[turn], "run %s turn %d: model_call events", run.ID, turn)
+		require.Equal(f.t, 1, perTurn[[2]int{turn, 0}], "run %s turn %d: model steps", run.ID, turn)
+		require.Equal(f.t, 1, perTurn[[2]int{turn, 1}], "run %s turn %d: observation steps", run.ID, turn)
+	}
+	require.Equal(f.t, 2*run.Turn, turnSteps)
+}
+
+func TestFleetRunsHundredRunsAndSurvivesAWorkerCrash(t *testing.T) {
+	f := setupFleet(t, threeTurns, 15*time.Millisecond)
+	const runs = 100
+	ids := make([]string, runs)
+	for i := range runs {
+		ids[i] = f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}).ID
+	}
+
+	// Crash worker 0 while it has turns in flight: once a few dozen runs
+	// are through, both workers are busy.
+	require.Eventually(t, func() bool {
+		list, err := f.store.RunList(f.ctx, store.RunListParams{Tenant: "acme", Status: []agentfleet.RunStatus{agentfleet.StatusCompleted}, Limit: 500})
+		require.NoError(t, err)
+		return len(list.Runs) >= 30
+	}, 60*time.Second, 5*time.Millisecond)
+	f.crashWorker(0)
+
+	for i, id := range ids {
+		run := f.wait(id, 60*time.Second)
+		require.Equal(t, agentfleet.StatusCompleted, run.Status, "run %d: %s", i, run.Error)
+		require.JSONEq(t, strconv.Quote(fmt.Sprintf("result %d", 2*i+1)), string(run.Answer), "run %d", i)
+		require.Equal(t, 3, run.Turn)
+		require.EqualValues(t, 360+60, run.Usage.Total(), "run %d usage counts each turn once", i)
+		f.requireOneCommitPerTurn(run)
+	}
+
+	// The model was paid at most once more per interrupted turn: a turn
+	// the crashed worker held (at most its 8 slots) may have had its
+	// call made twice, no other turn.
+	calls := map[string]int{}
+	for _, r := range f.model.Received() {
+		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
+	}
+	repeated := 0
+	for key, n := range calls {
+		require.LessOrEqual(t, n, 2, "turn %s called the model %d times", key, n)
+		if n == 2 {
+			repeated++
+		}
+	}
+	require.Len(t, calls, 3*runs)
+	require.LessOrEqual(t, repeated, 8, "only the crashed worker's in-flight turns may repeat a call")
+	t.Logf("model calls: %d for %d turns (%d repeated after the crash)", len(f.model.Received()), 3*runs, repeated)
+}
+
+func TestFleetCancel(t *testing.T) {
+	f := setupFleet(t, threeTurns, 0)
+
+	// A running script is interrupted.
+	spinning := f.submit(api.RunCreateRequest{Message: "slow spin"})
+	require.Eventually(t, func() bool {
+		for _, ev := range f.events(spinning.ID) {
+			if ev.Type == agentfleet.EventExecuteJS {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond)
+	start := time.Now()
+	_, err := f.tenant.CancelRun(f.ctx, spinning.ID)
+	require.NoError(t, err)
+	run := f.wait(spinning.ID, 10*time.Second)
+	require.Equal(t, agentfleet.StatusCancelled, run.Status)
+	require.Less(t, time.Since(start), 3*time.Second, "cancel must interrupt the script, not wait for its CPU deadline")
+	evs := f.events(spinning.ID)
+	require.Equal(t, agentfleet.EventDone, evs[len(evs)-1].Type)
+	require.Equal(t, agentfleet.EventCancelled, evs[len(evs)-2].Type)
+
+	// Cancelling again is harmless; cancelling a finished run is 409.
+	_, err = f.tenant.CancelRun(f.ctx, spinning.ID)
+	require.NoError(t, err)
+	done := f.wait(f.submit(api.RunCreateRequest{Message: "compute 1"}).ID, 10*time.Second)
+	_, err = f.tenant.CancelRun(f.ctx, done.ID)
+	var apiErr *client.Error
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusConflict, apiErr.Status)
+}
+
+func TestFleetSessionOrdering(t *testing.T) {
+	f := setupFleet(t, threeTurns, 5*time.Millisecond)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i), SessionID: "s1"}).ID)
+	}
+	// A run outside the session is not held up by it.
+	other := f.submit(api.RunCreateRequest{Message: "compute 99"})
+	var prevDone time.Time
+	for i, id := range ids {
+		run := f.wait(id, 30*time.Second)
+		require.Equal(t, agentfleet.StatusCompleted, run.Status)
+		evs := f.events(id)
+		var started, done time.Time
+		for _, ev := range evs {
+			switch ev.Type {
+			case agentfleet.EventStarted:
+				started = ev.TS
+			case agentfleet.EventDone:
+				done = ev.TS
+			}
+		}
+		require.False(t, started.Before(prevDone), "session run %d started before run %d ended", i, i-1)
+		prevDone = done
+	}
+	require.Equal(t, agentfleet.StatusCompleted, f.wait(other.ID, 10*time.Second).Status)
+}
+
+func TestFleetSSEResume(t *testing.T) {
+	f := setupFleet(t, threeTurns, 20*time.Millisecond)
+	run := f.submit(api.RunCreateRequest{Message: "compute 7"})
+
+	// Read a few events live, drop the connection, resume after them.
+	var first []agentfleet.Event
+	err := f.tenant.Events(f.ctx, run.ID, 0, func(ev agentfleet.Event) error {
+		first = append(first, ev)
+		if len(first) == 3 {
+			return client.ErrStopEvents
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	var rest []agentfleet.Event
+	require.NoError(t, f.tenant.Events(f.ctx, run.ID, 3, func(ev agentfleet.Event) error {
+		rest = append(rest, ev)
+		return nil
+	}))
+	all := append(first, rest...)
+	for i, ev := range all {
+		require.EqualValues(t, i+1, ev.Seq, "resumed stream must be dense and without repeats")
+	}
+	require.Equal(t, agentfleet.EventDone, all[len(all)-1].Type)
+	require.Equal(t, f.events(run.ID), all, "the stream carries exactly the stored events")
+
+	// The raw wire: id = seq, event = type, Last-Event-ID honoured, the
+	// stream ends after the terminal event.
+	req, err := http.NewRequestWithContext(f.ctx, http.MethodGet, f.dispatcher.URL()+"/v1/runs/"+run.ID+"/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+f.tenant.Token)
+	req.Header.Set("Last-Event-ID", strconv.Itoa(len(all)-2))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if l := sc.Text(); strings.HasPrefix(l, "id:") || strings.HasPrefix(l, "event:") {
+			lines = append(lines, l)
+		}
+	}
+	require.Equal(t, []string{
+		fmt.Sprintf("id: %d", len(all)-1), "event: " + string(all[len(all)-2].Type),
+		fmt.Sprintf("id: %d", len(all)), "event: done",
+	}, lines)
+}
+
+func TestFleetTenantsAreIsolated(t *testing.T) {
+	f := setupFleet(t, threeTurns, 0)
+	tv, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "globex"})
+	require.NoError(t, err)
+	other := client.New(f.dispatcher.URL(), tv.APIKey)
+	run := f.submit(api.RunCreateRequest{Message: "compute 3"})
+	f.wait(run.ID, 10*time.Second)
+
+	_, err = other.GetRun(f.ctx, run.ID)
+	require.True(t, client.IsNotFound(err), "another tenant's run is 404, got %v", err)
+	err = other.Events(f.ctx, run.ID, 0, func(agentfleet.Event) error { return nil })
+	require.True(t, client.IsNotFound(err), "another tenant's events are 404, got %v", err)
+	_, err = other.GetTenant(f.ctx, "acme")
+	require.True(t, client.IsNotFound(err), "another tenant's usage is 404, got %v", err)
+	list, err := other.ListRuns(f.ctx, client.ListRunsParams{})
+	require.NoError(t, err)
+	require.Empty(t, list.Runs)
+}

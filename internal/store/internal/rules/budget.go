@@ -1,0 +1,166 @@
+package rules
+
+import (
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// Window is a parsed agentfleet.BudgetWindow: a calendar day or month
+// (UTC), or a tumbling window of a fixed length that starts at the first
+// use after the previous one ended.
+type Window struct {
+	Kind  agentfleet.BudgetWindow // WindowDay, WindowMonth, or "" for a duration
+	Every time.Duration           // the length of a duration window
+	// Name is the window as the tenant was given it ("24h" stays "24h").
+	Name agentfleet.BudgetWindow
+}
+
+// MinWindow is the shortest duration window; shorter ones are a typo
+// ("1" meaning a day) more often than a wish.
+const MinWindow = time.Second
+
+// ParseWindow parses a window; empty means WindowDefault.
+func ParseWindow(w agentfleet.BudgetWindow) (Window, error) {
+	switch w {
+	case "":
+		return Window{Kind: WindowDefault, Name: WindowDefault}, nil
+	case agentfleet.WindowDay, agentfleet.WindowMonth:
+		return Window{Kind: w, Name: w}, nil
+	}
+	d, err := time.ParseDuration(string(w))
+	if err != nil || d < MinWindow {
+		return Window{}, Invalidf("budget window %q: use \"day\", \"month\" or a Go duration of at least %s such as \"24h\"", w, MinWindow)
+	}
+	return Window{Every: d, Name: w}, nil
+}
+
+// Bounds returns the window that a use at now opens.
+func (w Window) Bounds(now time.Time) (start, end time.Time) {
+	now = now.UTC()
+	switch w.Kind {
+	case agentfleet.WindowDay:
+		start = time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 0, 1)
+	case agentfleet.WindowMonth:
+		start = time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+		return start, start.AddDate(0, 1, 0)
+	}
+	return now, now.Add(w.Every)
+}
+
+// Calendar reports whether the window is a calendar window (its bounds
+// do not depend on when it is first used).
+func (w Window) Calendar() bool { return w.Kind != "" }
+
+// MinuteOf is the start of the UTC minute containing t, the unit of the
+// tokens-per-minute counter.
+func MinuteOf(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
+
+// Ledger is a tenant's budget row as both backends keep it. The Postgres
+// backend applies the same rules in SQL (one statement per operation, for
+// atomicity without a round trip under the row lock); the contract suite
+// holds both to these.
+type Ledger struct {
+	Tenant          string
+	Limit           int64 // zero: unlimited
+	Window          Window
+	Used            int64
+	Reserved        int64
+	WindowStart     time.Time // zero: no window open
+	WindowEnd       time.Time
+	TokensPerMinute int64
+	MinuteStart     time.Time
+	MinuteUsed      int64
+}
+
+// Due reports whether the window has to roll at now: none is open, or
+// the open one has ended.
+func (l Ledger) Due(now time.Time) bool {
+	return l.WindowEnd.IsZero() || !now.Before(l.WindowEnd)
+}
+
+// Roll opens the window a use at now belongs to, when due: used starts
+// again from zero, outstanding reservations carry over.
+func (l Ledger) Roll(now time.Time) Ledger {
+	if l.Due(now) {
+		l.Used = 0
+		l.WindowStart, l.WindowEnd = l.Window.Bounds(now)
+	}
+	return l
+}
+
+// minuteUsed is what the current minute has taken at now.
+func (l Ledger) minuteUsed(now time.Time) int64 {
+	if l.MinuteStart.Equal(MinuteOf(now)) {
+		return l.MinuteUsed
+	}
+	return 0
+}
+
+// Reserve holds n tokens at now, or says why not with a
+// *agentfleet.BudgetExhaustedError. The window limit is checked before the
+// per-minute limit: it is the one that lasts.
+func (l Ledger) Reserve(n int64, now time.Time) (Ledger, error) {
+	l = l.Roll(now)
+	if l.Limit > 0 && l.Used+l.Reserved+n > l.Limit {
+		return l, &agentfleet.BudgetExhaustedError{
+			Tenant: l.Tenant, Need: n, Limit: l.Limit, Used: l.Used, Reserved: l.Reserved, WindowEnd: l.WindowEnd,
+		}
+	}
+	mu := l.minuteUsed(now)
+	if l.TokensPerMinute > 0 && mu+n > l.TokensPerMinute {
+		return l, &agentfleet.BudgetExhaustedError{
+			Tenant: l.Tenant, Need: n, Limit: l.TokensPerMinute, Used: mu,
+			WindowEnd: MinuteOf(now).Add(time.Minute), PerMinute: true,
+		}
+	}
+	l.Reserved += n
+	l.MinuteStart = MinuteOf(now)
+	l.MinuteUsed = mu + n
+	return l, nil
+}
+
+// Charge is what settling reported tokens costs against a ledger whose
+// used (after any roll) is used: all of it, capped so used never exceeds
+// the limit. The rest is overage.
+func Charge(limit, used, reported int64) (charged, overage int64) {
+	charged = reported
+	if limit > 0 {
+		charged = min(reported, max(limit-used, 0))
+	}
+	return charged, reported - charged
+}
+
+// Settle turns a reservation of reserved tokens into the reported usage.
+func (l Ledger) Settle(reserved, reported int64, now time.Time) (Ledger, int64, int64) {
+	l = l.Roll(now)
+	charged, overage := Charge(l.Limit, l.Used, reported)
+	l.Used += charged
+	l.Reserved = max(l.Reserved-reserved, 0)
+	return l, charged, overage
+}
+
+// State is the budget as of now, as BudgetGet reports it. It does not
+// write: a due window is shown rolled. A duration window that is due shows
+// no bounds, since it opens only at the next use.
+func (l Ledger) State(now time.Time) agentfleet.BudgetState {
+	if l.Due(now) {
+		l.Used = 0
+		l.WindowStart, l.WindowEnd = time.Time{}, time.Time{}
+		if l.Window.Calendar() {
+			l.WindowStart, l.WindowEnd = l.Window.Bounds(now)
+		}
+	}
+	return agentfleet.BudgetState{
+		Tenant:          l.Tenant,
+		Limit:           l.Limit,
+		Window:          l.Window.Name,
+		Used:            l.Used,
+		Reserved:        l.Reserved,
+		WindowStart:     l.WindowStart,
+		WindowEnd:       l.WindowEnd,
+		TokensPerMinute: l.TokensPerMinute,
+		MinuteUsed:      l.minuteUsed(now),
+	}
+}

@@ -1,0 +1,126 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// RunRow is a run as a backend reads it: the domain run plus the columns
+// callers never see.
+type RunRow struct {
+	agentfleet.Run
+	// Seq is the run's insertion position: list order and cursors, and
+	// the order of runs within a session.
+	Seq int64
+	// CancelReason is the reason of a cancel requested while a turn ran.
+	CancelReason string
+}
+
+// Transition returns the run after RunTransition p, applied at now with
+// n events appended: the status, error and answer when given (a
+// cancellation without an error takes the requested cancel's reason), the
+// wake count.
+func Transition(r RunRow, p store.RunTransitionParams, now time.Time) RunRow {
+	r.Status = p.To
+	r.Error = endError(r, p.To, p.Error)
+	if p.Answer != nil {
+		r.Answer = p.Answer
+	}
+	if p.IncrementWake {
+		r.Wake++
+	}
+	r.EventSeq += int64(len(p.Events))
+	r.UpdatedAt = now
+	return r
+}
+
+func endError(r RunRow, to agentfleet.RunStatus, msg string) string {
+	switch {
+	case msg != "":
+		return msg
+	case to == agentfleet.StatusCancelled && r.Error == "":
+		return r.CancelReason
+	}
+	return r.Error
+}
+
+// CancelAction is what RunCancel does to a run as it is now.
+type CancelAction int
+
+const (
+	CancelNoop      CancelAction = iota // already cancelled
+	CancelNow                           // queued or waiting: cancelled at once
+	CancelRequested                     // running: the worker stops it at the next turn boundary
+)
+
+// Cancel decides RunCancel for the run as it is now and returns the run
+// after it; a run that ended otherwise is ErrConflict.
+func Cancel(r RunRow, reason string, nEvents int, now time.Time) (RunRow, CancelAction, error) {
+	switch {
+	case r.Status == agentfleet.StatusCancelled:
+		return r, CancelNoop, nil
+	case r.Status.Terminal():
+		return r, 0, fmt.Errorf("%w: run %s already ended (%s)", store.ErrConflict, r.ID, r.Status)
+	case r.Status == agentfleet.StatusRunning:
+		r.CancelRequested = true
+		r.CancelReason = reason
+		r.UpdatedAt = now
+		return r, CancelRequested, nil
+	}
+	r.Status = agentfleet.StatusCancelled
+	r.Error = endError(r, agentfleet.StatusCancelled, reason)
+	r.EventSeq += int64(nEvents)
+	r.UpdatedAt = now
+	return r, CancelNow, nil
+}
+
+// NewRun is the run RunCreate inserts for p at now.
+func NewRun(p store.RunCreateParams, now time.Time) agentfleet.Run {
+	return agentfleet.Run{
+		ID:             p.ID,
+		Tenant:         p.Tenant,
+		Agent:          p.Agent,
+		SessionID:      p.SessionID,
+		Status:         agentfleet.StatusQueued,
+		Message:        p.Message,
+		Context:        p.Context,
+		Metadata:       cloneMetadata(p.Metadata),
+		IdempotencyKey: p.IdempotencyKey,
+		BatchID:        p.BatchID,
+		MaxTurns:       p.MaxTurns,
+		MaxTokens:      p.MaxTokens,
+		Deadline:       p.Deadline,
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}
+}
+
+func cloneMetadata(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// UserStep is the trace's first entry, written when the run is created:
+// the task as the user gave it, at turn 0.
+func UserStep(r agentfleet.Run) agentfleet.Step {
+	return agentfleet.Step{RunID: r.ID, Turn: 0, Index: 0, Kind: agentfleet.StepUser, Content: r.Message, CreatedAt: r.CreatedAt}
+}
+
+// RawOrNil returns nil for an empty raw JSON value read back from a
+// column, so reads and writes agree on "absent".
+func RawOrNil(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return json.RawMessage(b)
+}

@@ -1,0 +1,315 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+// commitSQL commits a set of turns of distinct runs in one statement. The
+// UPDATE is the fence: only a run that has committed exactly turn-1
+// turns, and whose status may move to the new one, is updated, and only
+// the updated runs' steps and events are inserted (they join on u). A
+// commit without args or answer keeps the stored ones (a failed turn
+// carrieds the previous args on); a cancellation without an error takes
+// the requested cancel's reason.
+//
+// c: $1 run_id, $2 turn, $3 status, $4 args, $5 answer, $6 error,
+// $7 prompt, $8 completion, $9 carried, $10 n_events; $11 now,
+// $12 legal "from>to" pairs; steps $13..$20; events $21..$31.
+var commitSQL = `WITH c AS (
+		SELECT * FROM unnest($1::text[], $2::integer[], $3::text[], $4::bytea[], $5::bytea[], $6::text[],
+			$7::bigint[], $8::bigint[], $9::bigint[], $10::integer[])
+		WITH ORDINALITY AS c(run_id, turn, status, args, answer, error, prompt, completion, carried, n_events, ord)
+	), u AS (
+		UPDATE runs r SET
+			turn = c.turn,
+			status = c.status,
+			args = COALESCE(c.args, r.args),
+			answer = COALESCE(c.answer, r.answer),
+			error = CASE WHEN c.error <> '' THEN c.error
+				WHEN c.status = 'cancelled' AND r.error = '' THEN r.cancel_reason ELSE r.error END,
+			prompt_tokens = r.prompt_tokens + c.prompt,
+			completion_tokens = r.completion_tokens + c.completion,
+			data_bytes_carried = r.data_bytes_carried + c.carried,
+			event_seq = r.event_seq + c.n_events,
+			updated_at = $11
+		FROM c
+		WHERE r.id = c.run_id AND r.turn = c.turn - 1 AND (r.status || '>' || c.status) = ANY($12::text[])
+		RETURNING c.ord, r.event_seq - c.n_events AS last_seq, ` + prefixCols("r.", runCols) + `
+	), s AS (
+		INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at)
+		SELECT u.id, u.turn, x.idx, x.kind, x.content, x.model, x.prompt, x.completion, x.created_at
+		FROM unnest($13::bigint[], $14::integer[], $15::text[], $16::text[], $17::text[], $18::bigint[], $19::bigint[], $20::timestamptz[])
+			AS x(ord, idx, kind, content, model, prompt, completion, created_at)
+		JOIN u ON u.ord = x.ord
+	), e AS (
+		` + insertEventsInto + `
+		SELECT u.id, u.last_seq + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
+		FROM unnest($21::bigint[], $22::bigint[], $23::smallint[], $24::integer[], $25::text[], $26::timestamptz[],
+			$27::text[], $28::bytea[], $29::bigint[], $30::bigint[], $31::text[])
+			AS x(ord, k, v, turn, type, ts, content, args, tp, tc, summary)
+		JOIN u ON u.ord = x.ord
+	)
+	SELECT ord, last_seq, ` + runCols + ` FROM u`
+
+// lockRunsSQL locks a batch's runs in id order before anything updates
+// them, so two batches sharing runs queue up instead of deadlocking.
+const lockRunsSQL = `SELECT 1 FROM runs WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
+
+// lockSessionsSQL takes the session locks of the runs a batch may end,
+// in key order.
+const lockSessionsSQL = `SELECT pg_advisory_xact_lock($1, k) FROM (
+		SELECT DISTINCT hashtext(current_schema() || '/' || tenant || '/' || session_id) AS k
+		FROM runs WHERE id = ANY($2) AND session_id <> '' ORDER BY k
+	) s`
+
+// headsSQL reads, under the session locks, the oldest unfinished run of
+// every session a batch may have ended a run of.
+var headsSQL = `SELECT DISTINCT ON (tenant, session_id) ` + runCols + ` FROM runs
+	WHERE (tenant, session_id) IN (SELECT tenant, session_id FROM runs WHERE id = ANY($1) AND session_id <> '')
+		AND status NOT IN (` + terminalList + `)
+	ORDER BY tenant, session_id, seq`
+
+func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
+	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	return res[0], errs[0]
+}
+
+// TurnCommitMany sends the whole batch as one pipeline (one round trip,
+// one implicit transaction): lock the runs in order, one commit statement
+// per wave (a wave holds at most one commit per run, so a run committed
+// twice in a batch advances turn by turn), then, when a commit may end a
+// run, the session locks and the session heads. Commits that lost their
+// fence are told apart afterwards, outside the transaction.
+func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
+	now := rules.Now()
+	results := make([]store.RunChangeResult, len(ps))
+	errs := make([]error, len(ps))
+	prepared := make([]store.TurnCommitParams, len(ps))
+	var live []int
+	for i, p := range ps {
+		if prepared[i], errs[i] = rules.TurnCommit(p, now); errs[i] == nil {
+			live = append(live, i)
+		}
+	}
+	if len(live) == 0 {
+		return results, s.wrapCommitErrs(prepared, errs), nil
+	}
+
+	var waves [][]int
+	occurrences := map[string]int{}
+	var ids, ending []string
+	for _, i := range live {
+		id := prepared[i].RunID
+		k := occurrences[id]
+		occurrences[id]++
+		if k == 0 {
+			ids = append(ids, id)
+		}
+		if k == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[k] = append(waves[k], i)
+		if prepared[i].Status.Terminal() {
+			ending = append(ending, id)
+		}
+	}
+
+	type win struct {
+		row     rules.RunRow
+		lastSeq int64
+	}
+	wins := map[int]win{}
+	heads := map[[2]string]rules.RunRow{}
+	err := s.withBatch(ctx, func() *pgx.Batch {
+		b := &pgx.Batch{}
+		if len(ids) > 1 {
+			b.Queue(lockRunsSQL, ids)
+		}
+		for _, w := range waves {
+			b.Queue(commitSQL, s.commitArgs(prepared, w, now)...)
+		}
+		if len(ending) > 0 {
+			b.Queue(lockSessionsSQL, lockSession, ending)
+			b.Queue(headsSQL, ending)
+		}
+		return b
+	}, func(br pgx.BatchResults) error {
+		clear(wins)
+		clear(heads)
+		if len(ids) > 1 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		for _, w := range waves {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var ord int64
+				var x win
+				if x.row, err = scanRun(rows, &ord, &x.lastSeq); err != nil {
+					rows.Close()
+					return err
+				}
+				wins[w[ord-1]] = x
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		if len(ending) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			hs, err := collectRows(rows, scanRunRow)
+			if err != nil {
+				return err
+			}
+			for _, h := range hs {
+				heads[[2]string{h.Tenant, h.SessionID}] = h
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
+	}
+
+	var lost []int
+	handedOut := map[string]bool{}
+	for _, i := range live {
+		w, ok := wins[i]
+		if !ok {
+			lost = append(lost, i)
+			continue
+		}
+		evs := prepared[i].Events
+		rules.Number(evs, w.row.Run, w.lastSeq)
+		results[i] = store.RunChangeResult{Run: w.row.Run, Events: evs}
+		if !w.row.Status.Terminal() || w.row.SessionID == "" {
+			continue
+		}
+		if h, ok := heads[[2]string{w.row.Tenant, w.row.SessionID}]; ok {
+			if next := rules.SessionHead(w.row.Seq, &h.Run, h.Seq); next != nil && !handedOut[next.ID] {
+				handedOut[next.ID] = true
+				run := *next
+				results[i].SessionNext = &run
+			}
+		}
+	}
+	if len(lost) > 0 {
+		s.explainLost(ctx, prepared, lost, errs)
+	}
+	return results, s.wrapCommitErrs(prepared, errs), nil
+}
+
+// explainLost sets errs for commits whose fence failed, from the runs as
+// they are now: ErrNotFound, ErrConflict (ended, or another number of
+// turns) or ErrInvalid (an illegal status change). Nothing of them
+// landed either way.
+func (s *Store) explainLost(ctx context.Context, prepared []store.TurnCommitParams, lost []int, errs []error) {
+	ids := make([]string, len(lost))
+	for k, i := range lost {
+		ids[k] = prepared[i].RunID
+	}
+	rows, err := queryAll(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = ANY($1)`, scanRunRow, ids)
+	byID := make(map[string]rules.RunRow, len(rows))
+	for _, r := range rows {
+		byID[r.ID] = r
+	}
+	for _, i := range lost {
+		p := prepared[i]
+		r, ok := byID[p.RunID]
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("%w: the commit did not land (reading why failed: %v)", store.ErrConflict, err)
+		case !ok:
+			errs[i] = fmt.Errorf("run %s: %w", p.RunID, store.ErrNotFound)
+		default:
+			if errs[i] = rules.CheckCommitFence(r.Run, p.Turn, p.Status); errs[i] == nil {
+				errs[i] = fmt.Errorf("%w: a concurrent change to run %s won", store.ErrConflict, p.RunID)
+			}
+		}
+	}
+}
+
+func (s *Store) wrapCommitErrs(prepared []store.TurnCommitParams, errs []error) []error {
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("commit turn %d of run %s: %w", prepared[i].Turn, prepared[i].RunID, err)
+		}
+	}
+	return errs
+}
+
+// commitArgs is the parameter list of commitSQL for the commits of one
+// wave, in wave order (ord is the 1-based position in the wave).
+func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Time) []any {
+	n := len(wave)
+	var (
+		runID                       = make([]string, 0, n)
+		turn, nEvents               = make([]int32, 0, n), make([]int32, 0, n)
+		status, errMsg              = make([]string, 0, n), make([]string, 0, n)
+		args, answer                = make([][]byte, 0, n), make([][]byte, 0, n)
+		prompt, completion, carried = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+
+		sOrd                 []int64
+		sIdx                 []int32
+		sKind, sText, sModel []string
+		sPrompt, sCompletion []int64
+		sCreated             []time.Time
+		eOrd, eK             []int64
+		ev                   eventArrays
+	)
+	for k, i := range wave {
+		p := ps[i]
+		ord := int64(k + 1)
+		runID = append(runID, p.RunID)
+		turn = append(turn, int32(p.Turn))
+		status = append(status, string(p.Status))
+		args = append(args, bytesArg(p.Args))
+		answer = append(answer, bytesArg(p.Answer))
+		errMsg = append(errMsg, p.Error)
+		prompt = append(prompt, p.Usage.PromptTokens)
+		completion = append(completion, p.Usage.CompletionTokens)
+		carried = append(carried, p.DataBytesCarried)
+		nEvents = append(nEvents, int32(len(p.Events)))
+		for _, x := range p.Steps {
+			sOrd = append(sOrd, ord)
+			sIdx = append(sIdx, int32(x.Index))
+			sKind = append(sKind, string(x.Kind))
+			sText = append(sText, x.Content)
+			sModel = append(sModel, x.Model)
+			sPrompt = append(sPrompt, x.Usage.PromptTokens)
+			sCompletion = append(sCompletion, x.Usage.CompletionTokens)
+			sCreated = append(sCreated, x.CreatedAt)
+		}
+		for j, e := range p.Events {
+			eOrd = append(eOrd, ord)
+			eK = append(eK, int64(j+1))
+			ev.add(e)
+		}
+	}
+	return []any{
+		runID, turn, status, args, answer, errMsg, prompt, completion, carried, nEvents, now, s.pairs,
+		sOrd, sIdx, sKind, sText, sModel, sPrompt, sCompletion, sCreated,
+		eOrd, eK, ev.v, ev.turn, ev.typ, ev.ts, ev.content, ev.args, ev.tp, ev.tc, ev.summary,
+	}
+}

@@ -1,0 +1,342 @@
+// Package postgres is the production store backend: PostgreSQL through
+// pgx v5. It is the only package of the module that imports pgx; nothing
+// it returns carries a pgx type.
+//
+// It owns the Postgres schema (migrations/, applied on Open under an
+// advisory lock, so any number of processes may start at once) and the
+// translation of store.Store calls into SQL. It must not know NATS, HTTP
+// or the turn engine.
+//
+// How it stays correct and fast under concurrency:
+//   - The hot writes are single statements (or one pipelined batch, which
+//     Postgres runs as one implicit transaction): a turn commit is one
+//     UPDATE fenced on the run's turn whose CTEs append the steps and the
+//     events; TurnCommitMany does the same for a whole batch with arrays;
+//     a budget reservation is one UPDATE that checks the limit and a CTE
+//     that inserts the reservation. No client round trip happens while a
+//     row lock is held.
+//   - Locks are always taken in one order: run rows (sorted by id), then
+//     session advisory locks (sorted by key); reservation rows before the
+//     tenant row. Deadlocks cannot form; should Postgres report one (or a
+//     serialization failure) anyway, the whole transaction is retried.
+//   - Runs of one session are created under a per-session advisory lock,
+//     which a run's end takes too before it hands out the session's next
+//     run: of two concurrent creates exactly one is startable, and a run
+//     created while the head ends is either startable or handed out.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// MaxConnsDefault is the pool size when Config.MaxConns is zero.
+const MaxConnsDefault = 10
+
+// Advisory lock namespaces (the first key of the two-key form), so the
+// store's locks never collide with another application's on the same
+// database.
+const (
+	lockMigrate int32 = 0x61660001
+	lockSession int32 = 0x61660002
+	lockExpire  int32 = 0x61660003
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is a libpq-style connection string or URL, e.g.
+	// postgres://user@host:5432/db?sslmode=disable. Required.
+	URL string
+	// Schema, when set, holds the store's tables: created when missing
+	// and put first on the search path. Lets several stores (tests,
+	// tenants of a shared cluster) live in one database.
+	Schema string
+	// MaxConns caps open connections. Zero means MaxConnsDefault.
+	MaxConns int
+}
+
+var schemaPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
+
+func (c Config) withDefaults() Config {
+	if c.MaxConns == 0 {
+		c.MaxConns = MaxConnsDefault
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.URL == "" {
+		return errors.New("postgres: Config.URL is empty: set it, e.g. postgres://postgres@127.0.0.1:5432/agentfleet?sslmode=disable")
+	}
+	if c.Schema != "" && !schemaPattern.MatchString(c.Schema) {
+		return fmt.Errorf("postgres: Config.Schema %q: use letters, digits and '_' (at most 63, not starting with a digit)", c.Schema)
+	}
+	if c.MaxConns < 0 {
+		return errors.New("postgres: Config.MaxConns is negative: use zero for the default")
+	}
+	return nil
+}
+
+// Store is the Postgres store. It is safe for concurrent use.
+type Store struct {
+	cfg   Config
+	pool  *pool
+	pairs []string // legal "from>to" status transitions
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects, creates the schema when Config.Schema names one, and
+// applies pending migrations.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cc, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse Config.URL: %w", err)
+	}
+	if cfg.Schema != "" {
+		cc.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
+	}
+	// Timestamps cross the wire as instants either way; UTC keeps any
+	// server-side date arithmetic and text output unambiguous.
+	cc.RuntimeParams["timezone"] = "UTC"
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = "agentfleet"
+	}
+	s := &Store{cfg: cfg, pool: newPool(cc, cfg.MaxConns), pairs: rules.TransitionPairs()}
+	if err := s.migrate(ctx); err != nil {
+		s.pool.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool's connections.
+func (s *Store) Close() error {
+	s.pool.close()
+	return nil
+}
+
+// migrate applies pending migrations in one transaction under an advisory
+// lock keyed by the schema: a second process waits, then finds nothing to
+// do. Postgres DDL is transactional, so a failed migration leaves nothing
+// half-applied.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := rules.Migrations(migrationFS, "migrations")
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	key := s.cfg.Schema
+	if key == "" {
+		key = "(search_path)"
+	}
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockMigrate, key); err != nil {
+			return err
+		}
+		if s.cfg.Schema != "" {
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`); err != nil {
+			return err
+		}
+		rows, _ := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return err
+		}
+		applied := map[int]bool{}
+		for _, v := range versions {
+			applied[int(v)] = true
+		}
+		for _, m := range ms {
+			if applied[m.Version] {
+				continue
+			}
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %s: %w", m.Name, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+				m.Version, m.Name, rules.Now()); err != nil {
+				return fmt.Errorf("record %s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// withConn runs fn on a pooled connection.
+func (s *Store) withConn(ctx context.Context, fn func(c *pgx.Conn) error) error {
+	c, err := s.pool.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: acquire connection: %w", err)
+	}
+	defer s.pool.release(c)
+	return fn(c)
+}
+
+// maxAttempts bounds retries of a transaction Postgres aborted as a
+// deadlock victim or a serialization failure: both leave nothing behind,
+// so running it again is safe. Functions passed to withTx and
+// withBatch must therefore be safe to run more than once.
+const maxAttempts = 3
+
+// withTx runs fn in a transaction and maps errors to store's sentinels.
+func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = s.withConn(ctx, func(c *pgx.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
+		if !retryable(err) {
+			break
+		}
+	}
+	return mapErr(err)
+}
+
+// withBatch sends b as one pipeline, which Postgres runs as one implicit
+// transaction: any error rolls back every statement of the batch. read
+// consumes the results in order.
+func (s *Store) withBatch(ctx context.Context, build func() *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = s.withConn(ctx, func(c *pgx.Conn) error {
+			br := c.SendBatch(ctx, build())
+			if err := read(br); err != nil {
+				_ = br.Close()
+				return err
+			}
+			return br.Close()
+		})
+		if !retryable(err) {
+			break
+		}
+	}
+	return mapErr(err)
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// mapErr turns driver errors callers branch on into store's sentinels.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w", store.ErrNotFound)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %s", store.ErrConflict, pe.Message)
+		case "23503": // foreign_key_violation
+			return fmt.Errorf("%w: a referenced row does not exist: %s", store.ErrNotFound, pe.Message)
+		case "23514", "22P02", "22023": // check_violation, invalid_text_representation, invalid_parameter_value
+			return fmt.Errorf("%w: %s", store.ErrInvalid, pe.Message)
+		}
+	}
+	return err
+}
+
+// Helpers for nullable columns: zero values are SQL NULL.
+
+func tsArg(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func tsVal(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func bytesArg(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// scanner is a row to scan: pgx.Row or pgx.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// queryOne runs a query on a pooled connection and scans its one row.
+func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
+	var v T
+	err := s.withConn(ctx, func(c *pgx.Conn) error {
+		var err error
+		v, err = scan(c.QueryRow(ctx, sql, args...))
+		return err
+	})
+	return v, mapErr(err)
+}
+
+// queryAll runs a query on a pooled connection and scans every row.
+func queryAll[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	var out []T
+	err := s.withConn(ctx, func(c *pgx.Conn) error {
+		var err error
+		out, err = collect(ctx, c, sql, scan, args...)
+		return err
+	})
+	return out, mapErr(err)
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+func collect[T any](ctx context.Context, q querier, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collectRows(rows, scan)
+}
+
+// collectRows scans every row and closes rows. No rows is a nil slice,
+// as in the SQLite backend.
+func collectRows[T any](rows pgx.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

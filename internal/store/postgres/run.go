@@ -1,0 +1,580 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
+	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+
+var (
+	terminalList = rules.SQLList(rules.Terminal)
+	activeList   = rules.SQLList(rules.Active)
+)
+
+// scanRun scans runCols, after any extra leading columns.
+func scanRun(sc scanner, extra ...any) (rules.RunRow, error) {
+	var r rules.RunRow
+	var ctxJSON, meta, args, answer []byte
+	var deadline *time.Time
+	dest := append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
+		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
+		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
+		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt)
+	if err := sc.Scan(dest...); err != nil {
+		return r, err
+	}
+	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
+	r.Deadline = tsVal(deadline)
+	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
+	var err error
+	r.Metadata, err = rules.DecodeMetadata(meta)
+	return r, err
+}
+
+func scanRunRow(sc scanner) (rules.RunRow, error) { return scanRun(sc) }
+
+// evUnnest turns the nine event arrays of evArgs, from parameter $first
+// on, into rows x(v, turn, type, ts, content, args, tp, tc, summary, k)
+// with k the 1-based position.
+func evUnnest(first int) string {
+	types := []string{"smallint", "integer", "text", "timestamptz", "text", "bytea", "bigint", "bigint", "text"}
+	ps := make([]string, len(types))
+	for i, t := range types {
+		ps[i] = "$" + strconv.Itoa(first+i) + "::" + t + "[]"
+	}
+	return `unnest(` + strings.Join(ps, ", ") + `) WITH ORDINALITY AS x(v, turn, type, ts, content, args, tp, tc, summary, k)`
+}
+
+const insertEventsInto = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary)`
+
+// evArgs is the column arrays of events for evUnnest.
+func evArgs(evs []agentfleet.Event) []any {
+	var a eventArrays
+	for _, e := range evs {
+		a.add(e)
+	}
+	return []any{a.v, a.turn, a.typ, a.ts, a.content, a.args, a.tp, a.tc, a.summary}
+}
+
+type eventArrays struct {
+	v       []int16
+	turn    []int32
+	typ     []string
+	ts      []time.Time
+	content []string
+	args    [][]byte
+	tp, tc  []*int64
+	summary []string
+}
+
+func (a *eventArrays) add(e agentfleet.Event) {
+	a.v = append(a.v, int16(e.V))
+	a.turn = append(a.turn, int32(e.Turn))
+	a.typ = append(a.typ, string(e.Type))
+	a.ts = append(a.ts, e.TS)
+	a.content = append(a.content, e.Content)
+	a.args = append(a.args, bytesArg(e.Args))
+	if e.Tokens != nil {
+		p, c := e.Tokens.Prompt, e.Tokens.Completion
+		a.tp, a.tc = append(a.tp, &p), append(a.tc, &c)
+	} else {
+		a.tp, a.tc = append(a.tp, nil), append(a.tc, nil)
+	}
+	a.summary = append(a.summary, e.Summary)
+}
+
+// insertEvents appends events numbered after lastSeq, inside tx.
+func insertEvents(ctx context.Context, tx pgx.Tx, runID string, lastSeq int64, evs []agentfleet.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	args := append([]any{runID, lastSeq}, evArgs(evs)...)
+	_, err := tx.Exec(ctx, insertEventsInto+`
+		SELECT $1, $2 + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary FROM `+evUnnest(3), args...)
+	return err
+}
+
+// lockSessionSQL serialises a session's run creations and run ends, so
+// "is any earlier run unfinished?" and "which run is next?" never race.
+// The key includes the schema so stores sharing a database do not
+// contend.
+const lockSessionSQL = `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2 || '/' || $3))`
+
+func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
+	p, err := rules.RunCreate(p)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	now := rules.Now()
+	evs, err := rules.Events(p.Events, 0, now)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	run := rules.NewRun(p, now)
+	insertArgs := append([]any{run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message,
+		bytesArg(run.Context), rules.EncodeMetadata(run.Metadata), run.IdempotencyKey, run.BatchID, run.MaxTurns,
+		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, string(agentfleet.StepUser)}, evArgs(evs)...)
+	var res store.RunCreateResult
+	created := false
+	// One round trip, one implicit transaction: the session lock, the
+	// run with its first step and events, and (under the lock) whether an
+	// earlier run of the session is unfinished.
+	err = s.withBatch(ctx, func() *pgx.Batch {
+		b := &pgx.Batch{}
+		if run.SessionID != "" {
+			b.Queue(lockSessionSQL, lockSession, run.Tenant, run.SessionID)
+		}
+		b.Queue(`WITH r AS (
+				INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
+					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
+				RETURNING `+runCols+`
+			), s AS (
+				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $16, message, created_at FROM r
+			), e AS (
+				`+insertEventsInto+` SELECT r.id, x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
+				FROM r, `+evUnnest(17)+`
+			)
+			SELECT `+runCols+` FROM r`, insertArgs...)
+		if run.SessionID != "" {
+			b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2
+				AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
+				run.Tenant, run.SessionID, run.ID)
+		}
+		return b
+	}, func(br pgx.BatchResults) error {
+		if run.SessionID != "" {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		row, err := scanRun(br.QueryRow())
+		switch {
+		case err == nil:
+			created = true
+			rules.Number(evs, row.Run, 0)
+			res = store.RunCreateResult{Run: row.Run, Created: true, Startable: true, Events: evs}
+		case errors.Is(err, pgx.ErrNoRows):
+			created = false
+		default:
+			return err
+		}
+		if run.SessionID != "" {
+			var free bool
+			if err := br.QueryRow().Scan(&free); err != nil {
+				return err
+			}
+			res.Startable = free
+		}
+		return nil
+	})
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
+	}
+	if created {
+		return res, nil
+	}
+	// The idempotency key was seen before: return that run.
+	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2`, scanRunRow, p.Tenant, p.IdempotencyKey)
+	if err == nil {
+		res = store.RunCreateResult{Run: prev.Run}
+		res.Startable, err = s.startable(ctx, prev)
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, err)
+	}
+	return res, nil
+}
+
+// startable reports whether a run may start now: it is queued and no
+// earlier run of its session is unfinished.
+func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
+	if r.Status != agentfleet.StatusQueued {
+		return false, nil
+	}
+	if r.SessionID == "" {
+		return true, nil
+	}
+	return queryOne(ctx, s, `SELECT NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND session_id = $2 AND seq < $3
+		AND status NOT IN (`+terminalList+`))`, func(sc scanner) (bool, error) {
+		var free bool
+		err := sc.Scan(&free)
+		return free, err
+	}, r.Tenant, r.SessionID, r.Seq)
+}
+
+// sessionNext returns what ended's end hands out, inside the ending
+// transaction and under the session lock: the session's next queued run,
+// when ended was the session's head.
+func sessionNext(ctx context.Context, tx pgx.Tx, ended rules.RunRow) (*agentfleet.Run, error) {
+	if ended.SessionID == "" || !ended.Status.Terminal() {
+		return nil, nil
+	}
+	if _, err := tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+		return nil, err
+	}
+	head, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2
+		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+}
+
+func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
+	r, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanRunRow, p.ID, p.Tenant)
+	if err != nil {
+		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, err)
+	}
+	return r.Run, nil
+}
+
+func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
+	p, after, err := rules.RunList(p)
+	if err != nil {
+		return store.RunListResult{}, err
+	}
+	var where []string
+	var args []any
+	add := func(cond string, a any) {
+		args = append(args, a)
+		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if p.Tenant != "" {
+		add("tenant = ?", p.Tenant)
+	}
+	if len(p.Status) > 0 {
+		ss := make([]string, len(p.Status))
+		for i, st := range p.Status {
+			ss[i] = string(st)
+		}
+		add("status = ANY(?)", ss)
+	}
+	if p.Agent != "" {
+		add("agent = ?", p.Agent)
+	}
+	if p.SessionID != "" {
+		add("session_id = ?", p.SessionID)
+	}
+	if p.BatchID != "" {
+		add("batch_id = ?", p.BatchID)
+	}
+	order := "DESC"
+	if p.Oldest {
+		order = "ASC"
+		if after > 0 {
+			add("seq > ?", after)
+		}
+	} else if after > 0 {
+		add("seq < ?", after)
+	}
+	q := `SELECT ` + runCols + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	args = append(args, p.Limit+1)
+	q += ` ORDER BY seq ` + order + ` LIMIT $` + strconv.Itoa(len(args))
+	rs, err := queryAll(ctx, s, q, scanRunRow, args...)
+	if err != nil {
+		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
+	}
+	var res store.RunListResult
+	if len(rs) > p.Limit {
+		rs = rs[:p.Limit]
+		res.NextCursor = rules.EncodeCursor(p.Oldest, rs[len(rs)-1].Seq)
+	}
+	for _, r := range rs {
+		res.Runs = append(res.Runs, r.Run)
+	}
+	return res, nil
+}
+
+// runForUpdate reads a run and locks its row for the transaction.
+func runForUpdate(ctx context.Context, tx pgx.Tx, id string) (rules.RunRow, error) {
+	r, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	return r, err
+}
+
+// updateRun writes the mutable columns a transition or cancel changes.
+func updateRun(ctx context.Context, tx pgx.Tx, r rules.RunRow) (rules.RunRow, error) {
+	return scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
+			cancel_requested = $7, cancel_reason = $8, updated_at = $9
+		WHERE id = $1 RETURNING `+runCols,
+		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
+}
+
+func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
+	now := rules.Now()
+	p, err := rules.RunTransition(p, now)
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	var res store.RunChangeResult
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		cur, err := runForUpdate(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		if err := rules.CheckTransition(cur.Run, p.From, p.To); err != nil {
+			return err
+		}
+		row, err := updateRun(ctx, tx, rules.Transition(cur, p, now))
+		if err != nil {
+			return err
+		}
+		rules.Number(p.Events, row.Run, cur.EventSeq)
+		if err := insertEvents(ctx, tx, row.ID, cur.EventSeq, p.Events); err != nil {
+			return err
+		}
+		res = store.RunChangeResult{Run: row.Run, Events: p.Events}
+		res.SessionNext, err = sessionNext(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
+	}
+	return res, nil
+}
+
+func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
+	if p.ID == "" {
+		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
+	}
+	now := rules.Now()
+	evs, err := rules.Events(p.Events, 0, now)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	var res store.RunCancelResult
+	err = s.withTx(ctx, func(tx pgx.Tx) error {
+		res = store.RunCancelResult{}
+		cur, err := runForUpdate(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		if p.Tenant != "" && cur.Tenant != p.Tenant {
+			return fmt.Errorf("run %s: %w", p.ID, store.ErrNotFound)
+		}
+		next, action, err := rules.Cancel(cur, p.Reason, len(evs), now)
+		if err != nil {
+			return err
+		}
+		if action == rules.CancelNoop {
+			res.Run, res.Immediate = cur.Run, true
+			return nil
+		}
+		row, err := updateRun(ctx, tx, next)
+		if err != nil {
+			return err
+		}
+		res.Run = row.Run
+		if action == rules.CancelRequested {
+			return nil
+		}
+		res.Immediate = true
+		rules.Number(evs, row.Run, cur.EventSeq)
+		if err := insertEvents(ctx, tx, row.ID, cur.EventSeq, evs); err != nil {
+			return err
+		}
+		res.Events = evs
+		res.SessionNext, err = sessionNext(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
+	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status IN (`+activeList+`)`, func(sc scanner) (int, error) {
+		var n int
+		err := sc.Scan(&n)
+		return n, err
+	}, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
+	}
+	return n, nil
+}
+
+func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
+	type count struct {
+		status agentfleet.RunStatus
+		n      int
+	}
+	cs, err := queryAll(ctx, s, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, func(sc scanner) (count, error) {
+		var c count
+		err := sc.Scan(&c.status, &c.n)
+		return c, err
+	}, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
+	}
+	out := make(map[agentfleet.RunStatus]int, len(cs))
+	for _, c := range cs {
+		out[c.status] = c.n
+	}
+	return out, nil
+}
+
+const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
+
+func scanReply(sc scanner) (store.ModelReply, error) {
+	var m store.ModelReply
+	err := sc.Scan(&m.RunID, &m.Turn, &m.Content, &m.Model, &m.Usage.PromptTokens, &m.Usage.CompletionTokens, &m.UsageReported, &m.CreatedAt)
+	m.CreatedAt = m.CreatedAt.UTC()
+	return m, err
+}
+
+func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
+	r, err := rules.ModelReply(p.ModelReply, rules.Now())
+	if err != nil {
+		return store.ModelReplyRecordResult{}, err
+	}
+	wrap := func(err error) error {
+		return fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
+	}
+	// The common case is one statement: fenced insert. Anything else
+	// (a reply already there, a lost fence) is sorted out after.
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		m, err := queryOne(ctx, s, `INSERT INTO model_replies (`+replyCols+`)
+			SELECT id, $2, $3, $4, $5, $6, $7, $8 FROM runs WHERE id = $1 AND turn = $2 - 1 AND status NOT IN (`+terminalList+`)
+			ON CONFLICT (run_id, turn) DO NOTHING RETURNING `+replyCols, scanReply,
+			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
+		if err == nil {
+			return store.ModelReplyRecordResult{Reply: m}, nil
+		}
+		if !isNotFound(err) {
+			return store.ModelReplyRecordResult{}, wrap(err)
+		}
+		cur, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1`, scanRunRow, r.RunID)
+		if err != nil {
+			return store.ModelReplyRecordResult{}, wrap(err)
+		}
+		if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
+			return store.ModelReplyRecordResult{}, wrap(err)
+		}
+		old, err := s.ModelReplyGet(ctx, r.RunID, r.Turn)
+		if err == nil {
+			return store.ModelReplyRecordResult{Reply: old, Existed: true}, nil
+		}
+		if !isNotFound(err) {
+			return store.ModelReplyRecordResult{}, wrap(err)
+		}
+		// The fence passes now and there is no reply: the run moved
+		// under us between the statements. Try again.
+	}
+	return store.ModelReplyRecordResult{}, wrap(fmt.Errorf("%w: the run kept changing", store.ErrConflict))
+}
+
+func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
+	m, err := queryOne(ctx, s, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scanReply, runID, turn)
+	if err != nil {
+		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, err)
+	}
+	return m, nil
+}
+
+const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
+
+func scanStep(sc scanner) (agentfleet.Step, error) {
+	var x agentfleet.Step
+	err := sc.Scan(&x.RunID, &x.Turn, &x.Index, &x.Kind, &x.Content, &x.Model, &x.Usage.PromptTokens, &x.Usage.CompletionTokens, &x.CreatedAt)
+	x.CreatedAt = x.CreatedAt.UTC()
+	return x, err
+}
+
+func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
+	steps, err := queryAll(ctx, s, `SELECT `+stepCols+` FROM steps WHERE run_id = $1 AND turn >= $2 ORDER BY turn, idx`, scanStep, p.RunID, p.FromTurn)
+	if err != nil {
+		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
+	}
+	return steps, nil
+}
+
+func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]agentfleet.Event, error) {
+	evs, err := rules.Events(p.Events, 0, rules.Now())
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	type head struct {
+		last            int64
+		tenant, session string
+	}
+	args := append([]any{p.RunID, int64(len(evs))}, evArgs(evs)...)
+	h, err := queryOne(ctx, s, `WITH r AS (
+			UPDATE runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq - $2 AS last, tenant, session_id
+		), e AS (
+			`+insertEventsInto+` SELECT $1, r.last + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
+			FROM r, `+evUnnest(3)+`
+		)
+		SELECT last, tenant, session_id FROM r`, func(sc scanner) (head, error) {
+		var h head
+		err := sc.Scan(&h.last, &h.tenant, &h.session)
+		return h, err
+	}, args...)
+	if err != nil {
+		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), p.RunID, err)
+	}
+	rules.Number(evs, agentfleet.Run{ID: p.RunID, Tenant: h.tenant, SessionID: h.session}, h.last)
+	return evs, nil
+}
+
+func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
+	var limit *int
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
+	evs, err := queryAll(ctx, s, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+			e.tokens_prompt, e.tokens_completion, e.summary
+		FROM events e JOIN runs r ON r.id = e.run_id
+		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scanEvent, p.RunID, p.AfterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
+	}
+	return evs, nil
+}
+
+func scanEvent(sc scanner) (agentfleet.Event, error) {
+	var e agentfleet.Event
+	var args []byte
+	var tp, tc *int64
+	var v int16
+	if err := sc.Scan(&e.RunID, &e.Tenant, &e.SessionID, &e.Seq, &v, &e.Turn, &e.Type, &e.TS, &e.Content, &args, &tp, &tc, &e.Summary); err != nil {
+		return e, err
+	}
+	e.V = int(v)
+	e.TS = e.TS.UTC()
+	e.Args = rules.RawOrNil(args)
+	if tp != nil || tc != nil {
+		e.Tokens = &agentfleet.Tokens{}
+		if tp != nil {
+			e.Tokens.Prompt = *tp
+		}
+		if tc != nil {
+			e.Tokens.Completion = *tc
+		}
+	}
+	return e, nil
+}

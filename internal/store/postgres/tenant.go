@@ -1,0 +1,356 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at`
+
+func scanTenant(sc scanner) (agentfleet.Tenant, error) {
+	var t agentfleet.Tenant
+	err := sc.Scan(&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.Weight, &t.Exhausted, &t.CreatedAt, &t.UpdatedAt)
+	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	return t, err
+}
+
+// prefixCols qualifies a column list with a table alias.
+func prefixCols(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TenantCreate creates a tenant and its "default" agent (empty persona and
+// model: the fleet's defaults), so every tenant has one.
+func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
+	p, w, err := rules.TenantCreate(p)
+	if err != nil {
+		return agentfleet.Tenant{}, err
+	}
+	now := rules.Now()
+	t, err := queryOne(ctx, s, `WITH t AS (
+			INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) RETURNING `+tenantCols+`
+		), a AS (
+			INSERT INTO agents (tenant, name, created_at, updated_at) SELECT id, $10, created_at, created_at FROM t
+		)
+		SELECT `+tenantCols+` FROM t`, scanTenant,
+		p.ID, p.TokenLimit, string(p.Window), w.Every.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
+		string(p.Exhausted), now, agentfleet.DefaultAgent)
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error) {
+	t, err := queryOne(ctx, s, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`, scanTenant, id)
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("get tenant %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// TenantUpdate changes the set fields. A changed window restarts: used
+// starts again from zero and the next use opens the new window;
+// reservations carry over.
+func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
+	p, w, err := rules.TenantUpdate(p)
+	if err != nil {
+		return agentfleet.Tenant{}, err
+	}
+	var window *string
+	var windowUS *int64
+	if w != nil {
+		name, us := string(w.Name), w.Every.Microseconds()
+		window, windowUS = &name, &us
+	}
+	var exhausted *string
+	if p.Exhausted != nil {
+		e := string(*p.Exhausted)
+		exhausted = &e
+	}
+	t, err := queryOne(ctx, s, `UPDATE tenants SET
+			token_limit = COALESCE($2::bigint, token_limit),
+			budget_window = COALESCE($3::text, budget_window),
+			window_us = COALESCE($4::bigint, window_us),
+			tokens_per_minute = COALESCE($5::bigint, tokens_per_minute),
+			max_concurrent_runs = COALESCE($6::integer, max_concurrent_runs),
+			weight = COALESCE($7::integer, weight),
+			exhausted = COALESCE($8::text, exhausted),
+			used = CASE WHEN $3::text <> budget_window THEN 0 ELSE used END,
+			window_start = CASE WHEN $3::text <> budget_window THEN NULL ELSE window_start END,
+			window_end = CASE WHEN $3::text <> budget_window THEN NULL ELSE window_end END,
+			updated_at = $9
+		WHERE id = $1 RETURNING `+tenantCols, scanTenant,
+		p.ID, p.TokenLimit, window, windowUS, p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, exhausted, rules.Now())
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]agentfleet.Tenant, error) {
+	var limit *int
+	if p.Limit > 0 {
+		limit = &p.Limit
+	}
+	ts, err := queryAll(ctx, s, `SELECT `+tenantCols+` FROM tenants ORDER BY id COLLATE "C" LIMIT $1`, scanTenant, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return ts, nil
+}
+
+func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) error {
+	if p.Tenant == "" || p.Key == "" {
+		return rules.Invalidf("api key: tenant and key are required")
+	}
+	err := s.withConn(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `INSERT INTO api_keys (hash, tenant, name, created_at) VALUES ($1, $2, $3, $4)`,
+			rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, mapErr(err))
+	}
+	return nil
+}
+
+func (s *Store) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
+	t, err := queryOne(ctx, s, `SELECT `+prefixCols("t.", tenantCols)+` FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = $1`,
+		scanTenant, rules.HashAPIKey(key))
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("get tenant by api key: %w", err)
+	}
+	return t, nil
+}
+
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+
+func scanAgent(sc scanner) (agentfleet.Agent, error) {
+	var a agentfleet.Agent
+	var prims []byte
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.CreatedAt, &a.UpdatedAt); err != nil {
+		return a, err
+	}
+	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
+	var err error
+	a.Primitives, err = rules.DecodeStrings(prims)
+	return a, err
+}
+
+func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (agentfleet.Agent, error) {
+	if err := rules.AgentUpsert(p); err != nil {
+		return agentfleet.Agent{}, err
+	}
+	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+		ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
+			primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
+			max_turns = excluded.max_turns, updated_at = excluded.updated_at
+		RETURNING `+agentCols, scanAgent,
+		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, rules.Now())
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return a, nil
+}
+
+func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
+	a, err := queryOne(ctx, s, `SELECT `+agentCols+` FROM agents WHERE tenant = $1 AND name = $2`, scanAgent, p.Tenant, p.Name)
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return a, nil
+}
+
+func (s *Store) AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error) {
+	as, err := queryAll(ctx, s, `SELECT `+agentCols+` FROM agents WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanAgent, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list agents of %s: %w", tenant, err)
+	}
+	return as, nil
+}
+
+const approvalCols = `id, tenant, run_id, turn, primitive, args, status, decided_by, created_at, decided_at`
+
+func scanApproval(sc scanner) (store.Approval, error) {
+	var a store.Approval
+	var args []byte
+	var decided *time.Time
+	if err := sc.Scan(&a.ID, &a.Tenant, &a.RunID, &a.Turn, &a.Primitive, &args, &a.Status, &a.DecidedBy, &a.CreatedAt, &decided); err != nil {
+		return a, err
+	}
+	a.Args = rules.RawOrNil(args)
+	a.CreatedAt, a.DecidedAt = a.CreatedAt.UTC(), tsVal(decided)
+	return a, nil
+}
+
+func (s *Store) ApprovalCreate(ctx context.Context, p store.ApprovalCreateParams) (store.Approval, error) {
+	p, err := rules.ApprovalCreate(p)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	// Selecting the run by id and tenant makes an approval for another
+	// tenant's run ErrNotFound, which a foreign key alone would allow.
+	a, err := queryOne(ctx, s, `INSERT INTO approvals (id, tenant, run_id, turn, primitive, args, status, created_at)
+		SELECT $1, tenant, id, $4, $5, $6, $7, $8 FROM runs WHERE id = $3 AND tenant = $2
+		RETURNING `+approvalCols, scanApproval,
+		rules.NewID(), p.Tenant, p.RunID, p.Turn, p.Primitive, bytesArg(p.Args), string(store.ApprovalPending), rules.Now())
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("create approval for run %s of tenant %s: %w", p.RunID, p.Tenant, err)
+	}
+	return a, nil
+}
+
+func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval, error) {
+	a, err := queryOne(ctx, s, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, scanApproval, id)
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("get approval %s: %w", id, err)
+	}
+	return a, nil
+}
+
+func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolveParams) (store.Approval, error) {
+	status := store.ApprovalDenied
+	if p.Approve {
+		status = store.ApprovalApproved
+	}
+	a, err := queryOne(ctx, s, `UPDATE approvals SET status = $2, decided_by = $3, decided_at = $4
+		WHERE id = $1 AND status = $5 RETURNING `+approvalCols, scanApproval,
+		p.ID, string(status), p.DecidedBy, rules.Now(), string(store.ApprovalPending))
+	if err == nil {
+		return a, nil
+	}
+	if !isNotFound(err) {
+		return store.Approval{}, fmt.Errorf("resolve approval %s: %w", p.ID, err)
+	}
+	// Nothing pending by that id: say whether it is missing or decided.
+	cur, gerr := s.ApprovalGetByID(ctx, p.ID)
+	if gerr != nil {
+		return store.Approval{}, fmt.Errorf("resolve approval %s: %w", p.ID, gerr)
+	}
+	return store.Approval{}, fmt.Errorf("resolve approval %s: %w: already %s by %q", p.ID, store.ErrConflict, cur.Status, cur.DecidedBy)
+}
+
+const batchCols = `id, tenant, agent, total, metadata, created_at`
+
+func scanBatch(sc scanner) (store.Batch, error) {
+	var b store.Batch
+	var meta []byte
+	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &b.CreatedAt); err != nil {
+		return b, err
+	}
+	b.CreatedAt = b.CreatedAt.UTC()
+	var err error
+	b.Metadata, err = rules.DecodeMetadata(meta)
+	return b, err
+}
+
+func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
+	p, err := rules.BatchCreate(p)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	b, err := queryOne(ctx, s, `INSERT INTO batches (`+batchCols+`) VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+batchCols, scanBatch,
+		p.ID, p.Tenant, p.Agent, p.Total, rules.EncodeMetadata(p.Metadata), rules.Now())
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
+	}
+	return b, nil
+}
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanBatch, p.ID, p.Tenant)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
+	}
+	return b, nil
+}
+
+const triggerCols = `id, tenant, agent, kind, secret, template, created_at`
+
+func scanTrigger(sc scanner) (store.Trigger, error) {
+	var t store.Trigger
+	err := sc.Scan(&t.ID, &t.Tenant, &t.Agent, &t.Kind, &t.Secret, &t.Template, &t.CreatedAt)
+	t.CreatedAt = t.CreatedAt.UTC()
+	return t, err
+}
+
+func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) (store.Trigger, error) {
+	p, err := rules.TriggerCreate(p)
+	if err != nil {
+		return store.Trigger{}, err
+	}
+	t, err := queryOne(ctx, s, `INSERT INTO triggers (`+triggerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+triggerCols, scanTrigger,
+		rules.NewID(), p.Tenant, p.Agent, p.Kind, p.Secret, p.Template, rules.Now())
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("create trigger for %s: %w", p.Tenant, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, error) {
+	t, err := queryOne(ctx, s, `SELECT `+triggerCols+` FROM triggers WHERE id = $1`, scanTrigger, id)
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", id, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerList(ctx context.Context, tenant string) ([]store.Trigger, error) {
+	ts, err := queryAll(ctx, s, `SELECT `+triggerCols+` FROM triggers WHERE tenant = $1 ORDER BY created_at, id COLLATE "C"`, scanTrigger, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list triggers of %s: %w", tenant, err)
+	}
+	return ts, nil
+}
+
+const skillCols = `tenant, name, description, code, created_at, updated_at`
+
+func scanSkill(sc scanner) (store.Skill, error) {
+	var k store.Skill
+	err := sc.Scan(&k.Tenant, &k.Name, &k.Description, &k.Code, &k.CreatedAt, &k.UpdatedAt)
+	k.CreatedAt, k.UpdatedAt = k.CreatedAt.UTC(), k.UpdatedAt.UTC()
+	return k, err
+}
+
+func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (store.Skill, error) {
+	if err := rules.SkillUpsert(p); err != nil {
+		return store.Skill{}, err
+	}
+	k, err := queryOne(ctx, s, `INSERT INTO skills (`+skillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
+		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
+		RETURNING `+skillCols, scanSkill, p.Tenant, p.Name, p.Description, p.Code, rules.Now())
+	if err != nil {
+		return store.Skill{}, fmt.Errorf("upsert skill %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return k, nil
+}
+
+func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
+	k, err := queryOne(ctx, s, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scanSkill, tenant, name)
+	if err != nil {
+		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, err)
+	}
+	return k, nil
+}
+
+func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
+	ks, err := queryAll(ctx, s, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanSkill, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
+	}
+	return ks, nil
+}

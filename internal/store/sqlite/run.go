@@ -1,0 +1,575 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
+	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+
+var (
+	terminalList = rules.SQLList(rules.Terminal)
+	activeList   = rules.SQLList(rules.Active)
+)
+
+func scanRun(sc interface{ Scan(...any) error }) (rules.RunRow, error) {
+	var r rules.RunRow
+	var ctxJSON, meta, args, answer []byte
+	var deadline sql.NullInt64
+	var created, updated int64
+	err := sc.Scan(&r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
+		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
+		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
+		&r.CancelReason, &r.Wake, &created, &updated)
+	if err != nil {
+		return r, err
+	}
+	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
+	r.Deadline = tsVal(deadline)
+	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	r.Metadata, err = rules.DecodeMetadata(meta)
+	return r, err
+}
+
+func (s *Store) runByID(ctx context.Context, tx *sql.Tx, id string) (rules.RunRow, error) {
+	r, err := scanRun(tx.StmtContext(ctx, s.stmtRunByID).QueryRowContext(ctx, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
+	}
+	return r, err
+}
+
+func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
+	p, err := rules.RunCreate(p)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	now := rules.Now()
+	evs, err := rules.Events(p.Events, 0, now)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	var res store.RunCreateResult
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if p.IdempotencyKey != "" {
+			row, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = ? AND idempotency_key = ?`, p.Tenant, p.IdempotencyKey))
+			if err == nil {
+				res.Run = row.Run
+				res.Startable, err = startable(ctx, tx, row)
+				return err
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		run := rules.NewRun(p, now)
+		run.EventSeq = int64(len(evs))
+		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
+				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
+			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
+			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro()))
+		if err != nil {
+			return err
+		}
+		if err := s.insertSteps(ctx, tx, []agentfleet.Step{rules.UserStep(row.Run)}); err != nil {
+			return err
+		}
+		rules.Number(evs, row.Run, 0)
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
+			return err
+		}
+		res = store.RunCreateResult{Run: row.Run, Created: true, Events: evs}
+		res.Startable, err = startable(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
+	}
+	return res, nil
+}
+
+// startable reports whether a run may start now: it is queued and no
+// earlier run of its session is unfinished.
+func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
+	if r.Status != agentfleet.StatusQueued {
+		return false, nil
+	}
+	if r.SessionID == "" {
+		return true, nil
+	}
+	var blocked bool
+	err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND seq < ?
+		AND status NOT IN (`+terminalList+`))`, r.Tenant, r.SessionID, r.Seq).Scan(&blocked)
+	return !blocked, err
+}
+
+// sessionNext returns the run that ended's end hands out: the session's
+// next queued run, when ended was the session's head.
+func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentfleet.Run, error) {
+	if ended.SessionID == "" || !ended.Status.Terminal() {
+		return nil, nil
+	}
+	head, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = ? AND session_id = ?
+		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+}
+
+func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
+	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
+	if err != nil {
+		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, mapErr(err))
+	}
+	return r.Run, nil
+}
+
+func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
+	p, after, err := rules.RunList(p)
+	if err != nil {
+		return store.RunListResult{}, err
+	}
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if p.Tenant != "" {
+		add("tenant = ?", p.Tenant)
+	}
+	if len(p.Status) > 0 {
+		ph := make([]string, len(p.Status))
+		for i, st := range p.Status {
+			ph[i] = "?"
+			args = append(args, string(st))
+		}
+		where = append(where, "status IN ("+strings.Join(ph, ",")+")")
+	}
+	if p.Agent != "" {
+		add("agent = ?", p.Agent)
+	}
+	if p.SessionID != "" {
+		add("session_id = ?", p.SessionID)
+	}
+	if p.BatchID != "" {
+		add("batch_id = ?", p.BatchID)
+	}
+	order := "DESC"
+	if p.Oldest {
+		order = "ASC"
+		if after > 0 {
+			add("seq > ?", after)
+		}
+	} else if after > 0 {
+		add("seq < ?", after)
+	}
+	q := `SELECT ` + runCols + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	q += ` ORDER BY seq ` + order + ` LIMIT ?`
+	args = append(args, p.Limit+1)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
+	}
+	rs, err := collect(rows, scanRun)
+	if err != nil {
+		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
+	}
+	var res store.RunListResult
+	if len(rs) > p.Limit {
+		rs = rs[:p.Limit]
+		res.NextCursor = rules.EncodeCursor(p.Oldest, rs[len(rs)-1].Seq)
+	}
+	for _, r := range rs {
+		res.Runs = append(res.Runs, r.Run)
+	}
+	return res, nil
+}
+
+// updateRun writes the mutable columns a transition or cancel changes.
+func updateRun(ctx context.Context, tx *sql.Tx, r rules.RunRow) (rules.RunRow, error) {
+	return scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
+			cancel_requested = ?, cancel_reason = ?, updated_at = ?
+		WHERE id = ? RETURNING `+runCols,
+		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
+		r.UpdatedAt.UnixMicro(), r.ID))
+}
+
+func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
+	now := rules.Now()
+	p, err := rules.RunTransition(p, now)
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	var res store.RunChangeResult
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := s.runByID(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		if err := rules.CheckTransition(cur.Run, p.From, p.To); err != nil {
+			return err
+		}
+		row, err := updateRun(ctx, tx, rules.Transition(cur, p, now))
+		if err != nil {
+			return err
+		}
+		rules.Number(p.Events, row.Run, cur.EventSeq)
+		if err := s.insertEvents(ctx, tx, p.Events); err != nil {
+			return err
+		}
+		res = store.RunChangeResult{Run: row.Run, Events: p.Events}
+		res.SessionNext, err = sessionNext(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
+	}
+	return res, nil
+}
+
+func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
+	if p.ID == "" {
+		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
+	}
+	now := rules.Now()
+	evs, err := rules.Events(p.Events, 0, now)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	var res store.RunCancelResult
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := s.runByID(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
+		if p.Tenant != "" && cur.Tenant != p.Tenant {
+			return fmt.Errorf("run %s: %w", p.ID, store.ErrNotFound)
+		}
+		next, action, err := rules.Cancel(cur, p.Reason, len(evs), now)
+		if err != nil {
+			return err
+		}
+		if action == rules.CancelNoop {
+			res.Run, res.Immediate = cur.Run, true
+			return nil
+		}
+		row, err := updateRun(ctx, tx, next)
+		if err != nil {
+			return err
+		}
+		res.Run = row.Run
+		if action == rules.CancelRequested {
+			return nil
+		}
+		res.Immediate = true
+		rules.Number(evs, row.Run, cur.EventSeq)
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
+			return err
+		}
+		res.Events = evs
+		res.SessionNext, err = sessionNext(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status IN (`+activeList+`)`, tenant).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
+	}
+	return n, nil
+}
+
+func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
+	}
+	type count struct {
+		status agentfleet.RunStatus
+		n      int
+	}
+	cs, err := collect(rows, func(sc interface{ Scan(...any) error }) (count, error) {
+		var c count
+		err := sc.Scan(&c.status, &c.n)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
+	}
+	out := make(map[agentfleet.RunStatus]int, len(cs))
+	for _, c := range cs {
+		out[c.status] = c.n
+	}
+	return out, nil
+}
+
+const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
+
+func scanReply(sc interface{ Scan(...any) error }) (store.ModelReply, error) {
+	var m store.ModelReply
+	var created int64
+	err := sc.Scan(&m.RunID, &m.Turn, &m.Content, &m.Model, &m.Usage.PromptTokens, &m.Usage.CompletionTokens, &m.UsageReported, &created)
+	m.CreatedAt = fromMicros(created)
+	return m, err
+}
+
+func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
+	r, err := rules.ModelReply(p.ModelReply, rules.Now())
+	if err != nil {
+		return store.ModelReplyRecordResult{}, err
+	}
+	var res store.ModelReplyRecordResult
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := s.runByID(ctx, tx, r.RunID)
+		if err != nil {
+			return err
+		}
+		if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
+			return err
+		}
+		old, err := scanReply(tx.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, r.RunID, r.Turn))
+		if err == nil {
+			res = store.ModelReplyRecordResult{Reply: old, Existed: true}
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		res.Reply, err = scanReply(tx.QueryRowContext(ctx, `INSERT INTO model_replies (`+replyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+replyCols,
+			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt.UnixMicro()))
+		return err
+	})
+	if err != nil {
+		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
+	}
+	return res, nil
+}
+
+func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
+	m, err := scanReply(s.r.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, runID, turn))
+	if err != nil {
+		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, mapErr(err))
+	}
+	return m, nil
+}
+
+// commitRunSQL advances a run past a turn. A commit without Args or
+// Answer keeps the stored ones: a failed turn carries the previous args
+// on. A cancellation without an error takes the requested cancel's reason.
+const commitRunSQL = `UPDATE runs SET turn = ?1, status = ?2, args = COALESCE(?3, args), answer = COALESCE(?4, answer),
+		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
+		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
+		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10
+	WHERE id = ?11 RETURNING ` + runCols
+
+const insertStepSQL = `INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+const insertEventSQL = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+func (s *Store) insertSteps(ctx context.Context, tx *sql.Tx, steps []agentfleet.Step) error {
+	if len(steps) == 0 {
+		return nil
+	}
+	st := tx.StmtContext(ctx, s.stmtStep)
+	for _, x := range steps {
+		if _, err := st.ExecContext(ctx, x.RunID, x.Turn, x.Index, string(x.Kind), x.Content, x.Model,
+			x.Usage.PromptTokens, x.Usage.CompletionTokens, x.CreatedAt.UnixMicro()); err != nil {
+			return fmt.Errorf("insert step %d of turn %d: %w", x.Index, x.Turn, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, evs []agentfleet.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	st := tx.StmtContext(ctx, s.stmtEvent)
+	for _, e := range evs {
+		var tp, tc any
+		if e.Tokens != nil {
+			tp, tc = e.Tokens.Prompt, e.Tokens.Completion
+		}
+		if _, err := st.ExecContext(ctx, e.RunID, e.Seq, e.V, e.Turn, string(e.Type), e.TS.UnixMicro(), e.Content,
+			blobArg(e.Args), tp, tc, e.Summary); err != nil {
+			return fmt.Errorf("insert event %d: %w", e.Seq, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
+	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	return res[0], errs[0]
+}
+
+// TurnCommitMany commits in one write transaction; each commit is checked
+// against its run before anything of it is written, so a loser leaves no
+// trace and the others land.
+func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
+	now := rules.Now()
+	results := make([]store.RunChangeResult, len(ps))
+	errs := make([]error, len(ps))
+	prepared := make([]store.TurnCommitParams, len(ps))
+	pending := 0
+	for i, p := range ps {
+		prepared[i], errs[i] = rules.TurnCommit(p, now)
+		if errs[i] == nil {
+			pending++
+		}
+	}
+	if pending == 0 {
+		return results, errs, nil
+	}
+	commitErrs := make([]error, len(ps))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		commitStmt := tx.StmtContext(ctx, s.stmtCommitRun)
+		for i, p := range prepared {
+			commitErrs[i] = nil
+			if errs[i] != nil {
+				continue
+			}
+			cur, err := s.runByID(ctx, tx, p.RunID)
+			if errors.Is(err, store.ErrNotFound) {
+				commitErrs[i] = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := rules.CheckCommitFence(cur.Run, p.Turn, p.Status); err != nil {
+				commitErrs[i] = err
+				continue
+			}
+			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, len(p.Events), now.UnixMicro(), p.RunID))
+			if err != nil {
+				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
+			}
+			if err := s.insertSteps(ctx, tx, p.Steps); err != nil {
+				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
+			}
+			evs := p.Events
+			rules.Number(evs, row.Run, cur.EventSeq)
+			if err := s.insertEvents(ctx, tx, evs); err != nil {
+				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
+			}
+			results[i] = store.RunChangeResult{Run: row.Run, Events: evs}
+			if results[i].SessionNext, err = sessionNext(ctx, tx, row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
+	}
+	for i, p := range prepared {
+		if errs[i] == nil && commitErrs[i] != nil {
+			errs[i] = commitErrs[i]
+		}
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, errs[i])
+			results[i] = store.RunChangeResult{}
+		}
+	}
+	return results, errs, nil
+}
+
+const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
+
+func scanStep(sc interface{ Scan(...any) error }) (agentfleet.Step, error) {
+	var x agentfleet.Step
+	var created int64
+	err := sc.Scan(&x.RunID, &x.Turn, &x.Index, &x.Kind, &x.Content, &x.Model, &x.Usage.PromptTokens, &x.Usage.CompletionTokens, &created)
+	x.CreatedAt = fromMicros(created)
+	return x, err
+}
+
+func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? ORDER BY turn, idx`, p.RunID, p.FromTurn)
+	if err != nil {
+		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
+	}
+	return collect(rows, scanStep)
+}
+
+func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]agentfleet.Event, error) {
+	evs, err := rules.Events(p.Events, 0, rules.Now())
+	if err != nil || len(evs) == 0 {
+		return nil, err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var last int64
+		var tenant, session string
+		err := tx.QueryRowContext(ctx, `UPDATE runs SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq, tenant, session_id`,
+			len(evs), p.RunID).Scan(&last, &tenant, &session)
+		if err != nil {
+			return err
+		}
+		rules.Number(evs, agentfleet.Run{ID: p.RunID, Tenant: tenant, SessionID: session}, last-int64(len(evs)))
+		return s.insertEvents(ctx, tx, evs)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), p.RunID, err)
+	}
+	return evs, nil
+}
+
+func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+			e.tokens_prompt, e.tokens_completion, e.summary
+		FROM events e JOIN runs r ON r.id = e.run_id
+		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, p.RunID, p.AfterSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
+	}
+	return collect(rows, scanEvent)
+}
+
+func scanEvent(sc interface{ Scan(...any) error }) (agentfleet.Event, error) {
+	var e agentfleet.Event
+	var ts int64
+	var args []byte
+	var tp, tc sql.NullInt64
+	if err := sc.Scan(&e.RunID, &e.Tenant, &e.SessionID, &e.Seq, &e.V, &e.Turn, &e.Type, &ts, &e.Content, &args, &tp, &tc, &e.Summary); err != nil {
+		return e, err
+	}
+	e.TS = fromMicros(ts)
+	e.Args = rules.RawOrNil(args)
+	if tp.Valid || tc.Valid {
+		e.Tokens = &agentfleet.Tokens{Prompt: tp.Int64, Completion: tc.Int64}
+	}
+	return e, nil
+}

@@ -1,0 +1,379 @@
+// Package sqlite is the embedded store backend: one SQLite file, pure Go
+// (modernc.org/sqlite), the default when no Postgres URL is configured.
+//
+// It owns the SQLite schema (migrations/, applied on Open) and the
+// translation of store.Store calls into SQL. It must not know NATS, HTTP
+// or the turn engine; callers see only store.Store and store's sentinel
+// errors.
+//
+// Concurrency: SQLite allows one writer at a time, and a write
+// transaction that starts as a reader and later writes can fail with
+// SQLITE_BUSY no matter the busy timeout. So every write goes through one
+// dedicated connection (a *sql.DB capped at one connection) whose
+// transactions begin IMMEDIATE, taking the write lock up front: goroutines
+// of one process queue on that connection, other processes wait on the
+// busy timeout, and nothing can deadlock. Reads use a separate pool of
+// read-only connections, which WAL mode lets run alongside the writer.
+//
+// Semantics that the store interface leaves open and this backend (like
+// store/postgres) settles: see store/storetest, the contract both pass.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Defaults for Config.
+const (
+	BusyTimeoutDefault        = 10 * time.Second
+	SynchronousDefault        = "NORMAL"
+	CheckpointIntervalDefault = time.Second
+)
+
+// autoCheckpointPages is the writer's own checkpoint threshold (80 MB of
+// WAL at 4 KB pages): only a backstop for when the background
+// checkpointer falls behind, since a checkpoint on the commit path stalls
+// that commit for the whole copy and fsync.
+const autoCheckpointPages = 20000
+
+// ReadConnsDefault is the read pool size when Config.ReadConns is zero.
+func ReadConnsDefault() int { return max(4, runtime.GOMAXPROCS(0)) }
+
+// Config configures Open.
+type Config struct {
+	// Path is the database file, created (with its directory's WAL and
+	// shared-memory files beside it) when missing. Required.
+	Path string
+	// BusyTimeout is how long a write waits for another process holding
+	// the write lock. Zero means BusyTimeoutDefault.
+	BusyTimeout time.Duration
+	// ReadConns caps the read pool. Zero means ReadConnsDefault().
+	ReadConns int
+	// Synchronous is SQLite's synchronous setting for the writer:
+	// "NORMAL" (default: in WAL mode a power cut may lose the last
+	// commits but never corrupts the file) or "FULL" (every commit
+	// reaches the disk before it returns).
+	Synchronous string
+	// CheckpointInterval is how often a background goroutine copies the
+	// WAL into the database file (a PASSIVE checkpoint, which blocks
+	// neither the writer nor readers). Zero means
+	// CheckpointIntervalDefault.
+	CheckpointInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = BusyTimeoutDefault
+	}
+	if c.ReadConns == 0 {
+		c.ReadConns = ReadConnsDefault()
+	}
+	if c.Synchronous == "" {
+		c.Synchronous = SynchronousDefault
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = CheckpointIntervalDefault
+	}
+	c.Synchronous = strings.ToUpper(c.Synchronous)
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Path == "" {
+		return errors.New("sqlite: Config.Path is empty: name the database file, e.g. .agentfleet/agentfleet.db")
+	}
+	if strings.ContainsRune(c.Path, '?') || strings.HasPrefix(c.Path, "file:") || c.Path == ":memory:" {
+		return fmt.Errorf("sqlite: Config.Path %q: give a plain file path (no URI, no '?', no :memory:)", c.Path)
+	}
+	if c.BusyTimeout < 0 {
+		return errors.New("sqlite: Config.BusyTimeout is negative: use zero for the default")
+	}
+	if c.ReadConns < 0 {
+		return errors.New("sqlite: Config.ReadConns is negative: use zero for the default")
+	}
+	if c.CheckpointInterval < 0 {
+		return errors.New("sqlite: Config.CheckpointInterval is negative: use zero for the default")
+	}
+	if c.Synchronous != "NORMAL" && c.Synchronous != "FULL" {
+		return fmt.Errorf("sqlite: Config.Synchronous %q: use NORMAL or FULL", c.Synchronous)
+	}
+	return nil
+}
+
+// Store is the SQLite store. It is safe for concurrent use.
+type Store struct {
+	cfg Config
+	w   *sql.DB // one connection: every write transaction
+	r   *sql.DB // read-only pool
+	ck  *sql.DB // one connection: background checkpoints
+	// stopCheckpoints ends the checkpoint goroutine; checkpointsDone is
+	// closed when it has.
+	stopCheckpoints context.CancelFunc
+	checkpointsDone chan struct{}
+	// Statements of the hot path, prepared once on the writer's single
+	// connection and reused by every transaction.
+	stmtRunByID   *sql.Stmt
+	stmtCommitRun *sql.Stmt
+	stmtStep      *sql.Stmt
+	stmtEvent     *sql.Stmt
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating when missing) the database at cfg.Path and applies
+// pending migrations.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	busy := strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10)
+	wq := url.Values{
+		"_txlock":       {"immediate"},
+		"_busy_timeout": {busy},
+		"_foreign_keys": {"1"},
+		"_journal_mode": {"WAL"},
+		"_synchronous":  {cfg.Synchronous},
+		"_pragma":       {fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages)},
+	}
+	w, err := sql.Open("sqlite", cfg.Path+"?"+wq.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", cfg.Path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	s := &Store{cfg: cfg, w: w}
+	if err := s.migrate(ctx); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	rq := url.Values{
+		"_busy_timeout": {busy},
+		"_query_only":   {"1"},
+	}
+	s.r, err = sql.Open("sqlite", cfg.Path+"?"+rq.Encode())
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("sqlite: open %s for reading: %w", cfg.Path, err)
+	}
+	s.r.SetMaxOpenConns(cfg.ReadConns)
+	s.r.SetMaxIdleConns(cfg.ReadConns)
+	s.ck, err = sql.Open("sqlite", cfg.Path+"?"+url.Values{"_busy_timeout": {busy}}.Encode())
+	if err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("sqlite: open %s for checkpoints: %w", cfg.Path, err)
+	}
+	s.ck.SetMaxOpenConns(1)
+	if err := s.prepare(ctx); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	cctx, stop := context.WithCancel(context.Background())
+	s.stopCheckpoints, s.checkpointsDone = stop, make(chan struct{})
+	go s.checkpoints(cctx, cfg.CheckpointInterval)
+	return s, nil
+}
+
+// checkpoints copies the WAL into the database file every interval until
+// ctx ends, so commits never pay for it. A failed checkpoint (another
+// process's in progress, a busy reader) is simply tried again next time;
+// the writer's own auto-checkpoint is the backstop.
+func (s *Store) checkpoints(ctx context.Context, every time.Duration) {
+	defer close(s.checkpointsDone)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_, _ = s.ck.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
+		}
+	}
+}
+
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.stmtRunByID, `SELECT ` + runCols + ` FROM runs WHERE id = ?`},
+		{&s.stmtCommitRun, commitRunSQL},
+		{&s.stmtStep, insertStepSQL},
+		{&s.stmtEvent, insertEventSQL},
+	} {
+		st, err := s.w.PrepareContext(ctx, p.sql)
+		if err != nil {
+			return fmt.Errorf("sqlite: prepare: %w", err)
+		}
+		*p.stmt = st
+	}
+	return nil
+}
+
+// Close stops the checkpointer and closes the connections.
+func (s *Store) Close() error {
+	if s.stopCheckpoints != nil {
+		s.stopCheckpoints()
+		<-s.checkpointsDone
+	}
+	var errs []error
+	for _, st := range []*sql.Stmt{s.stmtRunByID, s.stmtCommitRun, s.stmtStep, s.stmtEvent} {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	for _, db := range []*sql.DB{s.r, s.ck} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	errs = append(errs, s.w.Close())
+	return errors.Join(errs...)
+}
+
+// migrate applies pending migrations in one IMMEDIATE transaction, so two
+// processes opening the same file at once apply each migration once: the
+// second waits for the write lock and then finds nothing to do.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := rules.Migrations(migrationFS, "migrations")
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+			return err
+		}
+		applied := map[int]bool{}
+		rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var v int
+			if err := rows.Scan(&v); err != nil {
+				rows.Close()
+				return err
+			}
+			applied[v] = true
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if applied[m.Version] {
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("apply %s: %w", m.Name, err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+				m.Version, m.Name, rules.Now().UnixMicro()); err != nil {
+				return fmt.Errorf("record %s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: migrate %s: %w", s.cfg.Path, err)
+	}
+	return nil
+}
+
+// write runs fn in a write transaction on the single writer connection.
+// fn must do all its work through tx: asking the writer pool for another
+// connection would wait for ever on the one fn holds.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return mapErr(err)
+	}
+	return mapErr(tx.Commit())
+}
+
+// queryer is what reads need: the read pool, or a write transaction that
+// must see its own writes.
+type queryer interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// mapErr turns driver errors callers branch on into store's sentinels.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return fmt.Errorf("%w: %v", store.ErrConflict, err)
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
+			return fmt.Errorf("%w: a referenced row does not exist: %v", store.ErrNotFound, err)
+		case sqlite3.SQLITE_CONSTRAINT_CHECK:
+			return fmt.Errorf("%w: %v", store.ErrInvalid, err)
+		}
+	}
+	return err
+}
+
+// Timestamps are stored as microseconds since the epoch; zero is NULL.
+
+func tsArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func tsVal(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// blobArg stores an absent raw value as NULL.
+func blobArg(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

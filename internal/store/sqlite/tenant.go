@@ -1,0 +1,434 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at`
+
+func scanTenant(sc interface{ Scan(...any) error }) (agentfleet.Tenant, error) {
+	var t agentfleet.Tenant
+	var created, updated int64
+	err := sc.Scan(&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.Weight, &t.Exhausted, &created, &updated)
+	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return t, err
+}
+
+// TenantCreate creates a tenant and its "default" agent (empty persona and
+// model: the fleet's defaults), so every tenant has one.
+func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
+	p, _, err := rules.TenantCreate(p)
+	if err != nil {
+		return agentfleet.Tenant{}, err
+	}
+	now := rules.Now()
+	var t agentfleet.Tenant
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		row := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols,
+			p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, string(p.Exhausted), now.UnixMicro(), now.UnixMicro())
+		var err error
+		if t, err = scanTenant(row); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO agents (tenant, name, created_at, updated_at) VALUES (?, ?, ?, ?)`,
+			p.ID, agentfleet.DefaultAgent, now.UnixMicro(), now.UnixMicro())
+		return err
+	})
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error) {
+	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("get tenant %s: %w", id, mapErr(err))
+	}
+	return t, nil
+}
+
+// TenantUpdate changes the set fields. A changed window restarts: used
+// starts again from zero and the next use opens the new window;
+// reservations carry over.
+func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
+	p, w, err := rules.TenantUpdate(p)
+	if err != nil {
+		return agentfleet.Tenant{}, err
+	}
+	now := rules.Now()
+	var t agentfleet.Tenant
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, p.ID))
+		if err != nil {
+			return err
+		}
+		restart := w != nil && w.Name != cur.Window
+		if p.TokenLimit != nil {
+			cur.TokenLimit = *p.TokenLimit
+		}
+		if p.Window != nil {
+			cur.Window = *p.Window
+		}
+		if p.TokensPerMinute != nil {
+			cur.TokensPerMinute = *p.TokensPerMinute
+		}
+		if p.MaxConcurrentRuns != nil {
+			cur.MaxConcurrentRuns = *p.MaxConcurrentRuns
+		}
+		if p.Weight != nil {
+			cur.Weight = *p.Weight
+		}
+		if p.Exhausted != nil {
+			cur.Exhausted = *p.Exhausted
+		}
+		t, err = scanTenant(tx.QueryRowContext(ctx, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
+				max_concurrent_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
+				used = CASE WHEN ? THEN 0 ELSE used END,
+				window_start = CASE WHEN ? THEN NULL ELSE window_start END,
+				window_end = CASE WHEN ? THEN NULL ELSE window_end END
+			WHERE id = ? RETURNING `+tenantCols,
+			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
+			restart, restart, restart, p.ID))
+		return err
+	})
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]agentfleet.Tenant, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants: %w", err)
+	}
+	return collect(rows, scanTenant)
+}
+
+func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) error {
+	if p.Tenant == "" || p.Key == "" {
+		return rules.Invalidf("api key: tenant and key are required")
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (hash, tenant, name, created_at) VALUES (?, ?, ?, ?)`,
+			rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now().UnixMicro())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
+	}
+	return nil
+}
+
+func (s *Store) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
+	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, rules.HashAPIKey(key)))
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("get tenant by api key: %w", mapErr(err))
+	}
+	return t, nil
+}
+
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+
+func scanAgent(sc interface{ Scan(...any) error }) (agentfleet.Agent, error) {
+	var a agentfleet.Agent
+	var prims []byte
+	var created, updated int64
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &created, &updated); err != nil {
+		return a, err
+	}
+	a.CreatedAt, a.UpdatedAt = fromMicros(created), fromMicros(updated)
+	var err error
+	a.Primitives, err = rules.DecodeStrings(prims)
+	return a, err
+}
+
+func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (agentfleet.Agent, error) {
+	if err := rules.AgentUpsert(p); err != nil {
+		return agentfleet.Agent{}, err
+	}
+	now := rules.Now().UnixMicro()
+	var a agentfleet.Agent
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
+				primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
+				max_turns = excluded.max_turns, updated_at = excluded.updated_at
+			RETURNING `+agentCols,
+			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, now, now))
+		return err
+	})
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return a, nil
+}
+
+func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
+	a, err := scanAgent(s.r.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Name))
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, mapErr(err))
+	}
+	return a, nil
+}
+
+func (s *Store) AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? ORDER BY name`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list agents of %s: %w", tenant, err)
+	}
+	return collect(rows, scanAgent)
+}
+
+const approvalCols = `id, tenant, run_id, turn, primitive, args, status, decided_by, created_at, decided_at`
+
+func scanApproval(sc interface{ Scan(...any) error }) (store.Approval, error) {
+	var a store.Approval
+	var args []byte
+	var created int64
+	var decided sql.NullInt64
+	if err := sc.Scan(&a.ID, &a.Tenant, &a.RunID, &a.Turn, &a.Primitive, &args, &a.Status, &a.DecidedBy, &created, &decided); err != nil {
+		return a, err
+	}
+	a.Args = rules.RawOrNil(args)
+	a.CreatedAt, a.DecidedAt = fromMicros(created), tsVal(decided)
+	return a, nil
+}
+
+func (s *Store) ApprovalCreate(ctx context.Context, p store.ApprovalCreateParams) (store.Approval, error) {
+	p, err := rules.ApprovalCreate(p)
+	if err != nil {
+		return store.Approval{}, err
+	}
+	var a store.Approval
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		// The run must belong to the tenant: a foreign key alone would
+		// let one tenant's approval point at another's run.
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE id = ? AND tenant = ?`, p.RunID, p.Tenant).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("run %s of tenant %s: %w", p.RunID, p.Tenant, store.ErrNotFound)
+		}
+		var err error
+		a, err = scanApproval(tx.QueryRowContext(ctx, `INSERT INTO approvals (id, tenant, run_id, turn, primitive, args, status, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+approvalCols,
+			rules.NewID(), p.Tenant, p.RunID, p.Turn, p.Primitive, blobArg(p.Args), string(store.ApprovalPending), rules.Now().UnixMicro()))
+		return err
+	})
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("create approval for run %s: %w", p.RunID, err)
+	}
+	return a, nil
+}
+
+func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval, error) {
+	a, err := scanApproval(s.r.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("get approval %s: %w", id, mapErr(err))
+	}
+	return a, nil
+}
+
+func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolveParams) (store.Approval, error) {
+	status := store.ApprovalDenied
+	if p.Approve {
+		status = store.ApprovalApproved
+	}
+	var a store.Approval
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		cur, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, p.ID))
+		if err != nil {
+			return err
+		}
+		if cur.Status != store.ApprovalPending {
+			return fmt.Errorf("%w: already %s by %q", store.ErrConflict, cur.Status, cur.DecidedBy)
+		}
+		a, err = scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? WHERE id = ? RETURNING `+approvalCols,
+			string(status), p.DecidedBy, rules.Now().UnixMicro(), p.ID))
+		return err
+	})
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("resolve approval %s: %w", p.ID, err)
+	}
+	return a, nil
+}
+
+const batchCols = `id, tenant, agent, total, metadata, created_at`
+
+func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
+	var b store.Batch
+	var meta []byte
+	var created int64
+	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &created); err != nil {
+		return b, err
+	}
+	b.CreatedAt = fromMicros(created)
+	var err error
+	b.Metadata, err = rules.DecodeMetadata(meta)
+	return b, err
+}
+
+func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
+	p, err := rules.BatchCreate(p)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	var b store.Batch
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		b, err = scanBatch(tx.QueryRowContext(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+batchCols,
+			p.ID, p.Tenant, p.Agent, p.Total, textArg(rules.EncodeMetadata(p.Metadata)), rules.Now().UnixMicro()))
+		return err
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
+	}
+	return b, nil
+}
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := scanBatch(s.r.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
+	}
+	return b, nil
+}
+
+const triggerCols = `id, tenant, agent, kind, secret, template, created_at`
+
+func scanTrigger(sc interface{ Scan(...any) error }) (store.Trigger, error) {
+	var t store.Trigger
+	var created int64
+	err := sc.Scan(&t.ID, &t.Tenant, &t.Agent, &t.Kind, &t.Secret, &t.Template, &created)
+	t.CreatedAt = fromMicros(created)
+	return t, err
+}
+
+func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) (store.Trigger, error) {
+	p, err := rules.TriggerCreate(p)
+	if err != nil {
+		return store.Trigger{}, err
+	}
+	var t store.Trigger
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		t, err = scanTrigger(tx.QueryRowContext(ctx, `INSERT INTO triggers (`+triggerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols,
+			rules.NewID(), p.Tenant, p.Agent, p.Kind, p.Secret, p.Template, rules.Now().UnixMicro()))
+		return err
+	})
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("create trigger for %s: %w", p.Tenant, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, error) {
+	t, err := scanTrigger(s.r.QueryRowContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE id = ?`, id))
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", id, mapErr(err))
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerList(ctx context.Context, tenant string) ([]store.Trigger, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE tenant = ? ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list triggers of %s: %w", tenant, err)
+	}
+	return collect(rows, scanTrigger)
+}
+
+const skillCols = `tenant, name, description, code, created_at, updated_at`
+
+func scanSkill(sc interface{ Scan(...any) error }) (store.Skill, error) {
+	var k store.Skill
+	var created, updated int64
+	err := sc.Scan(&k.Tenant, &k.Name, &k.Description, &k.Code, &created, &updated)
+	k.CreatedAt, k.UpdatedAt = fromMicros(created), fromMicros(updated)
+	return k, err
+}
+
+func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (store.Skill, error) {
+	if err := rules.SkillUpsert(p); err != nil {
+		return store.Skill{}, err
+	}
+	now := rules.Now().UnixMicro()
+	var k store.Skill
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var err error
+		k, err = scanSkill(tx.QueryRowContext(ctx, `INSERT INTO skills (`+skillCols+`) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
+			RETURNING `+skillCols,
+			p.Tenant, p.Name, p.Description, p.Code, now, now))
+		return err
+	})
+	if err != nil {
+		return store.Skill{}, fmt.Errorf("upsert skill %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return k, nil
+}
+
+func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
+	k, err := scanSkill(s.r.QueryRowContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, tenant, name))
+	if err != nil {
+		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, mapErr(err))
+	}
+	return k, nil
+}
+
+func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
+	}
+	return collect(rows, scanSkill)
+}
+
+// collect scans every row and closes rows.
+func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
+}
+
+// textArg stores JSON text as TEXT (not BLOB), NULL when absent.
+func textArg(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return string(b)
+}
+
+// prefixCols qualifies a column list with a table alias.
+func prefixCols(prefix, cols string) string {
+	parts := strings.Split(cols, ", ")
+	for i, c := range parts {
+		parts[i] = prefix + c
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,217 @@
+// Package storetest is the contract every store backend must pass: one
+// subtest per behaviour of store.Store, run by each backend's tests (so
+// names read TestStore/sqlite/... and TestStore/postgres/...).
+//
+// It owns the meaning of the store interface where the doc comments leave
+// room: what is validated, what a loser of a race sees, how budget windows
+// roll. A change of behaviour starts here, then goes into every backend.
+// It knows no backend; it is handed a function that opens a fresh store.
+//
+// What the suite settles, beyond store.go's comments:
+//
+//   - Errors: malformed parameters are ErrInvalid before any I/O; a
+//     missing row, or a reference to one (tenant, run), is ErrNotFound; a
+//     duplicate, a lost fence or a status not as required is ErrConflict,
+//     and then nothing changed. Tenant and run ids are 1 to 128 letters,
+//     digits, '-' or '_' (they are NATS subject tokens).
+//   - Time: every timestamp comes back in UTC, truncated to microseconds,
+//     equal across backends. A zero Now means the store's clock.
+//   - TenantCreate defaults: window "day", weight 1, policy "queue"; it
+//     also creates the tenant's "default" agent (empty persona and model:
+//     the fleet's defaults).
+//   - RunCreate writes the trace's first step, the message as a user step
+//     at turn 0. An idempotent repeat returns the first run, no events,
+//     and Startable as of now.
+//   - Sessions: runs are ordered by creation. A run's end hands out
+//     SessionNext only when it was the session's head (no unfinished run
+//     before it) and the next unfinished run is queued.
+//   - TurnCommit: steps belong to the committed turn (a step may name it
+//     or leave Turn zero) and are numbered by position; events with Turn
+//     zero get the committed turn; a zero event TS means now. Nil Args or
+//     Answer keep the stored value (a failed turn carries its args on), an
+//     empty Error keeps the stored error, and a cancellation without an
+//     error takes the reason of the requested cancel.
+//   - RunList orders by creation (newest first unless Oldest); a cursor
+//     of the other order is ErrInvalid. EventListByRun of an unknown run
+//     is empty.
+//   - Budget: reservations need positive tokens; the default lease is 15
+//     minutes; the window limit is checked before the per-minute one. A
+//     settle is capped at limit - used (overage recorded, never charged).
+//     BudgetGet does not write: a due window shows rolled, and a due
+//     duration window shows no bounds until the next use opens one.
+//     Changing a tenant's window restarts it (used zero, reservations
+//     kept); changing its limit does not.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// NewStore opens a store on a fresh, empty database and registers its
+// own cleanup with t.
+type NewStore func(t *testing.T) store.Store
+
+// Opener returns a function that opens a store on one fresh, empty
+// database; every call of it opens another store on that same database
+// (the suite closes what it opens). The migration tests need it.
+type Opener func(t *testing.T) func(ctx context.Context) (store.Store, error)
+
+type config struct {
+	opener Opener
+}
+
+// Option configures Exercise.
+type Option func(*config)
+
+// WithOpener enables the tests that open one database more than once
+// (migrations applied twice, and by two stores at once).
+func WithOpener(o Opener) Option { return func(c *config) { c.opener = o } }
+
+// Exercise runs the contract suite. Subtests run in parallel, each on a
+// store of its own.
+func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	for _, g := range []struct {
+		name string
+		run  func(t *testing.T, newStore NewStore)
+	}{
+		{"Tenant", testTenant},
+		{"APIKey", testAPIKey},
+		{"Agent", testAgent},
+		{"RunCreate", testRunCreate},
+		{"RunList", testRunList},
+		{"Session", testSession},
+		{"RunTransition", testRunTransition},
+		{"RunCancel", testRunCancel},
+		{"ModelReply", testModelReply},
+		{"TurnCommit", testTurnCommit},
+		{"TurnCommitMany", testTurnCommitMany},
+		{"Events", testEvents},
+		{"Budget", testBudget},
+		{"Approval", testApproval},
+		{"Batch", testBatch},
+		{"Trigger", testTrigger},
+		{"Skill", testSkill},
+	} {
+		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
+	}
+	t.Run("Migrate", func(t *testing.T) { testMigrate(t, cfg.opener) })
+}
+
+// bundle is what a subtest works with.
+type bundle struct {
+	ctx context.Context
+	s   store.Store
+}
+
+// setup returns a parallel subtest's fresh store.
+func setup(t *testing.T, newStore NewStore) bundle {
+	t.Helper()
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return bundle{ctx: ctx, s: newStore(t)}
+}
+
+var seq atomic.Int64
+
+// unique returns an id no other call returns.
+func unique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
+
+func (b bundle) tenant(t *testing.T, p store.TenantCreateParams) agentfleet.Tenant {
+	t.Helper()
+	if p.ID == "" {
+		p.ID = unique("tenant")
+	}
+	ten, err := b.s.TenantCreate(b.ctx, p)
+	require.NoError(t, err)
+	return ten
+}
+
+func (b bundle) run(t *testing.T, p store.RunCreateParams) agentfleet.Run {
+	t.Helper()
+	res, err := b.s.RunCreate(b.ctx, p)
+	require.NoError(t, err)
+	require.True(t, res.Created)
+	return res.Run
+}
+
+// started creates a run and moves it to running.
+func (b bundle) started(t *testing.T, tenant string) agentfleet.Run {
+	t.Helper()
+	r := b.run(t, store.RunCreateParams{Tenant: tenant, Message: "task"})
+	return b.transition(t, r.ID, agentfleet.StatusRunning)
+}
+
+func (b bundle) transition(t *testing.T, id string, to agentfleet.RunStatus) agentfleet.Run {
+	t.Helper()
+	res, err := b.s.RunTransition(b.ctx, store.RunTransitionParams{ID: id, To: to})
+	require.NoError(t, err)
+	return res.Run
+}
+
+func (b bundle) get(t *testing.T, id string) agentfleet.Run {
+	t.Helper()
+	r, err := b.s.RunGetByID(b.ctx, store.RunGetByIDParams{ID: id})
+	require.NoError(t, err)
+	return r
+}
+
+func (b bundle) events(t *testing.T, id string) []agentfleet.Event {
+	t.Helper()
+	evs, err := b.s.EventListByRun(b.ctx, store.EventListByRunParams{RunID: id})
+	require.NoError(t, err)
+	return evs
+}
+
+func (b bundle) steps(t *testing.T, id string) []agentfleet.Step {
+	t.Helper()
+	steps, err := b.s.StepListByRun(b.ctx, store.StepListByRunParams{RunID: id})
+	require.NoError(t, err)
+	return steps
+}
+
+// commitParams is a realistic turn: a model step and an observation, a
+// few events, carried args.
+func commitParams(runID string, turn int, status agentfleet.RunStatus, tag string) store.TurnCommitParams {
+	args, _ := json.Marshal(map[string]any{"turn": turn, "tag": tag})
+	return store.TurnCommitParams{
+		RunID: runID, Turn: turn, Status: status, Args: args,
+		Steps: []agentfleet.Step{
+			{Kind: agentfleet.StepModel, Content: "reply " + tag, Model: "m1", Usage: agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}},
+			{Kind: agentfleet.StepObservation, Content: "observed " + tag},
+		},
+		Events: []agentfleet.Event{
+			{Type: agentfleet.EventModelCall, Content: tag, Tokens: &agentfleet.Tokens{Prompt: 10, Completion: 5}},
+			{Type: agentfleet.EventExecuteJSResult, Summary: tag},
+		},
+		Usage:            agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5},
+		DataBytesCarried: 7,
+	}
+}
+
+// requireSeqs checks events are numbered first, first+1, ...
+func requireSeqs(t *testing.T, evs []agentfleet.Event, first int64) {
+	t.Helper()
+	for i, e := range evs {
+		require.Equal(t, first+int64(i), e.Seq, "event %d", i)
+	}
+}
+
+// day is a fixed instant the budget tests compute windows from.
+var day = time.Date(2025, time.March, 14, 10, 30, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }

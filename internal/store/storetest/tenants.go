@@ -1,0 +1,388 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+func testTenant(t *testing.T, newStore NewStore) {
+	t.Run("CreateGetDefaults", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten, err := b.s.TenantCreate(b.ctx, store.TenantCreateParams{ID: "acme"})
+		require.NoError(t, err)
+		require.Equal(t, "acme", ten.ID)
+		require.Equal(t, 1, ten.Weight)
+		require.Equal(t, agentfleet.ExhaustedQueue, ten.Exhausted)
+		require.Equal(t, agentfleet.WindowDay, ten.Window)
+		require.Zero(t, ten.TokenLimit)
+		require.False(t, ten.CreatedAt.IsZero())
+		require.Equal(t, time.UTC, ten.CreatedAt.Location())
+		got, err := b.s.TenantGetByID(b.ctx, "acme")
+		require.NoError(t, err)
+		require.Equal(t, ten, got)
+
+		full, err := b.s.TenantCreate(b.ctx, store.TenantCreateParams{
+			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, Weight: 5,
+			Exhausted: agentfleet.ExhaustedFail,
+		})
+		require.NoError(t, err)
+		require.Equal(t, agentfleet.Tenant{
+			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, Weight: 5,
+			Exhausted: agentfleet.ExhaustedFail, CreatedAt: full.CreatedAt, UpdatedAt: full.UpdatedAt,
+		}, full)
+	})
+	t.Run("CreateErrors", func(t *testing.T) {
+		b := setup(t, newStore)
+		b.tenant(t, store.TenantCreateParams{ID: "dup"})
+		_, err := b.s.TenantCreate(b.ctx, store.TenantCreateParams{ID: "dup"})
+		require.ErrorIs(t, err, store.ErrConflict)
+		for name, p := range map[string]store.TenantCreateParams{
+			"empty id":        {},
+			"id with dot":     {ID: "a.b"},
+			"negative limit":  {ID: "x", TokenLimit: -1},
+			"bad window":      {ID: "x", Window: "fortnight"},
+			"tiny window":     {ID: "x", Window: "1ms"},
+			"negative weight": {ID: "x", Weight: -1},
+			"bad policy":      {ID: "x", Exhausted: "panic"},
+			"negative tpm":    {ID: "x", TokensPerMinute: -5},
+		} {
+			_, err := b.s.TenantCreate(b.ctx, p)
+			require.ErrorIs(t, err, store.ErrInvalid, name)
+		}
+		_, err = b.s.TenantGetByID(b.ctx, "nobody")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+	t.Run("DefaultAgent", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		a, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: agentfleet.DefaultAgent})
+		require.NoError(t, err)
+		require.Equal(t, agentfleet.DefaultAgent, a.Name)
+		require.Empty(t, a.Persona)
+	})
+	t.Run("Update", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: 100, Weight: 2})
+		up, err := b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, TokenLimit: ptr[int64](500), MaxConcurrentRuns: ptr(4),
+			Exhausted: ptr(agentfleet.ExhaustedFail)})
+		require.NoError(t, err)
+		require.Equal(t, int64(500), up.TokenLimit)
+		require.Equal(t, 4, up.MaxConcurrentRuns)
+		require.Equal(t, agentfleet.ExhaustedFail, up.Exhausted)
+		require.Equal(t, 2, up.Weight, "unset fields keep their value")
+		require.Equal(t, ten.CreatedAt, up.CreatedAt)
+		require.False(t, up.UpdatedAt.Before(ten.UpdatedAt))
+		got, err := b.s.TenantGetByID(b.ctx, ten.ID)
+		require.NoError(t, err)
+		require.Equal(t, up, got)
+
+		up, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, Weight: ptr(0), Window: ptr(agentfleet.BudgetWindow("1h"))})
+		require.NoError(t, err)
+		require.Equal(t, 1, up.Weight, "zero weight means 1")
+		require.Equal(t, agentfleet.BudgetWindow("1h"), up.Window)
+
+		_, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: "nobody", Weight: ptr(3)})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, TokenLimit: ptr[int64](-1)})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, Window: ptr(agentfleet.BudgetWindow("soon"))})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+	t.Run("List", func(t *testing.T) {
+		b := setup(t, newStore)
+		for _, id := range []string{"c", "a", "b"} {
+			b.tenant(t, store.TenantCreateParams{ID: id})
+		}
+		all, err := b.s.TenantList(b.ctx, store.TenantListParams{})
+		require.NoError(t, err)
+		require.Len(t, all, 3)
+		require.Equal(t, []string{"a", "b", "c"}, []string{all[0].ID, all[1].ID, all[2].ID})
+		two, err := b.s.TenantList(b.ctx, store.TenantListParams{Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, all[:2], two)
+	})
+}
+
+func testAPIKey(t *testing.T, newStore NewStore) {
+	t.Run("CreateLookup", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		require.NoError(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "sk-secret-1", Name: "ci"}))
+		got, err := b.s.TenantGetByAPIKey(b.ctx, "sk-secret-1")
+		require.NoError(t, err)
+		require.Equal(t, ten, got)
+		_, err = b.s.TenantGetByAPIKey(b.ctx, "sk-secret-2")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.TenantGetByAPIKey(b.ctx, "")
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+	t.Run("Errors", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		require.NoError(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"}))
+		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"}), store.ErrConflict)
+		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: "nobody", Key: "k2"}), store.ErrNotFound)
+		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID}), store.ErrInvalid)
+	})
+}
+
+func testAgent(t *testing.T, newStore NewStore) {
+	t.Run("UpsertGetList", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		a, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1",
+			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9})
+		require.NoError(t, err)
+		require.Equal(t, agentfleet.Agent{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1", Primitives: []string{"fetch", "ai"},
+			MaxCompletionTokens: 512, MaxTurns: 9, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
+		got, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "writer"})
+		require.NoError(t, err)
+		require.Equal(t, a, got)
+
+		// An upsert of an existing agent replaces its profile and keeps
+		// its creation time. Nil primitives (the default set) and empty
+		// primitives (none) stay apart.
+		a2, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You edit.", Primitives: []string{}})
+		require.NoError(t, err)
+		require.Equal(t, a.CreatedAt, a2.CreatedAt)
+		require.Equal(t, "You edit.", a2.Persona)
+		require.NotNil(t, a2.Primitives)
+		require.Empty(t, a2.Primitives)
+		a3, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "reader"})
+		require.NoError(t, err)
+		require.Nil(t, a3.Primitives)
+
+		list, err := b.s.AgentList(b.ctx, ten.ID)
+		require.NoError(t, err)
+		require.Len(t, list, 3)
+		require.Equal(t, []string{agentfleet.DefaultAgent, "reader", "writer"}, []string{list[0].Name, list[1].Name, list[2].Name})
+		require.Equal(t, a2, list[2])
+	})
+	t.Run("Errors", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		_, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "ghost"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: "nobody", Name: "x"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "x", MaxTurns: -1})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+}
+
+func testApproval(t *testing.T, newStore NewStore) {
+	t.Run("CreateResolve", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		a, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID, Turn: 2, Primitive: "http",
+			Args: json.RawMessage(`{"url": "https://example.com"}`)})
+		require.NoError(t, err)
+		require.NotEmpty(t, a.ID)
+		require.Equal(t, store.ApprovalPending, a.Status)
+		require.JSONEq(t, `{"url": "https://example.com"}`, string(a.Args))
+		require.True(t, a.DecidedAt.IsZero())
+		got, err := b.s.ApprovalGetByID(b.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, a, got)
+
+		done, err := b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: a.ID, Approve: true, DecidedBy: "alice"})
+		require.NoError(t, err)
+		require.Equal(t, store.ApprovalApproved, done.Status)
+		require.Equal(t, "alice", done.DecidedBy)
+		require.False(t, done.DecidedAt.IsZero())
+		got, err = b.s.ApprovalGetByID(b.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, done, got)
+
+		_, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: a.ID, Approve: false, DecidedBy: "bob"})
+		require.ErrorIs(t, err, store.ErrConflict, "deciding twice")
+		got, err = b.s.ApprovalGetByID(b.ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, done, got, "the losing decision changed nothing")
+
+		d, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID, Turn: 3, Primitive: "spawn"})
+		require.NoError(t, err)
+		d, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: d.ID, DecidedBy: "bob"})
+		require.NoError(t, err)
+		require.Equal(t, store.ApprovalDenied, d.Status)
+	})
+	t.Run("Errors", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		other := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		_, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: other.ID, RunID: r.ID, Primitive: "http"})
+		require.ErrorIs(t, err, store.ErrNotFound, "another tenant's run")
+		_, err = b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: "nope", Primitive: "http"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.ApprovalGetByID(b.ctx, "nope")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: "nope", Approve: true})
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+}
+
+func testBatch(t *testing.T, newStore NewStore) {
+	t.Run("CreateGet", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		other := b.tenant(t, store.TenantCreateParams{})
+		bt, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: 3, Metadata: map[string]string{"source": "csv"}})
+		require.NoError(t, err)
+		require.NotEmpty(t, bt.ID)
+		require.Equal(t, agentfleet.DefaultAgent, bt.Agent)
+		require.Equal(t, map[string]string{"source": "csv"}, bt.Metadata)
+		got, err := b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: ten.ID})
+		require.NoError(t, err)
+		require.Equal(t, bt, got)
+		got, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID})
+		require.NoError(t, err)
+		require.Equal(t, bt, got)
+		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: other.ID})
+		require.ErrorIs(t, err, store.ErrNotFound)
+
+		// Runs name their batch, and list by it.
+		for range 3 {
+			b.run(t, store.RunCreateParams{Tenant: ten.ID, BatchID: bt.ID})
+		}
+		b.run(t, store.RunCreateParams{Tenant: ten.ID})
+		list, err := b.s.RunList(b.ctx, store.RunListParams{Tenant: ten.ID, BatchID: bt.ID})
+		require.NoError(t, err)
+		require.Len(t, list.Runs, 3)
+	})
+	t.Run("Errors", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		_, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
+		require.NoError(t, err)
+		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
+		require.ErrorIs(t, err, store.ErrConflict)
+		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: "nobody"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: -1})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: "nope"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+}
+
+func testTrigger(t *testing.T, newStore NewStore) {
+	t.Run("CreateGetList", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		t1, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Agent: "triage", Kind: "github", Secret: "s3cret", Template: "Issue: {{.title}}"})
+		require.NoError(t, err)
+		require.NotEmpty(t, t1.ID)
+		require.Equal(t, store.Trigger{ID: t1.ID, Tenant: ten.ID, Agent: "triage", Kind: "github", Secret: "s3cret", Template: "Issue: {{.title}}", CreatedAt: t1.CreatedAt}, t1)
+		got, err := b.s.TriggerGetByID(b.ctx, t1.ID)
+		require.NoError(t, err)
+		require.Equal(t, t1, got)
+		t2, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Kind: "standard"})
+		require.NoError(t, err)
+		require.Equal(t, agentfleet.DefaultAgent, t2.Agent)
+		list, err := b.s.TriggerList(b.ctx, ten.ID)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []store.Trigger{t1, t2}, list)
+		_, err = b.s.TriggerGetByID(b.ctx, "nope")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: "nobody", Kind: "github"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+}
+
+func testSkill(t *testing.T, newStore NewStore) {
+	t.Run("UpsertGetList", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		k, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "csv", Description: "parse CSV", Code: "function csv(s) {}"})
+		require.NoError(t, err)
+		require.Equal(t, store.Skill{Tenant: ten.ID, Name: "csv", Description: "parse CSV", Code: "function csv(s) {}", CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt}, k)
+		k2, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "csv", Description: "parse CSV v2", Code: "function csv(s) { return [] }"})
+		require.NoError(t, err)
+		require.Equal(t, k.CreatedAt, k2.CreatedAt)
+		require.Equal(t, "parse CSV v2", k2.Description)
+		got, err := b.s.SkillGetByName(b.ctx, ten.ID, "csv")
+		require.NoError(t, err)
+		require.Equal(t, k2, got)
+		a, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "aaa", Code: "x"})
+		require.NoError(t, err)
+		list, err := b.s.SkillList(b.ctx, ten.ID)
+		require.NoError(t, err)
+		require.Equal(t, []store.Skill{a, k2}, list)
+		_, err = b.s.SkillGetByName(b.ctx, ten.ID, "nope")
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: "nobody", Name: "x"})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+}
+
+func testMigrate(t *testing.T, opener Opener) {
+	open := func(t *testing.T) func(ctx context.Context) (store.Store, error) {
+		t.Helper()
+		t.Parallel()
+		if opener == nil {
+			t.Skip("storetest: no Opener given (WithOpener); migration tests need one")
+		}
+		return opener(t)
+	}
+	t.Run("Twice", func(t *testing.T) {
+		o := open(t)
+		ctx := context.Background()
+		s1, err := o(ctx)
+		require.NoError(t, err)
+		_, err = s1.TenantCreate(ctx, store.TenantCreateParams{ID: "kept"})
+		require.NoError(t, err)
+		require.NoError(t, s1.Close())
+		s2, err := o(ctx)
+		require.NoError(t, err, "opening a migrated database again")
+		defer s2.Close()
+		_, err = s2.TenantGetByID(ctx, "kept")
+		require.NoError(t, err, "data survives a second open")
+	})
+	t.Run("Concurrently", func(t *testing.T) {
+		o := open(t)
+		ctx := context.Background()
+		const n = 4
+		stores := make([]store.Store, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				stores[i], errs[i] = o(ctx)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range n {
+			require.NoError(t, errs[i], "open %d", i)
+			defer stores[i].Close()
+		}
+		_, err := stores[0].TenantCreate(ctx, store.TenantCreateParams{ID: "shared"})
+		require.NoError(t, err)
+		for i := 1; i < n; i++ {
+			_, err := stores[i].TenantGetByID(ctx, "shared")
+			require.NoError(t, err, "store %d sees the one schema", i)
+		}
+	})
+}
