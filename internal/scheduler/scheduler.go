@@ -3,11 +3,11 @@
 // af.runq.<tenant>.<run>); the scheduler takes them in as they arrive,
 // holds them in memory in per-tenant queues, and forwards them to the
 // workers' queue (AF_WORK) by weighted fair share (budget.FairQueue),
-// keeping that queue shallow: at most ReadyDepth turns wait there
-// undelivered. A tenant's new turn therefore waits behind at most
-// ReadyDepth turns plus its fair share of the turns being run, whatever
-// another tenant's backlog, which bounds its delay to about one turn's
-// service time with the default depth.
+// keeping that queue shallow: it forwards as many turns as worker slots
+// are idle (the pull requests waiting on the workers' consumer) plus a
+// small cushion, ReadyDepth. A tenant's new turn therefore waits behind at
+// most ReadyDepth turns plus its fair share of the slots that free up,
+// whatever another tenant's backlog: about one turn's service time.
 //
 // The design choice, and its limits:
 //   - One scheduler, one consumer, one goroutine owning the fair queue: no
@@ -46,7 +46,7 @@ import (
 
 // Defaults of Config.
 const (
-	ReadyDepthDefault  = 32
+	ReadyDepthDefault  = 4
 	PullersDefault     = 4
 	HoldMaxDefault     = 100_000
 	HoldAckWaitDefault = time.Hour
@@ -65,7 +65,8 @@ type Config struct {
 	Bus   *bus.Bus
 	Store store.Store
 	// ReadyDepth is how many turns may wait undelivered in the workers'
-	// queue. Deeper keeps busy workers fed; shallower is fairer.
+	// queue beyond the idle worker slots. Deeper hides the scheduler's
+	// reaction time from busy workers; shallower is fairer.
 	ReadyDepth int
 	// Pullers is how many pulls from the turn queue run at once.
 	Pullers int
@@ -300,13 +301,14 @@ func (s *Scheduler) take(ctx context.Context, st *state, d *bus.Delivery) {
 	s.cfg.Metrics.queued(tenant, st.q.TenantLen(tenant))
 }
 
-// room is how many turns the workers' queue can take now.
+// room is how many turns the workers' queue can take now: one per idle
+// worker slot, plus the cushion, minus what already waits there.
 func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, error) {
 	bl, err := work.Pending(ctx)
 	if err != nil {
 		return 0, err
 	}
-	return max(0, s.cfg.ReadyDepth-int(bl.Undelivered)), nil
+	return max(0, bl.Waiting+s.cfg.ReadyDepth-int(bl.Undelivered)), nil
 }
 
 // dispatch forwards up to room turns in fair order and returns how many
