@@ -98,8 +98,32 @@ type testFleet struct {
 	tenant     *client.Client
 }
 
+// fleetOptions shape a test fleet; zero values give two workers with
+// eight slots each and an unlimited tenant "acme".
+type fleetOptions struct {
+	responder fakeserver.Responder
+	latency   time.Duration
+	workers   int
+	slots     int
+	tenant    api.TenantRequest
+}
+
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
 	t.Helper()
+	return setupFleetWith(t, fleetOptions{responder: responder, latency: latency})
+}
+
+func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
+	t.Helper()
+	if o.workers == 0 {
+		o.workers = 2
+	}
+	if o.slots == 0 {
+		o.slots = 8
+	}
+	if o.tenant.ID == "" {
+		o.tenant.ID = "acme"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	emb := bustest.StartServer(t)
@@ -107,7 +131,7 @@ func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Durat
 	b := bustest.Connect(t, emb, func(c *bus.Config) { c.AckWait = 2 * time.Second })
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "fleet.db")})
 	require.NoError(t, err)
-	model, err := fakeserver.Start(fakeserver.Config{Responder: responder, Latency: latency})
+	model, err := fakeserver.Start(fakeserver.Config{Responder: o.responder, Latency: o.latency})
 	require.NoError(t, err)
 
 	f := &testFleet{t: t, ctx: ctx, store: st, bus: b, model: model}
@@ -119,11 +143,11 @@ func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Durat
 	dispatcherDone := make(chan struct{})
 	go func() { defer close(dispatcherDone); _ = f.dispatcher.Run(ctx) }()
 
-	for i := range 2 {
+	for i := range o.workers {
 		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL()})
 		require.NoError(t, err)
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
-			Workers: 1, Slots: 8, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
+			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
 			Store: st, Bus: b, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
 		})
 		require.NoError(t, err)
@@ -149,7 +173,7 @@ func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Durat
 	})
 
 	f.admin = client.New(f.dispatcher.URL(), "admin-secret")
-	tv, err := f.admin.CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	tv, err := f.admin.CreateTenant(ctx, o.tenant)
 	require.NoError(t, err)
 	require.NotEmpty(t, tv.APIKey)
 	f.tenant = client.New(f.dispatcher.URL(), tv.APIKey)

@@ -39,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -301,6 +302,24 @@ func (s *Scheduler) take(ctx context.Context, st *state, d *bus.Delivery) {
 	s.cfg.Metrics.queued(tenant, st.q.TenantLen(tenant))
 }
 
+// start moves a new run from queued to running. started is false when the
+// run is no longer queued (cancelled meanwhile): its turn is dropped.
+func (s *Scheduler) start(ctx context.Context, d *bus.Delivery) (started bool, err error) {
+	_, err = s.cfg.Store.RunTransition(ctx, store.RunTransitionParams{
+		ID: d.Turn.RunID, From: []agentfleet.RunStatus{agentfleet.StatusQueued}, To: agentfleet.StatusRunning,
+	})
+	switch {
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		if aerr := d.Ack(ctx); aerr != nil {
+			s.log.Warn("scheduler: ack dropped turn", "run", d.Turn.RunID, "err", aerr)
+		}
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
 // room is how many turns the workers' queue can take now: one per idle
 // worker slot, plus the cushion, minus what already waits there.
 func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, error) {
@@ -322,6 +341,22 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			break
 		}
 		d := st.held[id]
+		if fresh && s.tenants.capped(ctx, tenant) {
+			// Start a capped tenant's run here, in the store, so that
+			// the count of its active runs includes it from now on,
+			// not only once a worker picks it up.
+			started, err := s.start(ctx, d)
+			if err != nil {
+				s.log.Warn("scheduler: start run", "run", d.Turn.RunID, "err", err)
+				st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, fresh)
+				break
+			}
+			if !started {
+				delete(st.held, id)
+				continue
+			}
+			s.tenants.started(tenant)
+		}
 		if err := s.cfg.Bus.ForwardTurn(ctx, d.Turn); err != nil {
 			// Put it back (at its tenant's tail, close enough to its
 			// fair position) and retry later.
@@ -330,9 +365,6 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			break
 		}
 		delete(st.held, id)
-		if fresh {
-			s.tenants.admitted(tenant)
-		}
 		if err := d.Ack(ctx); err != nil {
 			// Forwarded but not acked: it comes back after
 			// HoldAckWait, and the work queue drops it as a duplicate.

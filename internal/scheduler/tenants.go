@@ -8,14 +8,15 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// admittedTTL is how long a run admitted by the scheduler counts against
-// its tenant's max concurrent runs on the scheduler's own say-so, until
-// the store's count of active runs (refreshed every TenantTTL) includes
-// it. Counting it twice meanwhile errs on the side of the cap.
-const admittedTTL = 5 * time.Second
+// activeTTL is how stale a capped tenant's count of active runs may be
+// when the scheduler asks whether it may start another: short, so a slot
+// freed by a finished run is reused quickly.
+const activeTTL = 50 * time.Millisecond
 
 // tenantCache keeps what scheduling needs of each tenant: its weight and
-// max concurrent runs, and its count of active runs.
+// max concurrent runs (refreshed every ttl), and, for tenants with a cap,
+// its count of active runs (refreshed every activeTTL, and counted up at
+// once when the scheduler starts a run).
 type tenantCache struct {
 	store store.Store
 	ttl   time.Duration
@@ -26,9 +27,9 @@ type tenantCache struct {
 type tenantInfo struct {
 	weight        int
 	maxConcurrent int
-	active        int
 	fetched       time.Time
-	admitted      []time.Time
+	active        int
+	counted       time.Time
 }
 
 func newTenantCache(s store.Store, ttl time.Duration) *tenantCache {
@@ -45,19 +46,18 @@ func (c *tenantCache) get(ctx context.Context, tenant string) *tenantInfo {
 		ti = &tenantInfo{weight: 1}
 		c.m[tenant] = ti
 	}
-	if time.Since(ti.fetched) < c.ttl {
-		return ti
-	}
-	ti.fetched = time.Now()
-	if t, err := c.store.TenantGetByID(ctx, tenant); err == nil {
-		ti.weight, ti.maxConcurrent = max(1, t.Weight), t.MaxConcurrentRuns
-	}
-	if ti.maxConcurrent > 0 {
-		if n, err := c.store.RunCountActive(ctx, tenant); err == nil {
-			ti.active = n
+	if time.Since(ti.fetched) >= c.ttl {
+		ti.fetched = time.Now()
+		if t, err := c.store.TenantGetByID(ctx, tenant); err == nil {
+			ti.weight, ti.maxConcurrent = max(1, t.Weight), t.MaxConcurrentRuns
 		}
 	}
 	return ti
+}
+
+// capped reports whether the tenant limits its concurrent runs.
+func (c *tenantCache) capped(ctx context.Context, tenant string) bool {
+	return c.get(ctx, tenant).maxConcurrent > 0
 }
 
 // admit reports whether the tenant may start another run now.
@@ -68,22 +68,20 @@ func (c *tenantCache) admit(ctx context.Context, tenant string) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	kept := ti.admitted[:0]
-	for _, at := range ti.admitted {
-		if now.Sub(at) < admittedTTL {
-			kept = append(kept, at)
+	if time.Since(ti.counted) >= activeTTL {
+		if n, err := c.store.RunCountActive(ctx, tenant); err == nil {
+			ti.active, ti.counted = n, time.Now()
 		}
 	}
-	ti.admitted = kept
-	return ti.active+len(ti.admitted) < ti.maxConcurrent
+	return ti.active < ti.maxConcurrent
 }
 
-// admitted records that a run of the tenant was just started.
-func (c *tenantCache) admitted(tenant string) {
+// started counts a run the scheduler just started, until the next count
+// from the store includes it.
+func (c *tenantCache) started(tenant string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ti, ok := c.m[tenant]; ok && ti.maxConcurrent > 0 {
-		ti.admitted = append(ti.admitted, time.Now())
+	if ti, ok := c.m[tenant]; ok {
+		ti.active++
 	}
 }

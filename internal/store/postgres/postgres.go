@@ -23,6 +23,17 @@
 //     which a run's end takes too before it hands out the session's next
 //     run: of two concurrent creates exactly one is startable, and a run
 //     created while the head ends is either startable or handed out.
+//
+// Connections come from a pgxpool.Pool of at most Config.MaxConns. Every
+// call holds one connection only for its own statements (or transaction,
+// or pipeline) and never across calls, so the pool is the only bound on
+// concurrency. A connection idle for over a second is pinged before use
+// (pgxpool's default), so a server restart costs a reconnect, not a failed
+// call; one left broken or inside a transaction is closed on release, not
+// reused. The session settings (search_path for Config.Schema, timezone,
+// application_name) travel in the startup message, not in an AfterConnect
+// hook: that costs no extra round trip per new connection, and since they
+// become the session's defaults a RESET or DISCARD ALL cannot lose them.
 package postgres
 
 import (
@@ -30,11 +41,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
@@ -58,7 +71,9 @@ const (
 // Config configures Open.
 type Config struct {
 	// URL is a libpq-style connection string or URL, e.g.
-	// postgres://user@host:5432/db?sslmode=disable. Required.
+	// postgres://user@host:5432/db?sslmode=disable. Required. pgxpool's
+	// pool_* settings (pool_max_conn_lifetime, pool_health_check_period,
+	// ...) are honoured, except pool_max_conns: MaxConns sizes the pool.
 	URL string
 	// Schema, when set, holds the store's tables: created when missing
 	// and put first on the search path. Lets several stores (tests,
@@ -87,13 +102,16 @@ func (c Config) validate() error {
 	if c.MaxConns < 0 {
 		return errors.New("postgres: Config.MaxConns is negative: use zero for the default")
 	}
+	if c.MaxConns > math.MaxInt32 {
+		return fmt.Errorf("postgres: Config.MaxConns %d is too large: use at most %d", c.MaxConns, math.MaxInt32)
+	}
 	return nil
 }
 
 // Store is the Postgres store. It is safe for concurrent use.
 type Store struct {
 	cfg   Config
-	pool  *pool
+	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
 }
 
@@ -106,11 +124,37 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cc, err := pgx.ParseConfig(cfg.URL)
+	pc, err := poolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// NewWithConfig opens no connection (MinConns is zero); the first one
+	// is opened by migrate, so an unreachable server fails Open there.
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: create pool: %w", err)
+	}
+	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	if err := s.migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// poolConfig is the pool's configuration for cfg (already defaulted and
+// validated).
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse Config.URL: %w", err)
 	}
+	pc.MaxConns = int32(cfg.MaxConns) // validate bounds it
+	// Startup parameters, not an AfterConnect SET: see the package doc.
+	cc := pc.ConnConfig
 	if cfg.Schema != "" {
+		// Unqualified table names resolve in the store's schema alone,
+		// which is what keeps stores sharing a database apart.
 		cc.RuntimeParams["search_path"] = pgx.Identifier{cfg.Schema}.Sanitize()
 	}
 	// Timestamps cross the wire as instants either way; UTC keeps any
@@ -119,17 +163,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cc.RuntimeParams["application_name"] == "" {
 		cc.RuntimeParams["application_name"] = "agentfleet"
 	}
-	s := &Store{cfg: cfg, pool: newPool(cc, cfg.MaxConns), pairs: rules.TransitionPairs()}
-	if err := s.migrate(ctx); err != nil {
-		s.pool.close()
-		return nil, err
-	}
-	return s, nil
+	return pc, nil
 }
 
-// Close closes the pool's connections.
+// Close closes the pool. It waits for calls still running to give back
+// their connections, so none outlives it; later calls fail.
 func (s *Store) Close() error {
-	s.pool.close()
+	s.pool.Close()
 	return nil
 }
 
@@ -188,14 +228,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// withConn runs fn on a pooled connection.
+// withConn runs fn on a pooled connection. fn must not keep c, or
+// anything read from it, past its return: the connection goes back to
+// the pool then (or is closed, if fn left it broken or in a transaction).
 func (s *Store) withConn(ctx context.Context, fn func(c *pgx.Conn) error) error {
-	c, err := s.pool.acquire(ctx)
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: acquire connection: %w", err)
 	}
-	defer s.pool.release(c)
-	return fn(c)
+	defer c.Release()
+	return fn(c.Conn())
 }
 
 // maxAttempts bounds retries of a transaction Postgres aborted as a

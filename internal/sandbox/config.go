@@ -1,0 +1,201 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"time"
+)
+
+// Defaults of Config and Limits. A zero field means its default.
+const (
+	CPUTimeDefault       = 5 * time.Second
+	MemoryBytesDefault   = 256 << 20
+	LogBytesDefault      = 16 << 10
+	CarryBytesDefault    = 1 << 20
+	FetchMaxBytesDefault = 1 << 20
+	FetchTimeoutDefault  = 10 * time.Second
+	TurnTimeoutDefault   = 2 * time.Minute
+	MaxRedirectsDefault  = 5
+	// ChildProcsDefault is the GOMAXPROCS of a sandbox process: a script
+	// is single-threaded, the second P serves the protocol reader, the
+	// heap watcher and the GC.
+	ChildProcsDefault = 2
+)
+
+// Lower bounds below which a limit cannot work (the child's own runtime
+// needs some memory; a log cap must fit its cut marker).
+const (
+	minCPUTime     = 10 * time.Millisecond
+	minMemoryBytes = 32 << 20
+	minLogBytes    = 256
+	minCarryBytes  = 1 << 10
+	minFetchBytes  = 1 << 10
+)
+
+// killGrace is how long the parent waits past a deadline (CPU time,
+// cancellation) for a child to report before it kills it. A child in
+// JavaScript code stops within microseconds; one stuck in a long native
+// call (a huge sort, Array.prototype.fill over 1e10 slots) does not.
+const killGrace = time.Second
+
+// startTimeout bounds the handshake with a new sandbox process.
+const startTimeout = 15 * time.Second
+
+// Config configures a Pool.
+type Config struct {
+	// PoolSize is the number of sandbox processes, hence of concurrent
+	// executions; Execute waits for a free one. Zero means
+	// 2*GOMAXPROCS.
+	PoolSize int
+	Limits   Limits
+	// Policy decides each host primitive call (fetch, http, ai, aiJSON).
+	// Nil means DefaultPolicy.
+	Policy  Policy
+	Network NetworkConfig
+	// Executable is the binary started as a sandbox process. Empty means
+	// os.Executable(): any binary importing this package can serve (see
+	// the package doc). Set it to use a dedicated, smaller binary.
+	Executable string
+	// ChildProcs is GOMAXPROCS inside a sandbox process. Zero means
+	// ChildProcsDefault.
+	ChildProcs int
+	// Logger receives operational messages (a sandbox process crashed or
+	// was killed, with its stderr). Nil discards them.
+	Logger *slog.Logger
+}
+
+// Limits bound one execution (one turn).
+type Limits struct {
+	// CPUTime is how long the script may run JavaScript: wall time
+	// spent in the sandbox process, not counting time blocked in host
+	// calls (fetch, ai). A script past it is interrupted (kind timeout).
+	CPUTime time.Duration
+	// TurnTimeout bounds the whole execution in wall time, host calls
+	// included (kind timeout).
+	TurnTimeout time.Duration
+	// MemoryBytes bounds the heap of the sandbox process during a turn
+	// (kind memory). See the package doc for how.
+	MemoryBytes int64
+	// LogBytes caps log output; past it the middle is cut and marked.
+	LogBytes int
+	// CarryBytes caps run()'s return value and answer()'s argument,
+	// serialized as JSON (kind limit).
+	CarryBytes int
+	// FetchMaxBytes caps a fetched body; longer bodies are truncated and
+	// the response says so ("truncated": true).
+	FetchMaxBytes int64
+	// FetchTimeout bounds one fetch, redirects and body included.
+	FetchTimeout time.Duration
+}
+
+// NetworkConfig configures the network guard of fetch and http. The guard
+// is not a Policy: a Policy can deny more, but only Allow can open what the
+// guard blocks, and no script can change it.
+type NetworkConfig struct {
+	// Allow lists addresses the guard lets through although they are in
+	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
+	// service the agents are meant to reach.
+	Allow []netip.Prefix
+	// Resolver resolves host names; nil means net.DefaultResolver. The
+	// guard checks the addresses it returns at connect time, so a
+	// resolver cannot route around it.
+	Resolver Resolver
+	// MaxRedirects caps the redirects one fetch follows. Zero means
+	// MaxRedirectsDefault; negative means none.
+	MaxRedirects int
+}
+
+// Resolver resolves a host name to addresses; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.PoolSize == 0 {
+		c.PoolSize = 2 * runtime.GOMAXPROCS(0)
+	}
+	if c.ChildProcs == 0 {
+		c.ChildProcs = ChildProcsDefault
+	}
+	if c.Policy == nil {
+		c.Policy = DefaultPolicy
+	}
+	if c.Network.MaxRedirects == 0 {
+		c.Network.MaxRedirects = MaxRedirectsDefault
+	}
+	c.Limits = c.Limits.withDefaults()
+	return c
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.CPUTime == 0 {
+		l.CPUTime = CPUTimeDefault
+	}
+	if l.TurnTimeout == 0 {
+		l.TurnTimeout = TurnTimeoutDefault
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = MemoryBytesDefault
+	}
+	if l.LogBytes == 0 {
+		l.LogBytes = LogBytesDefault
+	}
+	if l.CarryBytes == 0 {
+		l.CarryBytes = CarryBytesDefault
+	}
+	if l.FetchMaxBytes == 0 {
+		l.FetchMaxBytes = FetchMaxBytesDefault
+	}
+	if l.FetchTimeout == 0 {
+		l.FetchTimeout = FetchTimeoutDefault
+	}
+	return l
+}
+
+// validate checks a defaulted config; its messages say how to fix it.
+func (c Config) validate() error {
+	var errs []error
+	if c.PoolSize < 0 {
+		errs = append(errs, fmt.Errorf("PoolSize is %d; use a positive number of sandbox processes, or 0 for 2*GOMAXPROCS", c.PoolSize))
+	}
+	if c.ChildProcs < 0 {
+		errs = append(errs, fmt.Errorf("ChildProcs is %d; use a positive GOMAXPROCS for sandbox processes, or 0 for %d", c.ChildProcs, ChildProcsDefault))
+	}
+	l := c.Limits
+	if l.CPUTime < minCPUTime {
+		errs = append(errs, fmt.Errorf("Limits.CPUTime is %s; use at least %s, or 0 for the default %s", l.CPUTime, minCPUTime, CPUTimeDefault))
+	}
+	if l.TurnTimeout < l.CPUTime {
+		errs = append(errs, fmt.Errorf("Limits.TurnTimeout (%s) is shorter than Limits.CPUTime (%s); raise it, or use 0 for the default %s", l.TurnTimeout, l.CPUTime, TurnTimeoutDefault))
+	}
+	if l.MemoryBytes < minMemoryBytes {
+		errs = append(errs, fmt.Errorf("Limits.MemoryBytes is %d; a sandbox process needs at least %s, use 0 for the default %s",
+			l.MemoryBytes, formatBytes(minMemoryBytes), formatBytes(MemoryBytesDefault)))
+	}
+	if l.LogBytes < minLogBytes {
+		errs = append(errs, fmt.Errorf("Limits.LogBytes is %d; use at least %d (the cut marker must fit), or 0 for the default %s", l.LogBytes, minLogBytes, formatBytes(LogBytesDefault)))
+	}
+	if l.CarryBytes < minCarryBytes {
+		errs = append(errs, fmt.Errorf("Limits.CarryBytes is %d; use at least %d, or 0 for the default %s", l.CarryBytes, minCarryBytes, formatBytes(CarryBytesDefault)))
+	}
+	if l.FetchMaxBytes < minFetchBytes {
+		errs = append(errs, fmt.Errorf("Limits.FetchMaxBytes is %d; use at least %d, or 0 for the default %s", l.FetchMaxBytes, minFetchBytes, formatBytes(FetchMaxBytesDefault)))
+	}
+	if l.FetchTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Limits.FetchTimeout is %s; use a positive duration, or 0 for the default %s", l.FetchTimeout, FetchTimeoutDefault))
+	}
+	for i, p := range c.Network.Allow {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("Network.Allow[%d] is not a valid prefix; write it like netip.MustParsePrefix(\"10.1.2.0/24\")", i))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox: invalid config: %w", err)
+	}
+	return nil
+}

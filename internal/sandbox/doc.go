@@ -1,0 +1,105 @@
+// Package sandbox runs the JavaScript an agent writes each turn ("code as
+// action", DESIGN §3) and reports what happened. It owns the JavaScript
+// runtime (it is the only importer of goja; no goja type crosses its API),
+// the primitives scripts call (log, answer, fetch, http, ai, markdown, ...)
+// with their TypeScript declarations, the policy check every host call
+// passes, the network guard, and the per-turn limits. It knows nothing of
+// runs, queues, stores or models beyond the agentfleet domain types: the
+// caller hands it an agentfleet.ExecRequest (with an AIFunc it meters) and
+// gets an agentfleet.ExecResult.
+//
+// # The child-process hook: every importing binary is also a sandbox
+//
+// Scripts do not run in the caller's process. goja has no memory limit,
+// and one huge allocation ('x'.repeat(2**36)) makes the Go runtime die with
+// "fatal error: runtime: out of memory", which no recover() catches. So a
+// Pool keeps a pool of sandbox processes and re-executes its own binary
+// (os.Executable, or Config.Executable) as each of them, with the
+// environment variable AGENTFLEET_SANDBOX_CHILD_V1 set. An init function in
+// this package sees the variable, serves the parent and exits: main (or
+// the test runner) never runs. Hence:
+//
+//   - Any binary that imports this package - the worker, agentctl, every
+//     test binary - can act as a sandbox process. Nothing needs to be built
+//     or shipped separately.
+//   - Packages initialized before this one run their init functions in the
+//     child too; they must not depend on the environment (the child's holds
+//     only the marker), files (its working directory is /) or the network.
+//   - Nothing may print to the child's stdout expecting it to matter: the
+//     protocol runs on fds 3 (requests), 4 (replies) and 5 (cancels); stdout
+//     is discarded and the head of stderr is kept for crash reports.
+//
+// # The process pool
+//
+// A Pool has PoolSize processes at most (default 2*GOMAXPROCS), started
+// lazily by the first Execute that finds none idle and then reused turn
+// after turn; Execute waits (honouring its context) when all are busy. A
+// process that dies or is killed is reaped and replaced on demand; Close
+// kills and reaps them all. Each turn runs in a fresh goja runtime, built
+// by the process between turns, so nothing a script does - globals,
+// patched prototypes, replaced builtins - is visible to any later turn,
+// run or tenant. Requests and results travel as compact binary frames, one
+// write each, over blocking pipes: a warm round trip costs tens of
+// microseconds on top of the script itself.
+//
+// # Limits (Limits)
+//
+//   - CPU time: the script may run JavaScript for Limits.CPUTime. This is
+//     time in the sandbox process, not counting time blocked in host calls
+//     (fetch, ai): a turn that waits ten seconds on a model has not used ten
+//     seconds of CPU. The process interrupts the script itself (kind
+//     timeout) and stays usable; if it fails to report within a grace
+//     period (a long native call such as a catastrophic regexp does not see
+//     interrupts) the parent kills it. Limits.TurnTimeout bounds the whole
+//     turn in wall time, host calls included.
+//   - Memory: a process sets RLIMIT_AS to what it has mapped at start plus
+//     room for the turn's heap (Linux only), asks the GC to stay under
+//     Limits.MemoryBytes, and samples its heap every few milliseconds while
+//     a script runs. Gradual growth is interrupted cleanly once the heap
+//     passes the bound, or a collection finds live data above 7/8 of it
+//     (kind memory; the process survives). A single allocation too large
+//     for the address-space limit kills the process; the parent recognizes
+//     the out-of-memory exit, reports kind memory and replaces the process.
+//     The bound is approximate by nature: it is the heap of the process, of
+//     which the script's data is nearly all.
+//   - Output: log output is capped at Limits.LogBytes (head and tail kept,
+//     the cut marked); run()'s return value and answer()'s value at
+//     Limits.CarryBytes of JSON (kind limit, with a message telling the
+//     model to return less); fetched bodies at Limits.FetchMaxBytes
+//     (truncated and flagged).
+//   - Cancellation: cancelling Execute's context interrupts the script
+//     (kind cancelled), killing the process if it does not stop in time.
+//
+// # Results and errors
+//
+// Execute returns an error only when the sandbox itself fails: a process
+// cannot be started, the pool is closed, or the request names an unknown
+// primitive. Everything a script does is an ExecResult whose Err says what
+// went wrong in words fit for the model - the JavaScript error with its
+// line:column, never a Go stack or goja internals. A process that crashes
+// for a reason other than memory fails the turn with "sandbox process
+// crashed". Values listed in ExecRequest.Secrets are replaced by
+// "[redacted]" in logs, return value, answer and error message.
+//
+// # Primitives, policy, network guard
+//
+// log, console, answer, assert and help are always defined: they are the
+// turn protocol. The others (parseUrl, fetch, http, markdown,
+// htmlToMarkdown, ai, aiJSON; see DefaultPrimitives) are defined only when
+// listed in ExecRequest.Primitives (nil: all), and Declarations describes
+// exactly what a given list defines. Pure primitives run in the sandbox
+// process. Host primitives (fetch, http, ai, aiJSON) are executed by the
+// parent, which is asked by the process over the pipe; each call passes
+// exactly one Policy.Check there. A Deny or NeedsApproval reaches the
+// script as a catchable PolicyError; uncaught, the turn fails with kind
+// denied. Human approvals are not implemented yet: NeedsApproval reads
+// "<primitive> needs approval: <reason>; approvals are not enabled yet".
+//
+// fetch and http only reach public http(s) addresses: loopback, private,
+// link-local, CGNAT, multicast, unspecified, broadcast, reserved and cloud
+// metadata addresses are refused, in the URL (including non-canonical forms
+// such as 127.1 or [::ffff:7f00:1]) and, decisively, on the resolved
+// address at connect time, which covers DNS rebinding and redirects (at
+// most NetworkConfig.MaxRedirects). Only NetworkConfig.Allow, set by the
+// operator, opens a blocked range; no script and no Policy can.
+package sandbox

@@ -1,0 +1,215 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// hostCall runs one host primitive for the child: decode, check it is
+// enabled, pass the policy, do it. It returns the turn sequence number the
+// call claims, a reply status and its data.
+func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, usage *agentfleet.Usage) (uint64, byte, []byte) {
+	d := decoder{b: payload}
+	seq := d.uint()
+	pr := prim(d.byte())
+	args := d.bytes()
+	if d.err != nil {
+		return seq, hostError, []byte("internal: malformed host call")
+	}
+	if pr >= numPrims || !prims[pr].host || !set.has(pr) {
+		// The child defines only enabled primitives; a call for any
+		// other is refused here too, not trusted.
+		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
+	}
+	name := prims[pr].name
+	policyArgs := args
+	if pr == primFetch || pr == primHTTP {
+		policyArgs = withoutBody(args)
+	}
+	switch dec, reason := p.cfg.Policy.Check(ctx, Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID}); dec {
+	case Allow:
+	case NeedsApproval:
+		return seq, hostDenied, []byte(fmt.Sprintf("%s needs approval: %s; approvals are not enabled yet", name, orUnspecified(reason)))
+	default:
+		return seq, hostDenied, []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+	}
+	var (
+		status byte
+		data   []byte
+	)
+	switch pr {
+	case primFetch, primHTTP:
+		status, data = p.fetch(ctx, name, args)
+	case primAI, primAIJSON:
+		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, usage)
+	}
+	return seq, status, data
+}
+
+func orUnspecified(reason string) string {
+	if reason == "" {
+		return "no reason given"
+	}
+	return reason
+}
+
+// withoutBody strips the body from fetch arguments: a policy decides on
+// method, URL and headers, and a body can be large.
+func withoutBody(args []byte) json.RawMessage {
+	var a fetchArgs
+	if err := json.Unmarshal(args, &a); err != nil {
+		return args
+	}
+	a.Body, a.JSON = nil, false
+	b, err := json.Marshal(a)
+	if err != nil {
+		return args
+	}
+	return b
+}
+
+func hostErr(format string, args ...any) (byte, []byte) {
+	return hostError, []byte(fmt.Sprintf(format, args...))
+}
+
+// fetch performs one HTTP request for fetch or http.
+func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte) {
+	var a fetchArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return hostErr("%s: bad arguments: %v", name, err)
+	}
+	u, err := p.guard.checkURL(a.URL)
+	if err != nil {
+		var be *blockedError
+		if errors.As(err, &be) {
+			return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, a.URL, err))
+		}
+		return hostErr("%s: %v", name, err)
+	}
+	target := u.Redacted()
+	lim := p.cfg.Limits
+	fctx, cancel := context.WithTimeout(ctx, lim.FetchTimeout)
+	defer cancel()
+	var body io.Reader
+	if a.Body != nil {
+		body = strings.NewReader(*a.Body)
+	}
+	hreq, err := http.NewRequestWithContext(fctx, a.Method, u.String(), body)
+	if err != nil {
+		return hostErr("%s %s: %v", name, target, err)
+	}
+	for k, v := range a.Headers {
+		hreq.Header.Set(k, v)
+	}
+	if a.JSON && hreq.Header.Get("Content-Type") == "" {
+		hreq.Header.Set("Content-Type", "application/json")
+	}
+	if hreq.Header.Get("User-Agent") == "" {
+		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
+	}
+	resp, err := p.client.Do(hreq)
+	if err != nil {
+		return p.fetchErr(ctx, fctx, name, target, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, lim.FetchMaxBytes+1))
+	if err != nil {
+		return p.fetchErr(ctx, fctx, name, target, fmt.Errorf("reading body: %w", err))
+	}
+	r := fetchResult{Status: resp.StatusCode, Headers: make(map[string]string, len(resp.Header)), URL: resp.Request.URL.Redacted()}
+	if int64(len(b)) > lim.FetchMaxBytes {
+		b = trimPartialRune(b[:lim.FetchMaxBytes])
+		r.Truncated = true
+	}
+	r.Body = string(b)
+	for k, vs := range resp.Header {
+		r.Headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		return hostErr("%s %s: encode response: %v", name, target, err)
+	}
+	return hostOK, out
+}
+
+// fetchErr turns a request error into what the script sees: a guard block
+// is a denial; timeouts and cancellation say so plainly.
+func (p *Pool) fetchErr(turn, fctx context.Context, name, target string, err error) (byte, []byte) {
+	var be *blockedError
+	switch {
+	case errors.As(err, &be):
+		return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, target, be))
+	case turn.Err() != nil:
+		return hostErr("%s %s: the turn was stopped", name, target)
+	case fctx.Err() != nil:
+		return hostErr("%s %s: timed out after %s", name, target, shortDuration(p.cfg.Limits.FetchTimeout))
+	}
+	return hostErr("%s %s: %v", name, target, cleanNetErr(err))
+}
+
+// cleanNetErr drops the *url.Error wrapping ("Get \"url\": "), which
+// repeats what the message already says.
+func cleanNetErr(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// ai performs ai() or aiJSON() through the caller's AIFunc, adding what
+// it used to the turn's usage.
+func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, usage *agentfleet.Usage) (byte, []byte) {
+	name := "ai"
+	if asJSON {
+		name = "aiJSON"
+	}
+	if fn == nil {
+		return hostErr("%s() is not available: no model is configured for script sub-calls", name)
+	}
+	var a aiArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return hostErr("%s: bad arguments: %v", name, err)
+	}
+	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON})
+	*usage = usage.Add(resp.Usage)
+	if err != nil {
+		if ctx.Err() != nil {
+			return hostErr("%s: the turn was stopped", name)
+		}
+		return hostErr("%s: the model call failed: %v", name, err)
+	}
+	if !asJSON {
+		out, _ := json.Marshal(resp.Content)
+		return hostOK, out
+	}
+	doc := strings.TrimSpace(stripFence(resp.Content))
+	if !json.Valid([]byte(doc)) {
+		return hostErr("aiJSON: the model's reply is not valid JSON: %s", capMessage(firstLine(resp.Content)))
+	}
+	return hostOK, []byte(doc)
+}
+
+// stripFence removes a Markdown code fence around a reply: models often
+// wrap JSON in ```json ... ``` even when asked not to.
+func stripFence(s string) string {
+	t := strings.TrimSpace(s)
+	if !strings.HasPrefix(t, "```") {
+		return s
+	}
+	t = t[3:]
+	if i := strings.IndexByte(t, '\n'); i >= 0 {
+		t = t[i+1:]
+	} else {
+		return s
+	}
+	return strings.TrimSuffix(strings.TrimSpace(t), "```")
+}

@@ -1,0 +1,380 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The network guard keeps fetch and http on the public internet (DESIGN
+// §9, SSRF). It works in two places:
+//
+//   - Up front, on the URL (and on every redirect's URL): only http and
+//     https; host names that name the local machine or a metadata service
+//     are refused, and so are IP literals in a blocked range or written in
+//     a non-canonical form (127.1, 2130706433, 0x7f000001, 017700000001,
+//     [::ffff:127.0.0.1]). Those forms are refused even when they would
+//     name a public address: resolvers disagree about them, and a model
+//     has no reason to write them. This is for clear messages.
+//   - At connect time, in the dialer's Control hook, on the resolved
+//     address the socket is about to connect to. This is the check that
+//     matters: it covers DNS names that resolve (or re-resolve, DNS
+//     rebinding) to a blocked address and redirects to such names, since
+//     every connection, redirected or not, is dialled through it.
+
+// blockedError is a connection or URL refused by the network guard.
+type blockedError struct {
+	target string // what was refused: an address or a host name
+	reason string // why, as "is a loopback address"
+}
+
+func (e *blockedError) Error() string {
+	return fmt.Sprintf("blocked by the network guard: %s %s", e.target, e.reason)
+}
+
+type netGuard struct {
+	allow    []netip.Prefix
+	resolver Resolver
+	dialer   net.Dialer
+}
+
+func newNetGuard(cfg NetworkConfig) *netGuard {
+	g := &netGuard{allow: cfg.Allow, resolver: cfg.Resolver}
+	if g.resolver == nil {
+		g.resolver = net.DefaultResolver
+	}
+	g.dialer = net.Dialer{
+		Timeout:   10 * time.Second,
+		KeepAlive: 30 * time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return &blockedError{target: address, reason: "is not an IP address and port"}
+			}
+			return g.checkAddr(ap.Addr())
+		},
+	}
+	return g
+}
+
+// newHTTPClient returns the client fetch and http use: every connection
+// goes through the guard, there is no proxy (an environment proxy would
+// connect on the script's behalf, past the guard), no cookie jar (nothing
+// carries over between turns or tenants) and a redirect cap.
+func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
+	tr := &http.Transport{
+		Proxy:                  nil,
+		DialContext:            g.dialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           64,
+		MaxIdleConnsPerHost:    4,
+		IdleConnTimeout:        60 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if maxRedirects < 0 {
+				return http.ErrUseLastResponse
+			}
+			if len(via) > maxRedirects {
+				return fmt.Errorf("stopped after %d redirects", maxRedirects)
+			}
+			if _, err := g.checkURL(req.URL.String()); err != nil {
+				return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
+			}
+			return nil
+		},
+	}
+}
+
+// dialContext resolves the host itself and dials each address as a
+// literal, so the Control hook sees exactly what is connected to.
+func (g *netGuard) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	host, portStr, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", address, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: bad port: %w", address, err)
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		if err := checkHostName(host); err != nil {
+			return nil, err
+		}
+		addrs, err = g.resolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s: %w", host, err)
+		}
+		if len(addrs) == 0 {
+			return nil, fmt.Errorf("resolve %s: no addresses", host)
+		}
+	}
+	var blocked, other error
+	for _, a := range addrs {
+		conn, err := g.dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		if err == nil {
+			return conn, nil
+		}
+		var be *blockedError
+		if errors.As(err, &be) {
+			if blocked == nil {
+				blocked = be
+			}
+		} else if other == nil {
+			other = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	// A reachable-but-failing public address is the more useful message;
+	// otherwise say why the guard refused.
+	if other != nil {
+		return nil, other
+	}
+	return nil, blocked
+}
+
+// checkURL parses raw and applies the up-front rules.
+func (g *netGuard) checkURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid URL %q: %w", raw, unwrapURLError(err))
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "http", "https":
+	case "":
+		return nil, fmt.Errorf("invalid URL %q: use an absolute http:// or https:// URL", raw)
+	default:
+		return nil, fmt.Errorf("invalid URL %q: only http and https URLs can be fetched, not %s:", raw, u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return nil, fmt.Errorf("invalid URL %q: no host", raw)
+	}
+	if err := g.checkHost(host); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// checkHost applies the up-front rules to a URL's host (brackets removed).
+func (g *netGuard) checkHost(host string) error {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	if a, err := netip.ParseAddr(h); err == nil {
+		if a.Is4In6() {
+			return &blockedError{target: "[" + h + "]", reason: fmt.Sprintf("is an IPv4-mapped IPv6 address (= %s); write IPv4 addresses in dotted-decimal form", a.Unmap())}
+		}
+		return g.checkAddr(a)
+	}
+	if a, ok := parseLegacyIPv4(h); ok {
+		return &blockedError{target: host, reason: fmt.Sprintf("is a non-canonical IPv4 address (= %s); write IPv4 addresses in dotted-decimal form like 93.184.215.14", a)}
+	}
+	if looksNumeric(h) {
+		return &blockedError{target: host, reason: "is not a valid IPv4 address or host name"}
+	}
+	return checkHostName(h)
+}
+
+// checkHostName refuses names that stand for this machine or a cloud
+// metadata service. Other names are checked when their addresses are
+// dialled.
+func checkHostName(host string) error {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	switch {
+	case h == "localhost" || strings.HasSuffix(h, ".localhost") ||
+		h == "localhost.localdomain" || h == "ip6-localhost" || h == "ip6-loopback":
+		return &blockedError{target: host, reason: "names the local machine"}
+	case h == "metadata.google.internal" || h == "metadata.goog" || h == "metadata" ||
+		h == "instance-data" || h == "instance-data.ec2.internal":
+		return &blockedError{target: host, reason: "is a cloud metadata service"}
+	}
+	return nil
+}
+
+// checkAddr is the connect-time rule: a blocked range unless Allow lists it.
+func (g *netGuard) checkAddr(a netip.Addr) error {
+	a = a.WithZone("")
+	for _, p := range g.allow {
+		if p.Contains(a) || (a.Is4In6() && p.Contains(a.Unmap())) {
+			return nil
+		}
+	}
+	if reason := blockedReason(a); reason != "" {
+		return &blockedError{target: a.String(), reason: reason}
+	}
+	return nil
+}
+
+type blockedRange struct {
+	prefix netip.Prefix
+	reason string
+}
+
+var (
+	metadataAddrs = map[netip.Addr]bool{
+		netip.MustParseAddr("169.254.169.254"): true, // AWS, GCP, Azure, ...
+		netip.MustParseAddr("169.254.170.2"):   true, // AWS ECS task metadata
+		netip.MustParseAddr("fd00:ec2::254"):   true, // AWS IMDS over IPv6
+		netip.MustParseAddr("100.100.100.200"): true, // Alibaba Cloud
+	}
+	// Order matters where ranges nest: the first match names the reason.
+	blockedRanges = []blockedRange{
+		{netip.MustParsePrefix("0.0.0.0/8"), "is an unspecified (\"this network\") address"},
+		{netip.MustParsePrefix("10.0.0.0/8"), "is a private address"},
+		{netip.MustParsePrefix("100.64.0.0/10"), "is a carrier-grade NAT address"},
+		{netip.MustParsePrefix("127.0.0.0/8"), "is a loopback address"},
+		{netip.MustParsePrefix("169.254.0.0/16"), "is a link-local address"},
+		{netip.MustParsePrefix("172.16.0.0/12"), "is a private address"},
+		{netip.MustParsePrefix("192.0.0.0/24"), "is an IETF protocol address"},
+		{netip.MustParsePrefix("192.0.2.0/24"), "is a documentation address"},
+		{netip.MustParsePrefix("192.168.0.0/16"), "is a private address"},
+		{netip.MustParsePrefix("198.18.0.0/15"), "is a benchmarking address"},
+		{netip.MustParsePrefix("198.51.100.0/24"), "is a documentation address"},
+		{netip.MustParsePrefix("203.0.113.0/24"), "is a documentation address"},
+		{netip.MustParsePrefix("224.0.0.0/4"), "is a multicast address"},
+		{netip.MustParsePrefix("255.255.255.255/32"), "is the broadcast address"},
+		{netip.MustParsePrefix("240.0.0.0/4"), "is a reserved address"},
+		{netip.MustParsePrefix("::/128"), "is the unspecified address"},
+		{netip.MustParsePrefix("::1/128"), "is a loopback address"},
+		{netip.MustParsePrefix("::/96"), "is an IPv4-compatible address (deprecated)"},
+		{netip.MustParsePrefix("64:ff9b:1::/48"), "is a local-use NAT64 address"},
+		{netip.MustParsePrefix("100::/64"), "is a discard-only address"},
+		{netip.MustParsePrefix("2001::/32"), "is a Teredo address"},
+		{netip.MustParsePrefix("2001:db8::/32"), "is a documentation address"},
+		{netip.MustParsePrefix("fc00::/7"), "is a private (unique local) address"},
+		{netip.MustParsePrefix("fe80::/10"), "is a link-local address"},
+		{netip.MustParsePrefix("fec0::/10"), "is a site-local address"},
+		{netip.MustParsePrefix("ff00::/8"), "is a multicast address"},
+	}
+	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour   = netip.MustParsePrefix("2002::/16")
+)
+
+// blockedReason says why a is not a public address, or "" if it is.
+// Addresses that embed an IPv4 address (mapped, NAT64, 6to4) are judged by
+// the address they embed.
+func blockedReason(a netip.Addr) string {
+	if metadataAddrs[a] {
+		return "is a cloud metadata address"
+	}
+	if a.Is4In6() {
+		if r := blockedReason(a.Unmap()); r != "" {
+			return r + " (IPv4-mapped)"
+		}
+		return ""
+	}
+	b := a.As16()
+	switch {
+	case nat64Prefix.Contains(a):
+		if r := blockedReason(netip.AddrFrom4([4]byte(b[12:16]))); r != "" {
+			return r + " (via NAT64)"
+		}
+		return ""
+	case sixToFour.Contains(a):
+		if r := blockedReason(netip.AddrFrom4([4]byte(b[2:6]))); r != "" {
+			return r + " (via 6to4)"
+		}
+		return ""
+	}
+	for _, r := range blockedRanges {
+		if r.prefix.Contains(a) {
+			return r.reason
+		}
+	}
+	return ""
+}
+
+// parseLegacyIPv4 parses the inet_aton forms of an IPv4 address that are
+// not dotted-decimal: 1 to 4 parts, each decimal, octal (leading 0) or hex
+// (0x), the last part filling the remaining bytes (127.1, 2130706433,
+// 0x7f000001, 017700000001, 0177.0.0.1).
+func parseLegacyIPv4(h string) (netip.Addr, bool) {
+	parts := strings.Split(h, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var vals [4]uint64
+	for i, p := range parts {
+		if p == "" {
+			return netip.Addr{}, false
+		}
+		base := 10
+		switch {
+		case strings.HasPrefix(p, "0x"):
+			p, base = p[2:], 16
+			if p == "" {
+				p = "0"
+			}
+		case len(p) > 1 && p[0] == '0':
+			p, base = p[1:], 8
+		}
+		v, err := strconv.ParseUint(p, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		vals[i] = v
+	}
+	n := len(parts)
+	var ip uint64
+	for i := 0; i < n-1; i++ {
+		if vals[i] > 255 {
+			return netip.Addr{}, false
+		}
+		ip |= vals[i] << (8 * (3 - i))
+	}
+	last := vals[n-1]
+	if last >= 1<<(8*(5-n)) {
+		return netip.Addr{}, false
+	}
+	ip |= last
+	return netip.AddrFrom4([4]byte{byte(ip >> 24), byte(ip >> 16), byte(ip >> 8), byte(ip)}), true
+}
+
+// looksNumeric reports whether a host's last label is a number, which
+// makes it an IPv4 address to a URL parser (WHATWG): if it did not parse
+// as one, it is invalid rather than a name.
+func looksNumeric(h string) bool {
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if strings.HasPrefix(last, "0x") {
+		last = last[2:]
+		for _, c := range last {
+			if !strings.ContainsRune("0123456789abcdef", c) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range last {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"os"
+	"syscall"
+)
+
+// limitAddressSpace is a no-op off Linux: RLIMIT_AS is not enforced
+// reliably elsewhere (macOS ignores it). The heap watcher still bounds
+// gradual growth; a single huge allocation can kill the sandbox process,
+// which the parent reports and replaces. Production runs on Linux.
+func limitAddressSpace(int64) error { return nil }
+
+func childSysProcAttr() *syscall.SysProcAttr { return nil }
+
+// pipe is os.Pipe off Linux; only round-trip latency differs.
+func pipe() (r, w *os.File, err error) { return os.Pipe() }
