@@ -57,7 +57,11 @@ type Config struct {
 	// workers beyond those they are running (0: the scheduler default).
 	ReadyDepth   int
 	DrainTimeout time.Duration
-	Model        llm.Config
+	// AckWait is how long a turn message may go without a heartbeat
+	// before NATS redelivers it (zero: the bus default, 30s): the time
+	// a crashed worker's turns take to come back.
+	AckWait time.Duration
+	Model   llm.Config
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -84,6 +88,13 @@ func ConfigFromEnv() (Config, error) {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_DRAIN_TIMEOUT=%q is not a duration like \"30s\"", v))
 		}
 		c.DrainTimeout = d
+	}
+	if v := os.Getenv("AGENTFLEET_ACK_WAIT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Second {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_ACK_WAIT=%q must be a duration of at least 1s, like \"30s\"", v))
+		}
+		c.AckWait = d
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
