@@ -101,9 +101,20 @@ func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
 type SourceOption func(*sourceOptions)
 
 type sourceOptions struct {
-	tenant        string
-	ackWait       time.Duration
-	maxAckPending int
+	tenant           string
+	ackWait          time.Duration
+	maxAckPending    int
+	resetOnReconnect bool
+}
+
+// ResetOnReconnect makes the source Reset its consumer whenever it is
+// re-ensured on a new connection. A message the server delivered while
+// the connection was dying is lost in transit but still counted as
+// delivered: with a long HoldFor it would not come back for that long. The
+// sole holder of a source (the scheduler) reclaims such messages at once
+// this way; it must tolerate getting again the turns it still holds.
+func ResetOnReconnect() SourceOption {
+	return func(o *sourceOptions) { o.resetOnReconnect = true }
 }
 
 // HoldFor sets the source's AckWait: how long a delivery may stay
@@ -234,6 +245,14 @@ func (s *TurnSource) consumer(ctx context.Context, epoch uint64) (jetstream.Cons
 	}
 	ctx, cancel := s.b.apiCtx(ctx)
 	defer cancel()
+	s.mu.Lock()
+	reconnected := s.epoch != 0 && s.epoch != epoch
+	s.mu.Unlock()
+	if reconnected && s.opts.resetOnReconnect {
+		if err := s.b.js.DeleteConsumer(ctx, s.stream, s.durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, opErr(ctx, fmt.Errorf("reset consumer %s on %s after reconnect: %w", s.durable, s.stream, err))
+		}
+	}
 	cfg := s.consumerConfig()
 	cons, err := s.b.js.CreateOrUpdateConsumer(ctx, s.stream, cfg)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -183,7 +183,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 
 // lead is the scheduling loop of the leader.
 func (s *Scheduler) lead(ctx context.Context) error {
-	src, err := s.cfg.Bus.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable, bus.HoldFor(s.cfg.HoldAckWait), bus.MaxHeld(s.cfg.HoldMax))
+	src, err := s.cfg.Bus.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable, bus.HoldFor(s.cfg.HoldAckWait), bus.MaxHeld(s.cfg.HoldMax), bus.ResetOnReconnect())
 	if err != nil {
 		return fmt.Errorf("scheduler: open turn queue: %w", err)
 	}

@@ -1,0 +1,230 @@
+package fleet_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
+	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/postgres"
+	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
+)
+
+var fleetBinaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// buildFleet builds cmd/dispatcher and cmd/worker once per test binary.
+func buildFleet(t *testing.T) (dispatcher, worker string) {
+	t.Helper()
+	fleetBinaries.once.Do(func() {
+		dir, err := os.MkdirTemp("", "agentfleet-bin-*")
+		if err != nil {
+			fleetBinaries.err = err
+			return
+		}
+		fleetBinaries.dir = dir
+		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+			"github.com/agentfleet/agentfleet/cmd/dispatcher", "github.com/agentfleet/agentfleet/cmd/worker")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fleetBinaries.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, fleetBinaries.err)
+	return filepath.Join(fleetBinaries.dir, "dispatcher"), filepath.Join(fleetBinaries.dir, "worker")
+}
+
+// proc is a fleet process started by a test.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+func startProc(t *testing.T, name, bin string, env []string) *proc {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), name+".log")
+	logFile, err := os.Create(logPath)
+	require.NoError(t, err)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	require.NoError(t, cmd.Start())
+	p := &proc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = logFile.Close(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("--- %s log (tail) ---\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart runs the fleet as
+// a production deployment would: a nats-server process built from the Go
+// module, PostgreSQL, one dispatcher and three worker processes. Mid-load
+// one worker gets SIGKILL and the NATS server restarts; every run must
+// still complete correctly, with no turn committed twice.
+func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test builds binaries and takes ~30s")
+	}
+	// A fresh schema for this fleet, migrated here and named in the URL
+	// the processes get; dropped when the test ends.
+	baseURL, schema := pgtest.Schema(t)
+	dispatcherBin, workerBin := buildFleet(t)
+	natsBin := bustest.BuildServerBinary(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	dbURL := withQuery(t, baseURL, "search_path", schema)
+
+	natsDir := t.TempDir()
+	natsPort := freePort(t)
+	natsSrv := bustest.StartServerProcess(t, natsBin, natsPort, natsDir)
+
+	model, err := fakeserver.Start(fakeserver.Config{Responder: threeTurns, Latency: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = model.Close() })
+
+	apiPort := freePort(t)
+	common := []string{
+		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
+		"AGENTFLEET_DATABASE_URL=" + dbURL,
+		"AGENTFLEET_ACK_WAIT=3s",
+		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
+	}
+	startProc(t, "dispatcher", dispatcherBin, append(common,
+		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
+	var workers []*proc
+	for i := range 3 {
+		workers = append(workers, startProc(t, fmt.Sprintf("worker%d", i), workerBin, append(common,
+			"AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
+			"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL())))
+	}
+
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+	admin := client.New(apiURL, "admin-secret")
+	tv, err := admin.CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	tenant := client.New(apiURL, tv.APIKey)
+
+	const runs = 60
+	ids := make([]string, runs)
+	for i := range runs {
+		run, err := tenant.CreateRun(ctx, api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
+		require.NoError(t, err)
+		ids[i] = run.ID
+	}
+	completed := func() int {
+		c, err := st.RunCountByStatus(ctx, "acme")
+		require.NoError(t, err)
+		return c[agentfleet.StatusCompleted]
+	}
+	require.Eventually(t, func() bool { return completed() >= 10 }, 60*time.Second, 10*time.Millisecond)
+	require.NoError(t, workers[0].cmd.Process.Signal(syscall.SIGKILL))
+	<-workers[0].done
+
+	require.Eventually(t, func() bool { return completed() >= 25 }, 60*time.Second, 10*time.Millisecond)
+	natsSrv.Stop()
+	natsSrv = bustest.StartServerProcess(t, natsBin, natsPort, natsDir)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for i, id := range ids {
+		run, err := tenant.Wait(waitCtx, id)
+		if err != nil {
+			stuck, _ := st.RunGetByID(ctx, store.RunGetByIDParams{ID: id})
+			c, _ := st.RunCountByStatus(ctx, "acme")
+			t.Fatalf("run %d did not finish: %v; it is %s after %d turns; runs by status: %v", i, err, stuck.Status, stuck.Turn, c)
+		}
+		require.Equal(t, agentfleet.StatusCompleted, run.Status, "run %d: %s", i, run.Error)
+		require.JSONEq(t, strconv.Quote(fmt.Sprintf("result %d", 2*i+1)), string(run.Answer))
+		requireCommittedOnce(t, st, run)
+	}
+	calls := map[string]int{}
+	for _, r := range model.Received() {
+		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
+	}
+	repeated := 0
+	for _, n := range calls {
+		repeated += n - 1
+	}
+	t.Logf("%d runs completed; %d model calls for %d turns (%d repeated: the killed worker's and the restart's interrupted calls)",
+		runs, len(model.Received()), 3*runs, repeated)
+}
+
+// requireCommittedOnce checks a run's trace holds each turn exactly once.
+func requireCommittedOnce(t *testing.T, st store.Store, run agentfleet.Run) {
+	t.Helper()
+	evs, err := st.EventListByRun(context.Background(), store.EventListByRunParams{RunID: run.ID})
+	require.NoError(t, err)
+	calls := map[int]int{}
+	for i, ev := range evs {
+		require.EqualValues(t, i+1, ev.Seq, "run %s: seq must be dense", run.ID)
+		if ev.Type == agentfleet.EventModelCall {
+			calls[ev.Turn]++
+		}
+	}
+	for turn := 1; turn <= run.Turn; turn++ {
+		require.Equal(t, 1, calls[turn], "run %s turn %d committed more than once", run.ID, turn)
+	}
+}
+
+func withQuery(t *testing.T, raw, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
