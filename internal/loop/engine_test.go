@@ -1,0 +1,471 @@
+package loop_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
+)
+
+var shared struct {
+	once sync.Once
+	pool *sandbox.Pool
+	err  error
+}
+
+// TestMain closes the sandbox pool the tests share. The test binary is
+// also the sandbox process (see package sandbox).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.pool != nil {
+		shared.pool.Close()
+	}
+	os.Exit(code)
+}
+
+func pool(tb testing.TB) *sandbox.Pool {
+	tb.Helper()
+	shared.once.Do(func() {
+		shared.pool, shared.err = sandbox.New(sandbox.Config{PoolSize: 4, Limits: sandbox.Limits{CPUTime: 2 * time.Second}})
+	})
+	require.NoError(tb, shared.err)
+	return shared.pool
+}
+
+// memRecorder is an in-memory loop.Recorder.
+type memRecorder struct {
+	mu      sync.Mutex
+	replies map[string]loop.Reply
+}
+
+func (r *memRecorder) key(run string, turn int) string { return fmt.Sprintf("%s/%d", run, turn) }
+
+func (r *memRecorder) RecordedReply(_ context.Context, runID string, turn int) (loop.Reply, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.replies[r.key(runID, turn)]
+	return rep, ok, nil
+}
+
+func (r *memRecorder) RecordReply(_ context.Context, rep loop.Reply) (loop.Reply, bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.replies == nil {
+		r.replies = map[string]loop.Reply{}
+	}
+	if old, ok := r.replies[r.key(rep.RunID, rep.Turn)]; ok {
+		return old, true, nil
+	}
+	r.replies[r.key(rep.RunID, rep.Turn)] = rep
+	return rep, false, nil
+}
+
+// memMeter is an in-memory budget: a limit on used + reserved.
+type memMeter struct {
+	mu       sync.Mutex
+	limit    int64
+	used     int64
+	reserved int64
+	reserves []int64
+	next     int
+}
+
+func (m *memMeter) Reserve(_ context.Context, tenant, runID string, tokens int64) (agentfleet.Reservation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.limit > 0 && m.used+m.reserved+tokens > m.limit {
+		return agentfleet.Reservation{}, &agentfleet.BudgetExhaustedError{Tenant: tenant, Need: tokens, Limit: m.limit, Used: m.used, Reserved: m.reserved}
+	}
+	m.next++
+	m.reserved += tokens
+	m.reserves = append(m.reserves, tokens)
+	return agentfleet.Reservation{ID: fmt.Sprint(m.next), Tenant: tenant, RunID: runID, Tokens: tokens}, nil
+}
+
+func (m *memMeter) Settle(_ context.Context, res agentfleet.Reservation, usage agentfleet.Usage, _ string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reserved -= res.Tokens
+	m.used += usage.Total()
+	return nil
+}
+
+func (m *memMeter) Release(_ context.Context, res agentfleet.Reservation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reserved -= res.Tokens
+	return nil
+}
+
+type bundle struct {
+	model  *llm.Scripted
+	engine *loop.Engine
+	meter  *memMeter
+	rec    *memRecorder
+}
+
+func setup(t *testing.T, replies ...llm.Reply) *bundle {
+	t.Helper()
+	b := &bundle{model: llm.NewScripted(replies...), meter: &memMeter{}, rec: &memRecorder{}}
+	var err error
+	b.engine, err = loop.New(loop.Config{Model: b.model, Sandbox: pool(t), Meter: b.meter, Recorder: b.rec})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.model.AssertDone(t) })
+	return b
+}
+
+// outcome is a run driven to its end in memory, as a worker and the store
+// would drive it turn by turn.
+type outcome struct {
+	run     agentfleet.Run
+	events  []agentfleet.Event
+	results []loop.TurnResult
+}
+
+func (b *bundle) drive(t *testing.T, run agentfleet.Run, agent agentfleet.Agent) outcome {
+	t.Helper()
+	if run.ID == "" {
+		run.ID = "run-1"
+	}
+	run.Tenant, run.Status = "acme", agentfleet.StatusRunning
+	var out outcome
+	var steps []agentfleet.Step
+	for range 50 {
+		res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, Agent: agent, Steps: steps})
+		require.NoError(t, err)
+		out.results = append(out.results, res)
+		out.events = append(out.events, res.Events...)
+		if res.Outcome == loop.OutcomeNoBudget {
+			break
+		}
+		run.Turn, run.Args, run.Status = res.Turn, res.Args, res.Status
+		run.Usage = run.Usage.Add(res.Usage)
+		run.DataBytesCarried += res.DataBytesCarried
+		run.Answer, run.Error = res.Answer, res.Error
+		steps = append(steps, res.Steps...)
+		if res.Outcome == loop.OutcomeFinished {
+			break
+		}
+	}
+	out.run = run
+	return out
+}
+
+func js(body string) string { return "Here goes.\n```javascript\n" + body + "\n```\nThat should do it." }
+
+func eventTypes(evs []agentfleet.Event) []agentfleet.EventType {
+	var out []agentfleet.EventType
+	for _, ev := range evs {
+		out = append(out, ev.Type)
+	}
+	return out
+}
+
+func TestStepCarriesValuesButShowsOnlyTheirShape(t *testing.T) {
+	t.Parallel()
+	var second, third agentfleet.ModelRequest
+	b := setup(t,
+		llm.Reply{Content: js(`function run(args) {
+			var items = [];
+			for (var i = 0; i < 200; i++) items.push({id: i, name: "item" + i, price: i * 1.5, tags: ["sec" + "retvalue", "b"]});
+			log("made " + items.length);
+			return {items: items};
+		}`), Usage: agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}},
+		llm.Reply{Content: js(`function run(args) { log("count=" + args.items.length + " last=" + args.items[199].name); return {total: args.items.length}; }`),
+			Check: func(r agentfleet.ModelRequest) error { second = r; return nil }},
+		llm.Reply{Content: js(`function run(args) { answer({total: args.total, ok: true}); }`),
+			Check: func(r agentfleet.ModelRequest) error { third = r; return nil }},
+	)
+	out := b.drive(t, agentfleet.Run{Message: "make items"}, agentfleet.Agent{Name: "default"})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.JSONEq(t, `{"total":200,"ok":true}`, string(out.run.Answer))
+	require.Equal(t, 3, out.run.Turn)
+
+	prompt2 := second.Messages[len(second.Messages)-1].Content
+	require.Contains(t, prompt2, "made 200", "the model sees its own log")
+	require.Contains(t, prompt2, "{items: {id: number, name: string, price: number, tags: string[2]}[200]}", "and the shape of what it returned")
+	for _, m := range second.Messages {
+		require.NotContains(t, m.Content, "secretvalue", "carried values never enter the prompt")
+		require.NotContains(t, m.Content, "item199")
+	}
+	require.Contains(t, third.Messages[len(third.Messages)-1].Content, "count=200 last=item199", "the next turn read the carried value in full")
+	// Only the latest script stays verbatim.
+	require.Contains(t, third.Messages[2].Content, "[script of turn 1 elided]")
+	require.NotContains(t, third.Messages[2].Content, "items.push")
+	require.Contains(t, third.Messages[4].Content, "args.items.length")
+	require.Greater(t, out.run.DataBytesCarried, int64(10_000), "200 objects were kept out of the prompt")
+	require.Equal(t, []agentfleet.EventType{
+		"started", "user", "model_call", "execute_js", "log", "execute_js_result", "data_update",
+		"model_call", "execute_js", "log", "execute_js_result", "data_update",
+		"model_call", "execute_js", "execute_js_result", "response", "done",
+	}, eventTypes(out.events))
+	require.Equal(t, &agentfleet.Tokens{Prompt: 10, Completion: 5}, out.events[2].Tokens)
+}
+
+func TestStepReplyWithoutCodeIsTheAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: "  The answer is 42.\n"})
+	out := b.drive(t, agentfleet.Run{Message: "what is 6*7?"}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.JSONEq(t, `"The answer is 42."`, string(out.run.Answer))
+	require.Equal(t, 1, out.run.Turn)
+}
+
+func TestStepErrorsGoBackToTheModelWithArgsKept(t *testing.T) {
+	t.Parallel()
+	var afterError agentfleet.ModelRequest
+	b := setup(t,
+		llm.Reply{Content: js(`function run(args) { return {a: 1}; }`)},
+		llm.Reply{Content: js(`function run(args) {
+  var x = null;
+  return x.field;
+}`)},
+		llm.Reply{Content: js(`function run(args) { answer("a was " + args.a); }`),
+			Check: func(r agentfleet.ModelRequest) error { afterError = r; return nil }},
+	)
+	out := b.drive(t, agentfleet.Run{Message: "t"}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.JSONEq(t, `"a was 1"`, string(out.run.Answer), "the failed turn left args as they were")
+	obs := afterError.Messages[len(afterError.Messages)-1].Content
+	require.Contains(t, obs, "Turn 2 failed (exception): TypeError")
+	require.Contains(t, obs, "args unchanged for the next turn: {a: number}")
+	require.NotContains(t, obs, "goja", "messages are cleaned of engine internals")
+}
+
+func TestStepSyntaxErrorAndUnclosedBlock(t *testing.T) {
+	t.Parallel()
+	var seen []string
+	check := func(r agentfleet.ModelRequest) error {
+		seen = append(seen, r.Messages[len(r.Messages)-1].Content)
+		return nil
+	}
+	b := setup(t,
+		llm.Reply{Content: js(`function run(args) { return {; }`)},
+		llm.Reply{Content: "```javascript\nfunction run(args) {\n  return [1, 2,", Check: check},
+		llm.Reply{Content: "Giving up: no.", Check: check},
+	)
+	out := b.drive(t, agentfleet.Run{Message: "t"}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.Contains(t, seen[0], "Turn 1 failed (syntax)")
+	require.Contains(t, seen[1], "Turn 2 failed (syntax)")
+	require.Contains(t, seen[1], "not closed")
+}
+
+func TestStepMaxTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ return 1 }`)}, llm.Reply{Content: js(`function run(){ return 2 }`)})
+	out := b.drive(t, agentfleet.Run{Message: "t", MaxTurns: 2}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusMaxTurns, out.run.Status)
+	require.Equal(t, 2, out.run.Turn)
+	require.Contains(t, out.run.Error, "max_turns (2)")
+	require.Equal(t, agentfleet.EventDone, out.events[len(out.events)-1].Type)
+}
+
+func TestStepRunTimeout(t *testing.T) {
+	t.Parallel()
+	// A run past its deadline fails before paying the model.
+	b := setup(t)
+	out := b.drive(t, agentfleet.Run{Message: "t", Deadline: time.Now().Add(-time.Second)}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusFailed, out.run.Status)
+	require.Contains(t, out.run.Error, "timed out")
+
+	// A deadline passing while the script runs fails the run at once.
+	b = setup(t, llm.Reply{Content: js(`function run(){ while (true) {} }`)})
+	start := time.Now()
+	out = b.drive(t, agentfleet.Run{Message: "t", Deadline: time.Now().Add(300 * time.Millisecond)}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusFailed, out.run.Status)
+	require.Contains(t, out.run.Error, "timed out")
+	require.Less(t, time.Since(start), 1500*time.Millisecond, "the run deadline interrupts the script before its CPU deadline")
+}
+
+func TestStepReusesARecordedReply(t *testing.T) {
+	t.Parallel()
+	// No scripted replies: a model call would fail the test.
+	b := setup(t)
+	_, _, err := b.rec.RecordReply(context.Background(), loop.Reply{RunID: "run-1", Turn: 1, Content: js(`function run(){ answer("from the record") }`),
+		Model: "m", Usage: agentfleet.Usage{PromptTokens: 7, CompletionTokens: 3}})
+	require.NoError(t, err)
+	out := b.drive(t, agentfleet.Run{Message: "t"}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.JSONEq(t, `"from the record"`, string(out.run.Answer))
+	require.EqualValues(t, 10, out.run.Usage.Total(), "the recorded call's usage counts once")
+	require.Empty(t, b.meter.reserves, "nothing reserved: the call was already paid")
+}
+
+func TestStepRecordsTheReplyBeforeRunning(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ return 1 }`)})
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.NoError(t, err)
+	rep, ok, err := b.rec.RecordedReply(context.Background(), "r", 1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, res.Steps[0].Content, rep.Content)
+}
+
+func TestStepWithoutBudgetParks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.meter.limit = 10
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.NoError(t, err)
+	require.Equal(t, loop.OutcomeNoBudget, res.Outcome)
+	require.NotNil(t, res.Budget)
+	require.EqualValues(t, 10, res.Budget.Limit)
+	require.Empty(t, res.Steps, "nothing to commit")
+}
+
+func TestStepRunMaxTokensEndsTheRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := b.drive(t, agentfleet.Run{Message: "t", MaxTokens: 100, Usage: agentfleet.Usage{PromptTokens: 100}}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusFailed, out.run.Status)
+	require.Contains(t, out.run.Error, "max_tokens of 100")
+}
+
+func TestStepAICallsAreMeteredLikeTurns(t *testing.T) {
+	t.Parallel()
+	b := setup(t,
+		llm.Reply{Content: js(`function run(){ var s = ai("say hi"); var j = aiJSON("give json", {type: "object"}); answer(s + " " + j.k); }`),
+			Usage: agentfleet.Usage{PromptTokens: 100, CompletionTokens: 10}},
+		llm.Reply{Content: "hi", Usage: agentfleet.Usage{PromptTokens: 20, CompletionTokens: 2},
+			Check: func(r agentfleet.ModelRequest) error {
+				if r.Messages[len(r.Messages)-1].Content != "say hi" {
+					return errors.New("ai() prompt not passed")
+				}
+				return nil
+			}},
+		llm.Reply{Content: `{"k":"there"}`, Usage: agentfleet.Usage{PromptTokens: 30, CompletionTokens: 3},
+			Check: func(r agentfleet.ModelRequest) error {
+				if !r.JSON || !strings.Contains(r.Messages[0].Content, `"type":"object"`) {
+					return errors.New("aiJSON must ask for JSON matching the schema")
+				}
+				return nil
+			}},
+	)
+	out := b.drive(t, agentfleet.Run{Message: "t"}, agentfleet.Agent{})
+	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
+	require.JSONEq(t, `"hi there"`, string(out.run.Answer))
+	require.EqualValues(t, 165, out.run.Usage.Total(), "turn and sub-calls counted")
+	require.Len(t, b.meter.reserves, 3, "each model call reserved budget")
+	require.EqualValues(t, 165, b.meter.used)
+	require.Zero(t, b.meter.reserved)
+}
+
+func TestStepCompactsHistoryToTheContextBudget(t *testing.T) {
+	t.Parallel()
+	model := llm.NewScripted()
+	eng, err := loop.New(loop.Config{Model: model, Sandbox: pool(t), ContextTokens: 1500})
+	require.NoError(t, err)
+	var steps []agentfleet.Step
+	for turn := 1; turn <= 6; turn++ {
+		steps = append(steps,
+			agentfleet.Step{Turn: turn, Kind: agentfleet.StepModel, Content: strings.Repeat("x", 600)},
+			agentfleet.Step{Turn: turn, Index: 1, Kind: agentfleet.StepObservation, Content: "obs"})
+	}
+	var req agentfleet.ModelRequest
+	model.Push(llm.Reply{Content: "done", Check: func(r agentfleet.ModelRequest) error { req = r; return nil }})
+	res, err := eng.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", Message: "m", Turn: 6}, Steps: steps})
+	require.NoError(t, err)
+	model.AssertDone(t)
+	require.Equal(t, agentfleet.EventCompacted, res.Events[0].Type)
+	require.LessOrEqual(t, agentfleet.EstimateTokens(req.Messages), int64(1500))
+	require.Contains(t, req.Messages[2].Content, "turn(s) omitted")
+}
+
+func TestStepRedactsSecrets(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ log("key is sk-live-123"); answer("sk-live-123 used") }`)})
+	var steps []agentfleet.Step
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", Message: "m"}, Steps: steps, Secrets: []string{"sk-live-123"}})
+	require.NoError(t, err)
+	for _, ev := range res.Events {
+		require.NotContains(t, ev.Content+ev.Summary+string(ev.Args), "sk-live-123", "event %s", ev.Type)
+	}
+	for _, s := range res.Steps {
+		require.NotContains(t, s.Content, "sk-live-123")
+	}
+	require.NotContains(t, string(res.Answer), "sk-live-123")
+}
+
+func TestSystemPromptFitsItsBudget(t *testing.T) {
+	t.Parallel()
+	eng, err := loop.New(loop.Config{Model: llm.NewScripted(), Sandbox: pool(t)})
+	require.NoError(t, err)
+	prompt := eng.SystemPrompt(agentfleet.Agent{Persona: "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."})
+	tokens := len(prompt) / 4
+	t.Logf("default system prompt: %d bytes, %d tokens (bytes/4)", len(prompt), tokens)
+	require.LessOrEqual(t, tokens, 1500)
+	for _, p := range sandbox.DefaultPrimitives() {
+		require.Contains(t, prompt, p, "the API lists every default primitive")
+	}
+	require.True(t, strings.Index(prompt, "function run(args)") < strings.Index(prompt, "careful general-purpose"),
+		"the protocol comes first, then the persona, then the API")
+}
+
+// instantModel replies at once with a fixed reply: the benchmark measures
+// the engine, not a model.
+type instantModel struct{ reply string }
+
+func (m instantModel) Complete(context.Context, agentfleet.ModelRequest) (agentfleet.ModelResponse, error) {
+	return agentfleet.ModelResponse{Content: m.reply, Model: "instant", Usage: agentfleet.Usage{PromptTokens: 100, CompletionTokens: 20}, UsageReported: true}, nil
+}
+
+// BenchmarkTurn measures one whole turn in-process with an instant model:
+// prompt composition, script extraction, a fresh sandbox runtime,
+// execution, digest and serialization of the carried state.
+func BenchmarkTurn(b *testing.B) {
+	items := make([]map[string]any, 200)
+	for i := range items {
+		items[i] = map[string]any{"id": i, "name": fmt.Sprintf("item %d", i), "price": float64(i) * 1.25, "tags": []string{"a", "b"}}
+	}
+	carried, _ := json.Marshal(items)
+	history := []agentfleet.Step{
+		{Turn: 1, Kind: agentfleet.StepModel, Content: js(`function run(args) { return {n: 1}; }`)},
+		{Turn: 1, Index: 1, Kind: agentfleet.StepObservation, Content: "Turn 1 ran.\nlog: (empty)\nreturned {n: number} (7 B), passed to the next turn as args\n"},
+	}
+	cases := []struct {
+		name  string
+		reply string
+		args  json.RawMessage
+	}{
+		{"tiny", js(`function run(args) { log("n=" + args.n); return {n: args.n + 1}; }`), json.RawMessage(`{"n":1}`)},
+		{"carry200", js(`function run(args) {
+  var out = [];
+  for (var i = 0; i < args.length; i++) {
+    var it = args[i];
+    out.push({id: it.id, name: it.name, price: it.price * 2, tags: [it.tags[0], it.tags[1]]});
+  }
+  log("repriced " + out.length);
+  return out;
+}`), carried},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			eng, err := loop.New(loop.Config{Model: instantModel{tc.reply}, Sandbox: pool(b)})
+			require.NoError(b, err)
+			in := loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", Message: "reprice the items", Turn: 1, Args: tc.args, Status: agentfleet.StatusRunning}, Steps: history}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := eng.Step(ctx, in)
+				if err != nil || res.Outcome != loop.OutcomeContinue {
+					b.Fatalf("step: %v %v %v", err, res.Outcome, res.Error)
+				}
+			}
+		})
+	}
+}
