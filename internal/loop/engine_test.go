@@ -163,7 +163,9 @@ func (b *bundle) drive(t *testing.T, run agentfleet.Run, agent agentfleet.Agent)
 	return out
 }
 
-func js(body string) string { return "Here goes.\n```javascript\n" + body + "\n```\nThat should do it." }
+func js(body string) string {
+	return "Here goes.\n```javascript\n" + body + "\n```\nThat should do it."
+}
 
 func eventTypes(evs []agentfleet.Event) []agentfleet.EventType {
 	var out []agentfleet.EventType
