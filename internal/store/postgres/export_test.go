@@ -17,7 +17,7 @@ func PoolConfig(cfg Config) (*pgxpool.Config, error) {
 
 // Session is what one pooled connection reports of its session.
 type Session struct {
-	PID                                    uint32
+	PID                                   uint32
 	Schema, SearchPath, TimeZone, AppName string
 }
 

@@ -62,13 +62,22 @@ func TestPool(t *testing.T) {
 
 	pids := map[uint32]bool{}
 	var releases []func()
+	releaseAll := func() {
+		for _, release := range releases {
+			release()
+		}
+		releases = nil
+	}
+	// Close waits for taken connections to come back: give them back
+	// first even when the test fails while holding them.
+	defer releaseAll()
 	for range maxConns {
 		x, release, err := postgres.AcquireSession(ctx, s)
 		require.NoError(t, err)
 		releases = append(releases, release)
 		pids[x.PID] = true
 		require.Equal(t, schema, x.Schema)
-		require.Equal(t, schema, x.SearchPath)
+		require.Equal(t, pgx.Identifier{schema}.Sanitize(), x.SearchPath)
 		require.Equal(t, "UTC", x.TimeZone)
 		require.Equal(t, "agentfleet", x.AppName)
 	}
@@ -79,9 +88,7 @@ func TestPool(t *testing.T) {
 	cancelShort()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a connection beyond MaxConns")
 
-	for _, release := range releases {
-		release()
-	}
+	releaseAll()
 
 	// Kill every pooled backend behind the pool's back, as a server
 	// restart would; after a second idle each is pinged, found dead and
