@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 )
@@ -27,171 +26,263 @@ const (
 //	{items: {id: number, name: string, price: number, tags: string[2]}[200], total: number}
 //
 // Objects deeper than DigestMaxDepth become {…}, objects wider than
-// DigestMaxKeys list the first keys and "…N more", and the whole digest
-// is cut at DigestMaxBytes. Empty input means the script returned nothing.
+// DigestMaxKeys list the first keys and "…N more", array element shapes
+// are inferred from the first DigestMaxSample elements, and the whole
+// digest is cut at DigestMaxBytes. Empty input means the script returned
+// nothing.
+//
+// It runs on every turn's carried value, which may be megabytes, so it
+// scans the bytes once without decoding them: values it does not need
+// (strings, numbers, elements past the sample) are skipped, not parsed.
 func Digest(raw json.RawMessage) string {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return "undefined"
 	}
-	v, err := decodeJSON(raw)
-	if err != nil {
+	sc := scanner{b: raw}
+	shape, ok := sc.shape(0)
+	sc.ws()
+	if !ok || sc.i != len(sc.b) {
 		return "unparseable value"
 	}
-	s := shapeOf(v, 0)
-	if len(s) > DigestMaxBytes {
-		s = truncateUTF8(s, DigestMaxBytes) + digestEllipsis
+	if len(shape) > DigestMaxBytes {
+		shape = truncateUTF8(shape, DigestMaxBytes) + digestEllipsis
 	}
-	return s
+	return shape
 }
 
-// decodeJSON decodes keeping numbers as json.Number (no float rounding
-// work we would throw away) and objects as ordered key lists.
-func decodeJSON(raw []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	v, err := decodeValue(dec)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("trailing data after JSON value")
-	}
-	return v, nil
+// scanner walks JSON text that is trusted to be well formed (it comes
+// from the sandbox's serializer); on anything else it reports !ok rather
+// than guessing.
+type scanner struct {
+	b []byte
+	i int
 }
 
-// object keeps keys and values; shapes sort the keys themselves.
-type object struct {
-	keys   []string
-	values []any
-}
-
-func decodeValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, err
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			var o object
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, err
-				}
-				k, _ := kt.(string)
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				o.keys = append(o.keys, k)
-				o.values = append(o.values, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			return &o, nil
-		case '[':
-			var a []any
-			for dec.More() {
-				v, err := decodeValue(dec)
-				if err != nil {
-					return nil, err
-				}
-				a = append(a, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, err
-			}
-			if a == nil {
-				a = []any{}
-			}
-			return a, nil
+func (s *scanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
 		}
-		return nil, fmt.Errorf("unexpected delimiter %v", t)
-	default:
-		return tok, nil
 	}
 }
 
-func shapeOf(v any, depth int) string {
-	switch t := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case json.Number:
-		return "number"
-	case string:
-		return "string"
-	case []any:
-		return arrayShape(t, depth)
-	case *object:
-		return objectShape(t, depth)
+func (s *scanner) peek() byte {
+	s.ws()
+	if s.i >= len(s.b) {
+		return 0
 	}
-	return "unknown"
+	return s.b[s.i]
 }
 
-func objectShape(o *object, depth int) string {
-	if len(o.keys) == 0 {
-		return "{}"
+// shape returns the shape of the value at the cursor and moves past it.
+func (s *scanner) shape(depth int) (string, bool) {
+	switch c := s.peek(); {
+	case c == '{':
+		return s.object(depth)
+	case c == '[':
+		return s.array(depth)
+	case c == '"':
+		return "string", s.skipString()
+	case c == 't' || c == 'f':
+		return "boolean", s.skipLiteral()
+	case c == 'n':
+		return "null", s.skipLiteral()
+	case c == '-' || (c >= '0' && c <= '9'):
+		return "number", s.skipLiteral()
 	}
+	return "", false
+}
+
+type member struct {
+	key        string
+	start, end int
+}
+
+func (s *scanner) object(depth int) (string, bool) {
+	s.i++ // {
+	var members []member
+	if s.peek() == '}' {
+		s.i++
+		return "{}", true
+	}
+	for {
+		if s.peek() != '"' {
+			return "", false
+		}
+		ks := s.i
+		if !s.skipString() {
+			return "", false
+		}
+		key := string(s.b[ks+1 : s.i-1])
+		if bytes.IndexByte(s.b[ks:s.i], '\\') >= 0 {
+			if err := json.Unmarshal(s.b[ks:s.i], &key); err != nil {
+				return "", false
+			}
+		}
+		if s.peek() != ':' {
+			return "", false
+		}
+		s.i++
+		s.ws()
+		vs := s.i
+		if !s.skipValue() {
+			return "", false
+		}
+		members = append(members, member{key: key, start: vs, end: s.i})
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return s.objectShape(members, depth), true
+		default:
+			return "", false
+		}
+	}
+}
+
+func (s *scanner) objectShape(members []member, depth int) string {
 	if depth >= DigestMaxDepth {
 		return "{" + digestEllipsis + "}"
 	}
-	idx := make([]int, len(o.keys))
-	for i := range idx {
-		idx[i] = i
+	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	// Duplicate keys: the last one wins, as in JSON.parse.
+	uniq := members[:0]
+	for i, m := range members {
+		if i+1 < len(members) && members[i+1].key == m.key {
+			continue
+		}
+		uniq = append(uniq, m)
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(o.keys[a], o.keys[b]) })
 	var b strings.Builder
 	b.WriteByte('{')
-	for n, i := range idx {
+	for n, m := range uniq {
 		if n == DigestMaxKeys {
-			fmt.Fprintf(&b, ", %s%d more", digestEllipsis, len(idx)-n)
+			fmt.Fprintf(&b, ", %s%d more", digestEllipsis, len(uniq)-n)
 			break
 		}
 		if n > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(digestKey(o.keys[i]))
+		b.WriteString(digestKey(m.key))
 		b.WriteString(": ")
-		b.WriteString(shapeOf(o.values[i], depth+1))
+		sub := scanner{b: s.b[:m.end], i: m.start}
+		shape, _ := sub.shape(depth + 1)
+		b.WriteString(shape)
 	}
 	b.WriteByte('}')
 	return b.String()
 }
 
-// arrayShape renders T[n]. Element shapes are inferred from a sample;
+// array renders T[n]. Element shapes are inferred from a sample;
 // differing shapes become a union, and too many distinct ones "any".
-func arrayShape(a []any, depth int) string {
-	if len(a) == 0 {
-		return "[]"
-	}
-	if depth >= DigestMaxDepth {
-		return fmt.Sprintf("[%s][%d]", digestEllipsis, len(a))
+func (s *scanner) array(depth int) (string, bool) {
+	s.i++ // [
+	if s.peek() == ']' {
+		s.i++
+		return "[]", true
 	}
 	var shapes []string
-	sample := a
-	if len(sample) > DigestMaxSample {
-		sample = sample[:DigestMaxSample]
-	}
-	for _, e := range sample {
-		s := shapeOf(e, depth+1)
-		if !slices.Contains(shapes, s) {
-			shapes = append(shapes, s)
+	n := 0
+	for {
+		if n < DigestMaxSample && depth < DigestMaxDepth {
+			shape, ok := s.shape(depth + 1)
+			if !ok {
+				return "", false
+			}
+			if !slices.Contains(shapes, shape) {
+				shapes = append(shapes, shape)
+			}
+		} else if !s.skipValue() {
+			return "", false
+		}
+		n++
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			if depth >= DigestMaxDepth {
+				return fmt.Sprintf("[%s][%d]", digestEllipsis, n), true
+			}
+			elem := shapes[0]
+			switch {
+			case len(shapes) > DigestMaxUnion:
+				elem = "any"
+			case len(shapes) > 1:
+				elem = "(" + strings.Join(shapes, " | ") + ")"
+			}
+			return fmt.Sprintf("%s[%d]", elem, n), true
+		default:
+			return "", false
 		}
 	}
-	elem := shapes[0]
-	switch {
-	case len(shapes) > DigestMaxUnion:
-		elem = "any"
-	case len(shapes) > 1:
-		elem = "(" + strings.Join(shapes, " | ") + ")"
+}
+
+// skipValue moves past the value at the cursor without looking into it.
+func (s *scanner) skipValue() bool {
+	switch c := s.peek(); c {
+	case '"':
+		return s.skipString()
+	case '{', '[':
+		level := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				if !s.skipString() {
+					return false
+				}
+				continue
+			case '{', '[':
+				level++
+			case '}', ']':
+				level--
+				if level == 0 {
+					s.i++
+					return true
+				}
+			}
+			s.i++
+		}
+		return false
+	case 0:
+		return false
+	default:
+		return s.skipLiteral()
 	}
-	return fmt.Sprintf("%s[%d]", elem, len(a))
+}
+
+func (s *scanner) skipString() bool {
+	s.i++ // opening quote
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '\\':
+			s.i += 2
+			continue
+		case '"':
+			s.i++
+			return true
+		}
+		s.i++
+	}
+	return false
+}
+
+// skipLiteral moves past a number, true, false or null.
+func (s *scanner) skipLiteral() bool {
+	start := s.i
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return s.i > start
+		}
+		s.i++
+	}
+	return s.i > start
 }
 
 // digestKey quotes keys that are not plain identifiers, as TypeScript would.

@@ -207,3 +207,30 @@ func TestObservation(t *testing.T) {
 	answered := Observation(4, agentfleet.ExecResult{Answered: true, Logs: "done"}, "", 0)
 	require.Equal(t, "Turn 4 answered.\nlog:\ndone\n", answered)
 }
+
+func FuzzDigest(f *testing.F) {
+	for _, seed := range []string{`{"a":[1,"x",{"b":null}]}`, `[]`, `"s\"q"`, `{"k\u00e9y":true}`, `[[[[[[1]]]]]]`, `-1.5e3`, `{"a":1,"a":"x"}`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got := Digest(json.RawMessage(in))
+		if json.Valid([]byte(in)) && strings.TrimSpace(in) != "" && got == "unparseable value" {
+			t.Fatalf("valid JSON %q reported unparseable", in)
+		}
+		if len(got) > DigestMaxBytes+len("…") {
+			t.Fatalf("digest of %d bytes exceeds the bound", len(got))
+		}
+	})
+}
+
+func BenchmarkDigest(b *testing.B) {
+	items := make([]map[string]any, 2000)
+	for i := range items {
+		items[i] = map[string]any{"id": i, "name": "n", "price": 1.5, "tags": []string{"a", "b"}, "desc": strings.Repeat("x", 200)}
+	}
+	raw, _ := json.Marshal(map[string]any{"items": items})
+	b.SetBytes(int64(len(raw)))
+	for b.Loop() {
+		Digest(raw)
+	}
+}
