@@ -36,7 +36,7 @@ func loadLedger(ctx context.Context, q queryer, tenant string) (rules.Ledger, er
 	return l, err
 }
 
-func saveLedger(ctx context.Context, tx *sql.Tx, l rules.Ledger) error {
+func saveLedger(ctx context.Context, tx *wtx, l rules.Ledger) error {
 	_, err := tx.ExecContext(ctx, `UPDATE tenants SET used = ?, reserved = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
 		WHERE id = ?`, l.Used, l.Reserved, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, l.Tenant)
 	return err
@@ -48,7 +48,7 @@ func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) 
 		return agentfleet.Reservation{}, err
 	}
 	r := agentfleet.Reservation{ID: rules.NewID(), Tenant: p.Tenant, RunID: p.RunID, Tokens: p.Tokens, LeaseUntil: p.Now.Add(p.Lease)}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		l, err := loadLedger(ctx, tx, p.Tenant)
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) 
 }
 
 // takeReservation deletes a reservation and returns what it held.
-func takeReservation(ctx context.Context, tx *sql.Tx, id string) (tenant, runID string, tokens int64, err error) {
+func takeReservation(ctx context.Context, tx *wtx, id string) (tenant, runID string, tokens int64, err error) {
 	err = tx.QueryRowContext(ctx, `DELETE FROM reservations WHERE id = ? RETURNING tenant, run_id, tokens`, id).Scan(&tenant, &runID, &tokens)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("reservation %s (settled, released or expired): %w", id, store.ErrNotFound)
@@ -84,7 +84,7 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 		return store.BudgetSettleResult{}, err
 	}
 	var res store.BudgetSettleResult
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		tenant, runID, tokens, err := takeReservation(ctx, tx, p.ReservationID)
 		if err != nil {
 			return err
@@ -108,7 +108,7 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 }
 
 func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		tenant, _, tokens, err := takeReservation(ctx, tx, reservationID)
 		if err != nil {
 			return err
@@ -125,7 +125,7 @@ func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
 func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
 	now = rules.NowOr(now)
 	released := 0
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		rows, err := tx.QueryContext(ctx, `DELETE FROM reservations WHERE lease_until < ? RETURNING tenant, tokens`, now.UnixMicro())
 		if err != nil {
 			return err
@@ -176,7 +176,7 @@ func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store
 	if p.GroupBy == "run" {
 		key = "run_id"
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+key+`, sum(prompt_tokens), sum(completion_tokens), count(*) FROM usage_ledger
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+key+`, sum(prompt_tokens), sum(completion_tokens), count(*) FROM usage_ledger
 		WHERE tenant = ? AND (? = '' OR run_id = ?) AND created_at >= ? GROUP BY `+key+` ORDER BY `+key,
 		p.Tenant, p.RunID, p.RunID, p.Since.UnixMicro())
 	if err != nil {

@@ -40,8 +40,8 @@ func scanRun(sc interface{ Scan(...any) error }) (rules.RunRow, error) {
 	return r, err
 }
 
-func (s *Store) runByID(ctx context.Context, tx *sql.Tx, id string) (rules.RunRow, error) {
-	r, err := scanRun(tx.StmtContext(ctx, s.stmtRunByID).QueryRowContext(ctx, id))
+func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, error) {
+	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -59,7 +59,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		return store.RunCreateResult{}, err
 	}
 	var res store.RunCreateResult
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		if p.IdempotencyKey != "" {
 			row, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = ? AND idempotency_key = ?`, p.Tenant, p.IdempotencyKey))
 			if err == nil {
@@ -132,7 +132,7 @@ func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentflee
 }
 
 func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
-	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
+	r, err := scanRun(s.rd.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
 	if err != nil {
 		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, mapErr(err))
 	}
@@ -182,7 +182,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	}
 	q += ` ORDER BY seq ` + order + ` LIMIT ?`
 	args = append(args, p.Limit+1)
-	rows, err := s.r.QueryContext(ctx, q, args...)
+	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
 	}
@@ -202,7 +202,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 }
 
 // updateRun writes the mutable columns a transition or cancel changes.
-func updateRun(ctx context.Context, tx *sql.Tx, r rules.RunRow) (rules.RunRow, error) {
+func updateRun(ctx context.Context, tx *wtx, r rules.RunRow) (rules.RunRow, error) {
 	return scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
 			cancel_requested = ?, cancel_reason = ?, updated_at = ?
 		WHERE id = ? RETURNING `+runCols,
@@ -217,7 +217,7 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 		return store.RunChangeResult{}, err
 	}
 	var res store.RunChangeResult
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		cur, err := s.runByID(ctx, tx, p.ID)
 		if err != nil {
 			return err
@@ -253,7 +253,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		cur, err := s.runByID(ctx, tx, p.ID)
 		if err != nil {
 			return err
@@ -294,7 +294,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
 	var n int
-	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status IN (`+activeList+`)`, tenant).Scan(&n)
+	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status IN (`+activeList+`)`, tenant).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
 	}
@@ -302,7 +302,7 @@ func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) 
 }
 
 func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, tenant)
+	rows, err := s.rd.QueryContext(ctx, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
 	}
@@ -341,7 +341,7 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 		return store.ModelReplyRecordResult{}, err
 	}
 	var res store.ModelReplyRecordResult
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		cur, err := s.runByID(ctx, tx, r.RunID)
 		if err != nil {
 			return err
@@ -368,7 +368,7 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 }
 
 func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	m, err := scanReply(s.r.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, runID, turn))
+	m, err := scanReply(s.rd.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, runID, turn))
 	if err != nil {
 		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, mapErr(err))
 	}
@@ -390,11 +390,14 @@ const insertStepSQL = `INSERT INTO steps (run_id, turn, idx, kind, content, mode
 const insertEventSQL = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
-func (s *Store) insertSteps(ctx context.Context, tx *sql.Tx, steps []agentfleet.Step) error {
+func (s *Store) insertSteps(ctx context.Context, tx *wtx, steps []agentfleet.Step) error {
 	if len(steps) == 0 {
 		return nil
 	}
-	st := tx.StmtContext(ctx, s.stmtStep)
+	st, err := tx.stmt(ctx, insertStepSQL)
+	if err != nil {
+		return err
+	}
 	for _, x := range steps {
 		if _, err := st.ExecContext(ctx, x.RunID, x.Turn, x.Index, string(x.Kind), x.Content, x.Model,
 			x.Usage.PromptTokens, x.Usage.CompletionTokens, x.CreatedAt.UnixMicro()); err != nil {
@@ -404,11 +407,14 @@ func (s *Store) insertSteps(ctx context.Context, tx *sql.Tx, steps []agentfleet.
 	return nil
 }
 
-func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, evs []agentfleet.Event) error {
+func (s *Store) insertEvents(ctx context.Context, tx *wtx, evs []agentfleet.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	st := tx.StmtContext(ctx, s.stmtEvent)
+	st, err := tx.stmt(ctx, insertEventSQL)
+	if err != nil {
+		return err
+	}
 	for _, e := range evs {
 		var tp, tc any
 		if e.Tokens != nil {
@@ -449,8 +455,11 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 		return results, errs, nil
 	}
 	commitErrs := make([]error, len(ps))
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		commitStmt := tx.StmtContext(ctx, s.stmtCommitRun)
+	err := s.write(ctx, func(tx *wtx) error {
+		commitStmt, err := tx.stmt(ctx, commitRunSQL)
+		if err != nil {
+			return err
+		}
 		for i, p := range prepared {
 			commitErrs[i] = nil
 			if errs[i] != nil {
@@ -514,7 +523,7 @@ func scanStep(sc interface{ Scan(...any) error }) (agentfleet.Step, error) {
 }
 
 func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? ORDER BY turn, idx`, p.RunID, p.FromTurn)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? ORDER BY turn, idx`, p.RunID, p.FromTurn)
 	if err != nil {
 		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
 	}
@@ -526,7 +535,7 @@ func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]a
 	if err != nil || len(evs) == 0 {
 		return nil, err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var last int64
 		var tenant, session string
 		err := tx.QueryRowContext(ctx, `UPDATE runs SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq, tenant, session_id`,
@@ -548,7 +557,7 @@ func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+	rows, err := s.rd.QueryContext(ctx, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
 			e.tokens_prompt, e.tokens_completion, e.summary
 		FROM events e JOIN runs r ON r.id = e.run_id
 		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, p.RunID, p.AfterSeq, limit)

@@ -29,6 +29,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -128,12 +129,13 @@ type Store struct {
 	// closed when it has.
 	stopCheckpoints context.CancelFunc
 	checkpointsDone chan struct{}
-	// Statements of the hot path, prepared once on the writer's single
-	// connection and reused by every transaction.
-	stmtRunByID   *sql.Stmt
-	stmtCommitRun *sql.Stmt
-	stmtStep      *sql.Stmt
-	stmtEvent     *sql.Stmt
+	// wstmts and rstmts cache prepared statements by SQL text, for the
+	// writer's connection and the read pool. Preparing costs more than
+	// running most of our statements (SQLite parses and plans each one),
+	// so every statement is prepared once per connection and reused.
+	wstmts sync.Map // string -> *sql.Stmt on w
+	rstmts sync.Map // string -> *sql.Stmt on r
+	rd     reader
 }
 
 var _ store.Store = (*Store)(nil)
@@ -184,10 +186,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s for checkpoints: %w", cfg.Path, err)
 	}
 	s.ck.SetMaxOpenConns(1)
-	if err := s.prepare(ctx); err != nil {
-		_ = s.Close()
-		return nil, err
-	}
+	s.rd = reader{s}
 	cctx, stop := context.WithCancel(context.Background())
 	s.stopCheckpoints, s.checkpointsDone = stop, make(chan struct{})
 	go s.checkpoints(cctx, cfg.CheckpointInterval)
@@ -212,25 +211,6 @@ func (s *Store) checkpoints(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (s *Store) prepare(ctx context.Context) error {
-	for _, p := range []struct {
-		stmt **sql.Stmt
-		sql  string
-	}{
-		{&s.stmtRunByID, `SELECT ` + runCols + ` FROM runs WHERE id = ?`},
-		{&s.stmtCommitRun, commitRunSQL},
-		{&s.stmtStep, insertStepSQL},
-		{&s.stmtEvent, insertEventSQL},
-	} {
-		st, err := s.w.PrepareContext(ctx, p.sql)
-		if err != nil {
-			return fmt.Errorf("sqlite: prepare: %w", err)
-		}
-		*p.stmt = st
-	}
-	return nil
-}
-
 // Close stops the checkpointer and closes the connections.
 func (s *Store) Close() error {
 	if s.stopCheckpoints != nil {
@@ -238,10 +218,11 @@ func (s *Store) Close() error {
 		<-s.checkpointsDone
 	}
 	var errs []error
-	for _, st := range []*sql.Stmt{s.stmtRunByID, s.stmtCommitRun, s.stmtStep, s.stmtEvent} {
-		if st != nil {
-			errs = append(errs, st.Close())
-		}
+	for _, m := range []*sync.Map{&s.wstmts, &s.rstmts} {
+		m.Range(func(_, v any) bool {
+			errs = append(errs, v.(*sql.Stmt).Close())
+			return true
+		})
 	}
 	for _, db := range []*sql.DB{s.r, s.ck} {
 		if db != nil {
@@ -260,7 +241,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return err
@@ -304,16 +285,110 @@ func (s *Store) migrate(ctx context.Context) error {
 // write runs fn in a write transaction on the single writer connection.
 // fn must do all its work through tx: asking the writer pool for another
 // connection would wait for ever on the one fn holds.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
+func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+	sqltx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return mapErr(err)
 	}
+	tx := &wtx{Tx: sqltx, s: s}
 	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
+		_ = sqltx.Rollback()
+		s.prepareMissed(ctx, tx.missed)
 		return mapErr(err)
 	}
-	return mapErr(tx.Commit())
+	err = mapErr(sqltx.Commit())
+	s.prepareMissed(ctx, tx.missed)
+	return err
+}
+
+// prepareMissed prepares, now that the writer's connection is free again,
+// the statements a transaction had to prepare for itself alone.
+func (s *Store) prepareMissed(ctx context.Context, missed []string) {
+	for _, q := range missed {
+		if _, ok := s.wstmts.Load(q); ok {
+			continue
+		}
+		if st, err := s.w.PrepareContext(ctx, q); err == nil {
+			if _, loaded := s.wstmts.LoadOrStore(q, st); loaded {
+				_ = st.Close()
+			}
+		}
+	}
+}
+
+// wtx is a write transaction whose statements come from the writer's
+// cache. A statement not cached yet is prepared on the transaction (the
+// writer's one connection is busy with it) and cached after it ends.
+type wtx struct {
+	*sql.Tx
+	s      *Store
+	missed []string
+}
+
+func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := t.s.wstmts.Load(q); ok {
+		return t.Tx.StmtContext(ctx, st.(*sql.Stmt)), nil
+	}
+	t.missed = append(t.missed, q)
+	return t.Tx.PrepareContext(ctx, q)
+}
+
+func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := t.stmt(ctx, q)
+	if err != nil {
+		return t.Tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+// reader runs reads on the read pool through cached statements.
+type reader struct{ s *Store }
+
+func (r reader) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := r.s.rstmts.Load(q); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := r.s.r.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if old, loaded := r.s.rstmts.LoadOrStore(q, st); loaded {
+		_ = st.Close()
+		return old.(*sql.Stmt), nil
+	}
+	return st, nil
+}
+
+func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := r.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+func (r reader) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := r.stmt(ctx, q)
+	if err != nil {
+		return r.s.r.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
+	}
+	return st.QueryRowContext(ctx, args...)
 }
 
 // queryer is what reads need: the read pool, or a write transaction that

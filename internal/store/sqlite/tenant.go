@@ -31,7 +31,7 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 	}
 	now := rules.Now()
 	var t agentfleet.Tenant
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		row := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols,
 			p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, string(p.Exhausted), now.UnixMicro(), now.UnixMicro())
@@ -50,7 +50,7 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 }
 
 func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error) {
-	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
+	t, err := scanTenant(s.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("get tenant %s: %w", id, mapErr(err))
 	}
@@ -67,7 +67,7 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 	}
 	now := rules.Now()
 	var t agentfleet.Tenant
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		cur, err := scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, p.ID))
 		if err != nil {
 			return err
@@ -112,7 +112,7 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]age
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY id LIMIT ?`, limit)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY id LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list tenants: %w", err)
 	}
@@ -123,7 +123,7 @@ func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) er
 	if p.Tenant == "" || p.Key == "" {
 		return rules.Invalidf("api key: tenant and key are required")
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (hash, tenant, name, created_at) VALUES (?, ?, ?, ?)`,
 			rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now().UnixMicro())
 		return err
@@ -135,7 +135,7 @@ func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) er
 }
 
 func (s *Store) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
-	t, err := scanTenant(s.r.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`
+	t, err := scanTenant(s.rd.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`
 		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, rules.HashAPIKey(key)))
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("get tenant by api key: %w", mapErr(err))
@@ -164,7 +164,7 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 	}
 	now := rules.Now().UnixMicro()
 	var a agentfleet.Agent
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		var err error
 		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
@@ -181,7 +181,7 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 }
 
 func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
-	a, err := scanAgent(s.r.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Name))
+	a, err := scanAgent(s.rd.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Name))
 	if err != nil {
 		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, mapErr(err))
 	}
@@ -189,7 +189,7 @@ func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams
 }
 
 func (s *Store) AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? ORDER BY name`, tenant)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? ORDER BY name`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list agents of %s: %w", tenant, err)
 	}
@@ -217,7 +217,7 @@ func (s *Store) ApprovalCreate(ctx context.Context, p store.ApprovalCreateParams
 		return store.Approval{}, err
 	}
 	var a store.Approval
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		// The run must belong to the tenant: a foreign key alone would
 		// let one tenant's approval point at another's run.
 		var n int
@@ -240,7 +240,7 @@ func (s *Store) ApprovalCreate(ctx context.Context, p store.ApprovalCreateParams
 }
 
 func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval, error) {
-	a, err := scanApproval(s.r.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	a, err := scanApproval(s.rd.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("get approval %s: %w", id, mapErr(err))
 	}
@@ -253,7 +253,7 @@ func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolvePara
 		status = store.ApprovalApproved
 	}
 	var a store.Approval
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		cur, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, p.ID))
 		if err != nil {
 			return err
@@ -292,7 +292,7 @@ func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (sto
 		return store.Batch{}, err
 	}
 	var b store.Batch
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var err error
 		b, err = scanBatch(tx.QueryRowContext(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+batchCols,
 			p.ID, p.Tenant, p.Agent, p.Total, textArg(rules.EncodeMetadata(p.Metadata)), rules.Now().UnixMicro()))
@@ -305,7 +305,7 @@ func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (sto
 }
 
 func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := scanBatch(s.r.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
+	b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
 	if err != nil {
 		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
 	}
@@ -328,7 +328,7 @@ func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) 
 		return store.Trigger{}, err
 	}
 	var t store.Trigger
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(tx *wtx) error {
 		var err error
 		t, err = scanTrigger(tx.QueryRowContext(ctx, `INSERT INTO triggers (`+triggerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols,
 			rules.NewID(), p.Tenant, p.Agent, p.Kind, p.Secret, p.Template, rules.Now().UnixMicro()))
@@ -341,7 +341,7 @@ func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) 
 }
 
 func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, error) {
-	t, err := scanTrigger(s.r.QueryRowContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE id = ?`, id))
+	t, err := scanTrigger(s.rd.QueryRowContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE id = ?`, id))
 	if err != nil {
 		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", id, mapErr(err))
 	}
@@ -349,7 +349,7 @@ func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, e
 }
 
 func (s *Store) TriggerList(ctx context.Context, tenant string) ([]store.Trigger, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE tenant = ? ORDER BY created_at, id`, tenant)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE tenant = ? ORDER BY created_at, id`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list triggers of %s: %w", tenant, err)
 	}
@@ -372,7 +372,7 @@ func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (sto
 	}
 	now := rules.Now().UnixMicro()
 	var k store.Skill
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(tx *wtx) error {
 		var err error
 		k, err = scanSkill(tx.QueryRowContext(ctx, `INSERT INTO skills (`+skillCols+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
@@ -387,7 +387,7 @@ func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (sto
 }
 
 func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
-	k, err := scanSkill(s.r.QueryRowContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, tenant, name))
+	k, err := scanSkill(s.rd.QueryRowContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, tenant, name))
 	if err != nil {
 		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, mapErr(err))
 	}
@@ -395,7 +395,7 @@ func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.
 }
 
 func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, tenant)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
 	}
