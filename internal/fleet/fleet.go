@@ -370,18 +370,18 @@ func (r recorder) RecordedReply(ctx context.Context, runID string, turn int) (lo
 	return loop.Reply{RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported}, true, nil
 }
 
-func (r recorder) RecordReply(ctx context.Context, rep loop.Reply) (loop.Reply, bool, error) {
+func (r recorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agentfleet.Reservation) (loop.Reply, bool, bool, error) {
 	res, err := r.s.ModelReplyRecord(ctx, store.ModelReplyRecordParams{ModelReply: store.ModelReply{
 		RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported,
 	}})
 	if errors.Is(err, store.ErrConflict) {
-		return loop.Reply{}, false, loop.ErrStale
+		return loop.Reply{}, false, false, loop.ErrStale
 	}
 	if err != nil {
-		return loop.Reply{}, false, err
+		return loop.Reply{}, false, false, err
 	}
 	got := res.Reply
-	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, nil
+	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, false, nil
 }
 
 // ModelName is the model a process reports using, for logs.

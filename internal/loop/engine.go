@@ -73,8 +73,10 @@ type Recorder interface {
 	RecordedReply(ctx context.Context, runID string, turn int) (Reply, bool, error)
 	// RecordReply records a reply. When the turn already has one, that
 	// one is returned with existed set. It fails with ErrStale when the
-	// run has moved past the turn or ended.
-	RecordReply(ctx context.Context, r Reply) (rec Reply, existed bool, err error)
+	// run has moved past the turn or ended. When charge is set, the
+	// reply's usage settles that reservation in the same write, and
+	// charged says it did; otherwise the caller settles it.
+	RecordReply(ctx context.Context, r Reply, charge *agentfleet.Reservation) (rec Reply, existed, charged bool, err error)
 }
 
 // ErrStale means the turn was already committed (or the run ended) by
@@ -366,7 +368,8 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 		maxCompletion = min(maxCompletion, left)
 	}
 	modelName := firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel)
-	resp, err := t.e.meteredCall(ctx, run, agentfleet.ModelRequest{Model: modelName, Messages: msgs, MaxTokens: int(maxCompletion)}, prompt+maxCompletion)
+	req := agentfleet.ModelRequest{Model: modelName, Messages: msgs, MaxTokens: int(maxCompletion)}
+	res, err := t.e.reserve(ctx, run, prompt+maxCompletion)
 	var be *agentfleet.BudgetExhaustedError
 	if errors.As(err, &be) {
 		r := TurnResult{Turn: t.n, Outcome: OutcomeNoBudget, Status: run.Status, Budget: be}
@@ -375,52 +378,90 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 	if err != nil {
 		return Reply{}, nil, err
 	}
-	r := Reply{RunID: run.ID, Turn: t.n, Content: resp.Content, Model: resp.Model, Usage: resp.Usage, UsageReported: resp.UsageReported}
-	if rec := cfg.Recorder; rec != nil {
-		got, _, err := rec.RecordReply(ctx, r)
-		if err != nil {
-			return Reply{}, nil, fmt.Errorf("record reply of turn %d: %w", t.n, err)
-		}
-		// Another attempt may have recorded first; its reply is the
-		// one this turn executes, so every attempt runs the same code.
-		r = got
+	resp, err := t.e.call(ctx, run, req, res)
+	if err != nil {
+		return Reply{}, nil, err
 	}
-	return r, nil, nil
+	r := Reply{RunID: run.ID, Turn: t.n, Content: resp.Content, Model: resp.Model, Usage: resp.Usage, UsageReported: resp.UsageReported}
+	rec := cfg.Recorder
+	if rec == nil {
+		return r, nil, t.e.settle(ctx, run, res, resp)
+	}
+	got, _, charged, err := rec.RecordReply(ctx, r, res)
+	if !charged {
+		// The reply was not recorded by this call (another attempt
+		// got there first, or the turn is stale), or the charge did
+		// not go with it: the tokens were spent all the same.
+		if serr := t.e.settle(ctx, run, res, resp); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	if err != nil {
+		return Reply{}, nil, fmt.Errorf("record reply of turn %d: %w", t.n, err)
+	}
+	// Another attempt may have recorded first; its reply is the one this
+	// turn executes, so every attempt runs the same code.
+	return got, nil, nil
 }
 
-// meteredCall reserves budget, calls the model and settles the reservation
-// to what the call used. A failed call releases its reservation.
-func (e *Engine) meteredCall(ctx context.Context, run *agentfleet.Run, req agentfleet.ModelRequest, reserve int64) (agentfleet.ModelResponse, error) {
-	var res agentfleet.Reservation
-	if e.cfg.Meter != nil {
-		var err error
-		res, err = e.cfg.Meter.Reserve(ctx, run.Tenant, run.ID, reserve)
-		if err != nil {
-			var be *agentfleet.BudgetExhaustedError
-			if errors.As(err, &be) {
-				return agentfleet.ModelResponse{}, err
-			}
-			return agentfleet.ModelResponse{}, fmt.Errorf("reserve %d tokens for run %s: %w", reserve, run.ID, err)
-		}
-	}
-	resp, err := e.cfg.Model.Complete(ctx, req)
+// reserve holds budget for one model call; nil without a Meter.
+func (e *Engine) reserve(ctx context.Context, run *agentfleet.Run, tokens int64) (*agentfleet.Reservation, error) {
 	if e.cfg.Meter == nil {
-		return resp, err
+		return nil, nil
 	}
-	// Settling must happen even when the turn's context was cancelled
-	// mid-call: the tokens were spent.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
+	res, err := e.cfg.Meter.Reserve(ctx, run.Tenant, run.ID, tokens)
 	if err != nil {
-		if rerr := e.cfg.Meter.Release(sctx, res); rerr != nil {
+		var be *agentfleet.BudgetExhaustedError
+		if errors.As(err, &be) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reserve %d tokens for run %s: %w", tokens, run.ID, err)
+	}
+	return &res, nil
+}
+
+// call calls the model; a failed call releases its reservation.
+func (e *Engine) call(ctx context.Context, run *agentfleet.Run, req agentfleet.ModelRequest, res *agentfleet.Reservation) (agentfleet.ModelResponse, error) {
+	resp, err := e.cfg.Model.Complete(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	if res != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := e.cfg.Meter.Release(rctx, *res); rerr != nil {
 			return resp, fmt.Errorf("model call: %w (and releasing its reservation: %v)", err, rerr)
 		}
-		return resp, fmt.Errorf("model call: %w", err)
 	}
-	if err := e.cfg.Meter.Settle(sctx, res, resp.Usage, resp.Model); err != nil {
-		return resp, fmt.Errorf("settle %d tokens for run %s: %w", resp.Usage.Total(), run.ID, err)
+	return resp, fmt.Errorf("model call: %w", err)
+}
+
+// settle charges a call's usage to its reservation. It must happen even
+// when the turn's context was cancelled mid-call: the tokens were spent.
+func (e *Engine) settle(ctx context.Context, run *agentfleet.Run, res *agentfleet.Reservation, resp agentfleet.ModelResponse) error {
+	if res == nil {
+		return nil
 	}
-	return resp, nil
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.cfg.Meter.Settle(sctx, *res, resp.Usage, resp.Model); err != nil {
+		return fmt.Errorf("settle %d tokens for run %s: %w", resp.Usage.Total(), run.ID, err)
+	}
+	return nil
+}
+
+// meteredCall reserves budget, calls the model and settles the
+// reservation to what the call used (the ai() sub-calls).
+func (e *Engine) meteredCall(ctx context.Context, run *agentfleet.Run, req agentfleet.ModelRequest, tokens int64) (agentfleet.ModelResponse, error) {
+	res, err := e.reserve(ctx, run, tokens)
+	if err != nil {
+		return agentfleet.ModelResponse{}, err
+	}
+	resp, err := e.call(ctx, run, req, res)
+	if err != nil {
+		return resp, err
+	}
+	return resp, e.settle(ctx, run, res, resp)
 }
 
 func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnResult, error) {

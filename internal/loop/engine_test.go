@@ -48,6 +48,8 @@ func pool(tb testing.TB) *sandbox.Pool {
 type memRecorder struct {
 	mu      sync.Mutex
 	replies map[string]loop.Reply
+	meter   *memMeter
+	charged int
 }
 
 func (r *memRecorder) key(run string, turn int) string { return fmt.Sprintf("%s/%d", run, turn) }
@@ -59,17 +61,26 @@ func (r *memRecorder) RecordedReply(_ context.Context, runID string, turn int) (
 	return rep, ok, nil
 }
 
-func (r *memRecorder) RecordReply(_ context.Context, rep loop.Reply) (loop.Reply, bool, error) {
+// RecordReply records; when given a reservation and a meter it charges
+// the reply's usage to it, as the store does in the same transaction.
+func (r *memRecorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agentfleet.Reservation) (loop.Reply, bool, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.replies == nil {
 		r.replies = map[string]loop.Reply{}
 	}
 	if old, ok := r.replies[r.key(rep.RunID, rep.Turn)]; ok {
-		return old, true, nil
+		return old, true, false, nil
 	}
 	r.replies[r.key(rep.RunID, rep.Turn)] = rep
-	return rep, false, nil
+	if charge != nil && r.meter != nil {
+		if err := r.meter.Settle(ctx, *charge, rep.Usage, rep.Model); err != nil {
+			return rep, false, false, nil
+		}
+		r.charged++
+		return rep, false, true, nil
+	}
+	return rep, false, false, nil
 }
 
 // memMeter is an in-memory budget: a limit on used + reserved.
@@ -118,7 +129,8 @@ type bundle struct {
 
 func setup(t *testing.T, replies ...llm.Reply) *bundle {
 	t.Helper()
-	b := &bundle{model: llm.NewScripted(replies...), meter: &memMeter{}, rec: &memRecorder{}}
+	b := &bundle{model: llm.NewScripted(replies...), meter: &memMeter{}}
+	b.rec = &memRecorder{meter: b.meter}
 	var err error
 	b.engine, err = loop.New(loop.Config{Model: b.model, Sandbox: pool(t), Meter: b.meter, Recorder: b.rec})
 	require.NoError(t, err)
@@ -296,8 +308,8 @@ func TestStepReusesARecordedReply(t *testing.T) {
 	t.Parallel()
 	// No scripted replies: a model call would fail the test.
 	b := setup(t)
-	_, _, err := b.rec.RecordReply(context.Background(), loop.Reply{RunID: "run-1", Turn: 1, Content: js(`function run(){ answer("from the record") }`),
-		Model: "m", Usage: agentfleet.Usage{PromptTokens: 7, CompletionTokens: 3}})
+	_, _, _, err := b.rec.RecordReply(context.Background(), loop.Reply{RunID: "run-1", Turn: 1, Content: js(`function run(){ answer("from the record") }`),
+		Model: "m", Usage: agentfleet.Usage{PromptTokens: 7, CompletionTokens: 3}}, nil)
 	require.NoError(t, err)
 	out := b.drive(t, agentfleet.Run{Message: "t"}, agentfleet.Agent{})
 	require.Equal(t, agentfleet.StatusCompleted, out.run.Status)
@@ -364,6 +376,7 @@ func TestStepAICallsAreMeteredLikeTurns(t *testing.T) {
 	require.Len(t, b.meter.reserves, 3, "each model call reserved budget")
 	require.EqualValues(t, 165, b.meter.used)
 	require.Zero(t, b.meter.reserved)
+	require.Equal(t, 1, b.rec.charged, "the turn's call is charged with its recorded reply, in one write")
 }
 
 func TestStepCompactsHistoryToTheContextBudget(t *testing.T) {
