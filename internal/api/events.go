@@ -34,6 +34,20 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
+	if run.Status.Terminal() {
+		// A run never changes after its end. A client resuming after its
+		// last event (an EventSource reconnects after every stream, with
+		// the id of done) gets 204, which tells an EventSource to stop.
+		evs, err := s.cfg.Store.EventListByRun(r.Context(), store.EventListByRunParams{RunID: run.ID, AfterSeq: last, Limit: 1})
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if len(evs) == 0 {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		s.fail(w, r, fmt.Errorf("response writer cannot stream"))
@@ -41,13 +55,14 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 	}
 	ctx := r.Context()
 	// Subscribe before reading the store, so nothing published in
-	// between is missed.
+	// between is missed. Without NATS the stream follows the store alone.
 	live, err := s.cfg.Bus.RunEvents(ctx, run.Tenant, run.ID, last)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("subscribe to events: %w", err))
-		return
+		s.log.Warn("subscribe to live events; following the store", "run", run.ID, "err", err)
+		live = nil
+	} else {
+		defer live.Close()
 	}
-	defer live.Close()
 
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -62,27 +77,35 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 	if err != nil || done {
 		return
 	}
+	if run.Status.Terminal() {
+		// It had ended before the history was read, so nothing more
+		// will come (even if its history lacks a done event).
+		return
+	}
 
 	type next struct {
 		ev  agentfleet.Event
 		err error
 	}
-	events := make(chan next)
+	var events chan next // nil (never ready) without NATS
 	liveCtx, stopLive := context.WithCancel(ctx)
 	defer stopLive()
-	go func() {
-		for {
-			ev, err := live.Next(liveCtx)
-			select {
-			case events <- next{ev, err}:
-			case <-liveCtx.Done():
-				return
+	if live != nil {
+		events = make(chan next)
+		go func() {
+			for {
+				ev, err := live.Next(liveCtx)
+				select {
+				case events <- next{ev, err}:
+				case <-liveCtx.Done():
+					return
+				}
+				if err != nil {
+					return
+				}
 			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+		}()
+	}
 	poll := time.NewTicker(sseStorePoll)
 	defer poll.Stop()
 	keepAlive := time.NewTicker(sseKeepAlive)
@@ -143,17 +166,19 @@ func (s *Server) catchUp(ctx context.Context, sse *sseWriter, runID string) (don
 	return false, nil
 }
 
+// resumePoint is the seq a client resumes after: the Last-Event-ID
+// header, else ?after=, else 0 (from the start).
 func resumePoint(r *http.Request) (int64, error) {
-	v := r.Header.Get("Last-Event-ID")
+	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
 	if v == "" {
-		v = r.URL.Query().Get("after")
+		name, v = "after", r.URL.Query().Get("after")
 	}
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, errBadRequest("Last-Event-ID %q is not an event seq", v)
+		return 0, errBadRequest("%s %q is not an event seq: give the id of the last event received (0 for all)", name, v)
 	}
 	return n, nil
 }

@@ -197,7 +197,8 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 	}
 	res, err := s.cfg.Store.RunList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
-		err = errBadRequest("invalid cursor")
+		// Everything else was checked above: it is the cursor.
+		err = errBadRequest("cursor %q is not valid: pass the next_cursor of the previous page, with the same filters", params.Cursor)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -225,7 +226,12 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 		Events: []agentfleet.Event{ev(agentfleet.EventCancelled, "cancelled before it ran further"), ev(agentfleet.EventDone, string(agentfleet.StatusCancelled))},
 	})
 	if errors.Is(err, store.ErrConflict) {
-		err = errConflict("run %s already ended (%s)", run.ID, run.Status)
+		// Name the status it ended with, which may be newer than the
+		// one read above.
+		if cur, gerr := s.cfg.Store.RunGetByID(r.Context(), store.RunGetByIDParams{ID: run.ID}); gerr == nil {
+			run = cur
+		}
+		err = errConflict("run %s already ended (%s); only a queued, running or waiting run can be cancelled", run.ID, run.Status)
 	}
 	if err != nil {
 		s.fail(w, r, err)

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -132,9 +133,10 @@ func (p principal) canSee(tenant string) bool { return p.admin || p.tenant == te
 type handler func(w http.ResponseWriter, r *http.Request, p principal)
 
 func (s *Server) authenticate(r *http.Request) (principal, error) {
+	// The scheme is case-insensitive (RFC 9110 §11.1): "bearer" is Bearer.
 	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || token == "" {
+	scheme, token, _ := strings.Cut(auth, " ")
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return principal{}, errUnauthorized("missing bearer token: send Authorization: Bearer <api key>")
 	}
 	if s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) == 1 {
@@ -231,6 +233,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func writeError(w http.ResponseWriter, err error) {
 	ae := err.(*apiError)
+	if ae.status == http.StatusUnauthorized {
+		// A 401 names the scheme it wants (RFC 9110 §11.6.1).
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agentfleet"`)
+	}
 	writeJSON(w, ae.status, map[string]any{"error": map[string]string{"code": ae.code, "message": ae.msg}})
 }
 
@@ -255,8 +261,10 @@ func decodeBody(r *http.Request, v any) error {
 			return err
 		case errors.Is(err, io.EOF):
 			return errBadRequest("request body is empty; send a JSON object")
+		case errors.As(err, &ute) && ute.Field == "":
+			return errBadRequest("request body must be a JSON object, not %s", ute.Value)
 		case errors.As(err, &ute):
-			return errBadRequest("field %q must be %s, not %s", ute.Field, jsonKind(ute.Type.Kind().String()), ute.Value)
+			return errBadRequest("%s", typeErrorMessage(reflect.TypeOf(v), ute))
 		case errors.As(err, &se):
 			return errBadRequest("malformed JSON at byte %d: %v", se.Offset, err)
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
@@ -264,26 +272,83 @@ func decodeBody(r *http.Request, v any) error {
 		}
 		return errBadRequest("malformed JSON: %v", err)
 	}
-	if dec.More() {
-		return errBadRequest("request body has data after the JSON object")
+	// Only white space may follow. (dec.More would let a stray '}' or
+	// ']' through: it reports whether a list or object goes on.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return errBadRequest("request body has data after the JSON object; send one object")
 	}
 	return nil
 }
 
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
+// typeErrorMessage says what a field must be. When the value that did not
+// fit is an element of an object or array field, the error names the
+// field and the element's type: say so, rather than that the field itself
+// must be, e.g., a string.
+func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string {
+	want := jsonKind(ute.Type.Kind())
+	if ft := fieldType(target, ute.Field); ft != nil && ft != ute.Type {
+		switch ft.Kind() {
+		case reflect.Map:
+			want = "an object whose values are each " + want
+		case reflect.Slice, reflect.Array:
+			want = "an array whose elements are each " + want
+		}
+	}
+	return fmt.Sprintf("field %q must be %s, not %s", ute.Field, want, ute.Value)
+}
+
+// fieldType is the Go type of the field at a dotted JSON path in t, or
+// nil when the path does not lead to a struct field.
+func fieldType(t reflect.Type, path string) reflect.Type {
+	for _, name := range strings.Split(path, ".") {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		var found reflect.Type
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if tag == name || tag == "" && strings.EqualFold(f.Name, name) {
+				found = f.Type
+				break
+			}
+		}
+		if found == nil {
+			return nil
+		}
+		t = found
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
+// jsonKind names the JSON a Go kind decodes from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
 		return "a string"
-	case "int", "int64", "int32", "float64":
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
 		return "a number"
-	case "map", "struct":
+	case reflect.Map, reflect.Struct:
 		return "an object"
-	case "slice":
+	case reflect.Slice, reflect.Array:
 		return "an array"
-	case "bool":
+	case reflect.Bool:
 		return "a boolean"
 	}
-	return goKind
+	return k.String()
 }
 
 // validID reports whether s may be a tenant, session or agent id: it

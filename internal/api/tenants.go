@@ -268,6 +268,13 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, errNotFound("no tenant %q", id))
 		return
 	}
+	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errNotFound("no tenant %q", id)
+		}
+		s.fail(w, r, err)
+		return
+	}
 	q := r.URL.Query()
 	params := store.UsageListParams{Tenant: id, RunID: q.Get("run_id"), GroupBy: q.Get("group_by")}
 	if params.GroupBy == "" {

@@ -243,6 +243,10 @@ func (c *Client) eventStream(ctx context.Context, runID string, last *int64, fn 
 	if resp.StatusCode >= 400 {
 		return false, nil, decodeError(resp)
 	}
+	if resp.StatusCode == http.StatusNoContent {
+		// Resumed at or past the run's terminal event: nothing more.
+		return true, nil, nil
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var data []byte
