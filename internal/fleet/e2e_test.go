@@ -106,6 +106,9 @@ type fleetOptions struct {
 	workers   int
 	slots     int
 	tenant    api.TenantRequest
+	// modelAttempts caps the model client's attempts per call (0: its
+	// default retries).
+	modelAttempts int
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -144,7 +147,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	go func() { defer close(dispatcherDone); _ = f.dispatcher.Run(ctx) }()
 
 	for i := range o.workers {
-		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL()})
+		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL(), MaxAttempts: o.modelAttempts})
 		require.NoError(t, err)
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
@@ -412,4 +415,24 @@ func TestFleetTenantsAreIsolated(t *testing.T) {
 	list, err := other.ListRuns(f.ctx, client.ListRunsParams{})
 	require.NoError(t, err)
 	require.Empty(t, list.Runs)
+}
+
+func TestFleetDeadLettersATurnThatKeepsFailing(t *testing.T) {
+	f := setupFleetWith(t, fleetOptions{modelAttempts: 1,
+		responder: func(fakeserver.Request) (string, agentfleet.Usage, error) {
+			return "", agentfleet.Usage{}, &fakeserver.StatusError{Status: http.StatusBadGateway, Message: "upstream is down"}
+		}})
+	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 1"}).ID, 60*time.Second)
+	require.Equal(t, agentfleet.StatusFailed, run.Status)
+	require.Contains(t, run.Error, "attempted 5 times")
+	evs := f.events(run.ID)
+	require.Equal(t, agentfleet.EventDone, evs[len(evs)-1].Type)
+	require.Equal(t, agentfleet.EventError, evs[len(evs)-2].Type)
+	require.Len(t, f.model.Received(), 5, "each delivery tried the model once, then the fleet gave up")
+
+	dead, err := f.bus.DeadLetters(f.ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, run.ID, dead[0].RunID)
+	require.Contains(t, dead[0].Reason, "attempted 5 times")
 }

@@ -202,6 +202,12 @@ type TurnInput struct {
 	Agent   agentfleet.Agent
 	Steps   []agentfleet.Step
 	Secrets []string
+	// OnEvent, when set, sees each event the moment the turn produces
+	// it (without seq: the store assigns seq on commit), for live
+	// progress. The durable copy is TurnResult.Events, published after
+	// the commit. It may be called from the sandbox's host-call
+	// goroutine, one call at a time.
+	OnEvent func(agentfleet.Event)
 }
 
 // Outcome says what the caller does with a TurnResult.
@@ -607,8 +613,11 @@ func (t *turn) emit(ev agentfleet.Event) {
 		ev.Summary = t.redact.Replace(ev.Summary)
 	}
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.res.Events = append(t.res.Events, ev)
-	t.mu.Unlock()
+	if t.in.OnEvent != nil {
+		t.in.OnEvent(ev)
+	}
 }
 
 // clean redacts known secrets from text that goes into steps and events.

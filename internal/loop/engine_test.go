@@ -228,6 +228,24 @@ func TestStepCarriesValuesButShowsOnlyTheirShape(t *testing.T) {
 	require.Equal(t, &agentfleet.Tokens{Prompt: 10, Completion: 5}, out.events[2].Tokens)
 }
 
+func TestStepReportsEventsAsTheyHappen(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ log("working"); ai("x"); return {ok: true} }`)}, llm.Reply{Content: "sub"})
+	var live []agentfleet.Event
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{
+		Run:     agentfleet.Run{ID: "r", Tenant: "t", Message: "m"},
+		OnEvent: func(ev agentfleet.Event) { live = append(live, ev) },
+	})
+	require.NoError(t, err)
+	require.Equal(t, res.Events, live, "the callback sees every event, in order, as the result carries it")
+	require.Contains(t, eventTypes(live), agentfleet.EventModelCall)
+	for _, ev := range live {
+		require.Equal(t, "r", ev.RunID)
+		require.Equal(t, 1, ev.Turn)
+		require.Equal(t, agentfleet.EventVersion, ev.V)
+	}
+}
+
 func TestStepReplyWithoutCodeIsTheAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t, llm.Reply{Content: "  The answer is 42.\n"})
