@@ -65,10 +65,28 @@
 //   - Output: log output is capped at Limits.LogBytes (head and tail kept,
 //     the cut marked); run()'s return value and answer()'s value at
 //     Limits.CarryBytes of JSON (kind limit, with a message telling the
-//     model to return less); fetched bodies at Limits.FetchMaxBytes
-//     (truncated and flagged).
+//     model to return less), and at 10000 levels of nesting, the most
+//     the next turn (and encoding/json) reads; fetched bodies at
+//     Limits.FetchMaxBytes (truncated and flagged).
 //   - Cancellation: cancelling Execute's context interrupts the script
 //     (kind cancelled), killing the process if it does not stop in time.
+//
+// # Carried state
+//
+// The carried args reach run() as JSON.parse would make them - ordinary
+// objects and arrays, keys in document order, a duplicate key's last
+// value, -0 and lone surrogates (\ud800) kept, numbers beyond float64
+// Infinity - but from a parser of this package (jsonparse.go), not from
+// goja's JSON.parse, which costs several times as much (it goes through
+// encoding/json's Token API). The args travel once from the request frame
+// into a string that the parsed strings share. A name with a lone
+// surrogate becomes U+FFFD, as goja's Go API takes names as UTF-8. The
+// same parser reads JSON the primitives hand to scripts (fetch's json(),
+// aiJSON, markdown); scripts' own JSON.parse is goja's.
+//
+// run()'s return value and answer()'s are serialized with goja's
+// JSON.stringify, captured before the script runs. A writer of our own
+// was measured and was not clearly faster (see toJSON).
 //
 // # Results and errors
 //

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -202,6 +203,11 @@ func (t *turnState) answerFn(c goja.FunctionCall) goja.Value {
 		t.ctl.stop(stopLimit)
 		return goja.Undefined()
 	}
+	if jsonDeeperThan(doc, maxJSONDepth) {
+		t.limitMsg = fmt.Sprintf("answer() got a value nested more than %d levels deep; answer with something flatter", maxJSONDepth)
+		t.ctl.stop(stopLimit)
+		return goja.Undefined()
+	}
 	t.answered = true
 	t.answer = doc
 	// Stop the script here, uncatchably: code after answer() must not
@@ -315,16 +321,23 @@ func (t *turnState) fromGo(v any) goja.Value {
 	return t.parseJSON(b)
 }
 
+// parseJSON turns JSON from the Go side into JavaScript values.
 func (t *turnState) parseJSON(b []byte) goja.Value {
-	v, err := t.env.parse(goja.Undefined(), t.env.vm.ToValue(string(b)))
+	v, err := parseJS(t.env.vm, string(b))
 	if err != nil {
-		rethrow(err)
+		t.throw("SyntaxError", "invalid JSON: "+err.Error())
 	}
 	return v
 }
 
 // toJSON serializes v with JSON.stringify; undefined (and functions)
 // become null.
+//
+// A writer walking goja values in Go instead (Keys, Get, toJSON, goja's
+// number formatting, delegating exotic objects to JSON.stringify) was
+// measured: about 15% less time than JSON.stringify for 200 small
+// objects (goja's Keys costs about as much as stringify's whole walk),
+// and no difference measurable on a whole turn. So JSON.stringify it is.
 func (t *turnState) toJSON(v goja.Value) ([]byte, error) {
 	s, err := t.env.stringify(goja.Undefined(), v)
 	if err != nil {
@@ -466,7 +479,17 @@ func (t *turnState) jsonMethod(c goja.FunctionCall) goja.Value {
 	if tr := o.Get("truncated"); tr != nil && tr.ToBoolean() {
 		t.throw("SyntaxError", "json(): the body was truncated at the fetch size limit and cannot be parsed; fetch a smaller resource")
 	}
-	v, err := t.env.parse(goja.Undefined(), o.Get("body"))
+	body := o.Get("body")
+	if s, ok := body.(goja.String); ok && reflect.TypeOf(s) != utf16StringType {
+		// The body as fetched (a string from Go, which has no lone
+		// surrogates for String to lose): the fast parser.
+		v, err := parseJS(t.env.vm, s.String())
+		if err != nil {
+			t.throw("SyntaxError", "json(): the body is not valid JSON: "+err.Error())
+		}
+		return v
+	}
+	v, err := t.env.parse(goja.Undefined(), body)
 	if err != nil {
 		if ex, ok := err.(*goja.Exception); ok {
 			t.throw("SyntaxError", "json(): the body is not valid JSON: "+errMessage(ex))

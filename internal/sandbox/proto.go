@@ -177,9 +177,11 @@ func readFrame(r *bufio.Reader, buf *[]byte, max int) (byte, []byte, error) {
 
 // execMsg is the decoded exec frame.
 type execMsg struct {
-	seq     uint64
-	prims   primSet
-	script  string
+	seq    uint64
+	prims  primSet
+	script string
+	// args is the carried value, JSON. Decoded, it aliases the frame:
+	// it is valid only until the next frame is read.
 	args    []byte
 	secrets []string
 }
@@ -200,7 +202,7 @@ func encodeExec(e *encoder, m *execMsg) []byte {
 func decodeExec(p []byte) (execMsg, error) {
 	d := decoder{b: p}
 	m := execMsg{seq: d.uint(), prims: primSet(d.uint()), script: d.str()}
-	m.args = append([]byte(nil), d.bytes()...)
+	m.args = d.bytes()
 	n := d.uint()
 	if n > uint64(len(d.b)) {
 		d.fail("secrets")

@@ -54,6 +54,11 @@ func (s *childServer) runTurn(ctl *turnCtl, m *execMsg) resultMsg {
 }
 
 func (t *turnState) run(m *execMsg) (res resultMsg) {
+	// m.args aliases the request frame's buffer, which the reply to a
+	// host call reuses: take the one copy the parser works on (its
+	// strings without escapes are substrings of it) first.
+	argsDoc := string(m.args)
+	m.args = nil
 	defer func() {
 		// A Go panic escaping goja is a bug in a primitive; report it as
 		// the turn's failure rather than crash the process.
@@ -78,10 +83,10 @@ func (t *turnState) run(m *execMsg) (res resultMsg) {
 		return failure(agentfleet.ScriptSyntax, fmt.Sprintf("run is a %s, not a function; write: function run(args) { ... }", typeOf(fn)))
 	}
 	args := goja.Null()
-	if len(m.args) > 0 {
-		v, err := t.env.parse(goja.Undefined(), vm.ToValue(string(m.args)))
+	if len(argsDoc) > 0 {
+		v, err := parseJS(vm, argsDoc)
 		if err != nil {
-			return failure(agentfleet.ScriptException, "the carried args are not valid JSON: "+errMessage(err))
+			return failure(agentfleet.ScriptException, "the carried args are not valid JSON: "+err.Error())
 		}
 		args = v
 	}
@@ -110,6 +115,12 @@ func (t *turnState) run(m *execMsg) (res resultMsg) {
 		return failure(agentfleet.ScriptLimit, fmt.Sprintf(
 			"run() returned %s of JSON; the limit for the value carried to the next turn is %s. Return less: keep only the fields and items the next turn needs (filter, summarize, or page through the data across turns)",
 			formatBytes(int64(len(doc))), formatBytes(int64(t.s.spec.carry))))
+	}
+	if jsonDeeperThan(doc, maxJSONDepth) {
+		// The next turn could not read it (nor encoding/json on the Go
+		// side): refuse it now, while the model can still do otherwise.
+		return failure(agentfleet.ScriptLimit, fmt.Sprintf(
+			"run() returned a value nested more than %d levels deep, more than the next turn can read; return something flatter", maxJSONDepth))
 	}
 	return resultMsg{ret: t.red.json(doc)}
 }
