@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
 // Exit codes.
@@ -47,6 +49,9 @@ Usage:
                               [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
   agentctl dev [--demo]
+  agentctl bench [throughput|latency|scale|fairness|chaos] [--runs N] [--turns T]
+                 [--model-latency D] [--workers W] [--slots S] [--json] [...]
+                 ('agentctl bench -h' for all flags)
 
 Environment:
   AGENTFLEET_URL    the dispatcher (default http://127.0.0.1:8080)
@@ -103,6 +108,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdTenants(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
+	case "bench":
+		err = env.cmdBench(ctx, args[1:])
+	case bench.RoleCommand:
+		// Hidden: this binary as one process of a fleet the bench
+		// spawns (agentctl __serve nats|dispatcher|worker).
+		err = bench.ServeRole(ctx, args[1:], stdout, stderr)
 	default:
 		err = usagef("unknown command %q", args[0])
 	}

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
 )
 
@@ -61,7 +62,16 @@ type Config struct {
 	// before NATS redelivers it (zero: the bus default, 30s): the time
 	// a crashed worker's turns take to come back.
 	AckWait time.Duration
-	Model   llm.Config
+	// MaxWaiting bounds the pull requests that may wait at once on the
+	// workers' consumer across the fleet (zero: the bus default, 4096).
+	// A fleet whose workers wait with more pulls than that (thousands of
+	// slots) must raise it. Every process of a fleet must use the same
+	// value: the server fixes it when the consumer is created and
+	// refuses to change it on an existing one ("max waiting can not be
+	// updated"), so raising it on a running fleet means deleting the
+	// workers' consumer (or the NATS store) first.
+	MaxWaiting int
+	Model      llm.Config
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -82,6 +92,7 @@ func ConfigFromEnv() (Config, error) {
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
+	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	if v := os.Getenv("AGENTFLEET_DRAIN_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
@@ -126,6 +137,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReadyDepth < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_READY_DEPTH must not be negative"))
+	}
+	if c.MaxWaiting < 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))

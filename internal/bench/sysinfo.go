@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Machine describes where the figures were measured.
+type Machine struct {
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	NumCPU     int    `json:"num_cpu"`
+	CPUModel   string `json:"cpu_model"`
+	GoVersion  string `json:"go_version"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	Kernel     string `json:"kernel,omitempty"`
+	MemTotalMB int64  `json:"mem_total_mb,omitempty"`
+	// NoFile is the soft RLIMIT_NOFILE the bench ran with (raised to the
+	// hard limit at start).
+	NoFile uint64 `json:"nofile,omitempty"`
+	// LoadAvg is the 1-minute load average when the bench started: other
+	// work on a machine skews every figure.
+	LoadAvg float64 `json:"load_avg_1m"`
+}
+
+func machineInfo() Machine {
+	m := Machine{
+		GOMAXPROCS: runtime.GOMAXPROCS(0), NumCPU: runtime.NumCPU(), GoVersion: runtime.Version(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, CPUModel: cpuModel(),
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if kb := meminfoKB("MemTotal"); kb > 0 {
+		m.MemTotalMB = kb / 1024
+	}
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil {
+		m.NoFile = lim.Cur
+	}
+	m.LoadAvg = loadAvg()
+	return m
+}
+
+// loadAvg is the 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func meminfoKB(key string) int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// raiseNoFile raises the soft file descriptor limit to the hard one: a
+// fleet holding thousands of turns in flight holds two sockets per turn
+// in this process (the model client's and the fake model's).
+func raiseNoFile() {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur < lim.Max {
+		lim.Cur = lim.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times; Linux fixes
+// it at 100 for user space on every architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// procStat is what the bench reads of one process in /proc.
+type procStat struct {
+	pid, ppid int
+	comm      string
+	// cpu is user+system time of the process and of its reaped children;
+	// own is the process's alone.
+	cpu, own time.Duration
+}
+
+func readProcStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	// The command name may hold spaces and parentheses: fields start
+	// after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	j := bytes.IndexByte(b, '(')
+	if i < 0 || j < 0 || j > i {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	var ticks [4]int64
+	for k, s := range f[11:15] {
+		ticks[k], _ = strconv.ParseInt(s, 10, 64)
+	}
+	own := time.Duration(ticks[0]+ticks[1]) * clockTick
+	return procStat{pid: pid, ppid: ppid, comm: string(b[j+1 : i]), own: own, cpu: own + time.Duration(ticks[2]+ticks[3])*clockTick}, true
+}
+
+// postgresCPU is the CPU time of the processes named "postgres" on this
+// machine: a local server's postmaster and its live backends, with what
+// the postmaster's reaped backends used. Zero when there are none.
+func postgresCPU() time.Duration {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok && st.comm == "postgres" {
+			total += st.cpu
+		}
+	}
+	return total
+}
+
+// descendants returns the live descendants of this process (sandbox
+// processes, spawned fleet processes and theirs).
+func descendants() []procStat { return descendantsOf(os.Getpid()) }
+
+// descendantsOf returns the live descendants of pid.
+func descendantsOf(root int) []procStat {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]procStat{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok {
+			children[st.ppid] = append(children[st.ppid], st)
+		}
+	}
+	var out []procStat
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c.pid)
+		}
+	}
+	return out
+}
+
+// cpuTimes is the CPU time used so far by this process (self) and by
+// every process it started, live or gone (children):
+// getrusage(RUSAGE_SELF); getrusage(RUSAGE_CHILDREN), which holds only
+// children that exited and were reaped, plus the user and system time of
+// every live descendant (with its own reaped children) from /proc. A
+// process that exits moves from the last term to the second (or to its
+// parent's share of the last), so the sum only grows.
+func cpuTimes() (self, children time.Duration) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		children = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	for _, d := range descendants() {
+		children += d.cpu
+	}
+	return self, children
+}
+
+// rssSampler reads the resident memory (VmRSS) of this process and of
+// every live descendant, in bytes. Pages shared between processes (the
+// sandbox processes run this same binary) count once per process, as RSS
+// does. Finding the descendants means reading every process's stat, so
+// the tree is refreshed once a second and sampled in between.
+type rssSampler struct {
+	pids    []int
+	scanned time.Time
+}
+
+func (r *rssSampler) sample() int64 {
+	if time.Since(r.scanned) > time.Second {
+		r.pids = r.pids[:0]
+		for _, d := range descendants() {
+			r.pids = append(r.pids, d.pid)
+		}
+		r.scanned = time.Now()
+	}
+	total := vmRSS(os.Getpid())
+	for _, pid := range r.pids {
+		total += vmRSS(pid)
+	}
+	return total
+}
+
+// rssTree samples once.
+func rssTree() int64 { return new(rssSampler).sample() }
+
+func vmRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n << 10
+		}
+	}
+	return 0
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

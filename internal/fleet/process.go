@@ -1,0 +1,108 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+)
+
+// RunDispatcher is the dispatcher process: it opens the store and the bus
+// cfg names, then serves the API, the fair scheduler (under the NATS
+// lease, so several dispatchers can share a fleet) and the budget keeper
+// until ctx ends. cmd/dispatcher and `agentctl __serve dispatcher` (the
+// processes `agentctl bench` spawns) are this function.
+func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if cfg.AdminToken == "" {
+		logger.Warn("AGENTFLEET_ADMIN_TOKEN is not set: tenant administration is disabled")
+	}
+	st, err := OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	b, emb, err := OpenBus(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = b.Close()
+		if emb != nil {
+			emb.Shutdown()
+		}
+	}()
+	d, err := NewDispatcher(DispatcherConfig{
+		Listen: cfg.Listen, AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
+		Store: st, Bus: b, Logger: logger, Elect: true,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("dispatcher listening", "url", d.URL())
+	return d.Run(ctx)
+}
+
+// RunWorker is the worker process: it joins the fleet's NATS server
+// (cfg.NATSURL is required) and store, serves /metrics and /healthz on
+// cfg.MetricsListen, and executes turns. The end of ctx (SIGTERM, in
+// cmd/worker) does not abandon the turns in flight, it drains: the worker
+// stops pulling, lets them finish within cfg.DrainTimeout, hands back the
+// rest and returns nil. During setup the end of ctx aborts at once. A
+// worker that must stop as a crash would is killed (SIGKILL).
+// cmd/worker and `agentctl __serve worker` are this function.
+func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
+	if cfg.NATSURL == "" {
+		return errors.New("AGENTFLEET_NATS_URL is not set: a worker joins a fleet's NATS server (for everything in one process, use agentctl dev)")
+	}
+	st, err := OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	b, _, err := OpenBus(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	reg := NewRegistry()
+	wp, err := NewWorkerProcess(WorkerConfig{
+		Workers: 1, Slots: cfg.WorkerSlots, Model: cfg.Model, Store: st, Bus: b, Registry: reg, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer wp.Close()
+
+	// The turn loop runs on its own context: ctx starts a drain, and
+	// only the drain's end stops it.
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRun()
+	metricsErr := make(chan error, 1)
+	go func() { metricsErr <- ServeMetrics(runCtx, cfg.MetricsListen, reg, logger, nil) }()
+	done := make(chan error, 1)
+	go func() { done <- wp.Run(runCtx) }()
+	logger.Info("worker running", "slots", cfg.WorkerSlots, "model", ModelName(cfg.Model))
+
+	metricsDone := false
+	select {
+	case <-ctx.Done():
+		logger.Info("draining", "timeout", cfg.DrainTimeout)
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+		_ = wp.Shutdown(dctx)
+		cancel()
+		stopRun()
+		err = <-done
+	case err = <-done:
+		stopRun()
+	case err = <-metricsErr:
+		metricsDone = true
+		stopRun()
+		<-done
+	}
+	if !metricsDone {
+		// The metrics server shuts down with runCtx.
+		if merr := <-metricsErr; err == nil {
+			err = merr
+		}
+	}
+	return err
+}
