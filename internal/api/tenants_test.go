@@ -270,7 +270,7 @@ func TestTenantUsage(t *testing.T) {
 		t.Helper()
 		res, err := e.store.BudgetReserve(e.ctx, store.BudgetReserveParams{Tenant: "acme", RunID: run, Tokens: p + c})
 		require.NoError(t, err)
-		_, err = e.store.BudgetSettle(e.ctx, store.BudgetSettleParams{ReservationID: res.ID, Model: model,
+		_, err = e.store.BudgetSettle(e.ctx, store.BudgetSettleParams{ReservationID: res.ID, Tenant: res.Tenant, RunID: res.RunID, Model: model,
 			Usage: agentfleet.Usage{PromptTokens: p, CompletionTokens: c}})
 		require.NoError(t, err)
 	}
@@ -285,7 +285,7 @@ func TestTenantUsage(t *testing.T) {
 	rb := e.createRun(keyB, map[string]any{"message": "b"})
 	res, err := e.store.BudgetReserve(e.ctx, store.BudgetReserveParams{Tenant: "globex", RunID: rb.ID, Tokens: 10})
 	require.NoError(t, err)
-	_, err = e.store.BudgetSettle(e.ctx, store.BudgetSettleParams{ReservationID: res.ID, Model: "big", Usage: agentfleet.Usage{PromptTokens: 7}})
+	_, err = e.store.BudgetSettle(e.ctx, store.BudgetSettleParams{ReservationID: res.ID, Tenant: res.Tenant, RunID: res.RunID, Model: "big", Usage: agentfleet.Usage{PromptTokens: 7}})
 	require.NoError(t, err)
 
 	byModel := api.UsageReport{GroupBy: "model", Rows: []api.UsageRow{

@@ -87,12 +87,25 @@ func (m *Meter) Reserve(ctx context.Context, tenant, runID string, tokens int64)
 	return res, nil
 }
 
-// Settle charges a reservation with the call's real usage.
+// SettleParams are the store parameters that charge usage to res. A
+// recorder that settles in its own transaction (store.ModelReplyRecord's
+// Charge) uses them and then reports the outcome with Settled.
+func (m *Meter) SettleParams(res agentfleet.Reservation, usage agentfleet.Usage, model string) store.BudgetSettleParams {
+	return store.BudgetSettleParams{
+		ReservationID: res.ID, Tenant: res.Tenant, RunID: res.RunID, Usage: usage, Model: model, Now: m.now().UTC(),
+	}
+}
+
+// Settled records a settlement made through SettleParams in the metrics.
+func (m *Meter) Settled(res agentfleet.Reservation, usage agentfleet.Usage, model string, out store.BudgetSettleResult) {
+	m.metrics.settled(res.Tenant, model, usage, out.Overage)
+}
+
+// Settle charges a reservation with the call's real usage. An unlimited
+// tenant's reservation (empty ID) charges the usage ledger only.
 func (m *Meter) Settle(ctx context.Context, res agentfleet.Reservation, usage agentfleet.Usage, model string) error {
-	out, err := m.store.BudgetSettle(ctx, store.BudgetSettleParams{
-		ReservationID: res.ID, Usage: usage, Model: model, Now: m.now().UTC(),
-	})
-	if errors.Is(err, store.ErrNotFound) {
+	out, err := m.store.BudgetSettle(ctx, m.SettleParams(res, usage, model))
+	if errors.Is(err, store.ErrNotFound) && res.ID != "" {
 		// The lease expired before the call returned (a very slow
 		// model). The tokens were still spent: charge them without a
 		// reservation, as far as the limit allows.
@@ -120,11 +133,14 @@ func (m *Meter) chargeExpired(ctx context.Context, res agentfleet.Reservation, u
 	if err != nil {
 		return store.BudgetSettleResult{}, err
 	}
-	return m.store.BudgetSettle(ctx, store.BudgetSettleParams{ReservationID: fresh.ID, Usage: usage, Model: model, Now: m.now().UTC()})
+	return m.store.BudgetSettle(ctx, m.SettleParams(fresh, usage, model))
 }
 
 // Release drops a reservation whose call did not happen or failed.
 func (m *Meter) Release(ctx context.Context, res agentfleet.Reservation) error {
+	if res.ID == "" {
+		return nil // an unlimited tenant's: nothing was held
+	}
 	err := m.store.BudgetRelease(ctx, res.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("release reservation %s of tenant %s: %w", res.ID, res.Tenant, err)

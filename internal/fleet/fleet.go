@@ -268,7 +268,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 		return nil, err
 	}
 	engine, err := loop.New(loop.Config{
-		Model: model, Sandbox: pool, Meter: meter, Recorder: recorder{cfg.Store}, DefaultModel: cfg.Model.Model,
+		Model: model, Sandbox: pool, Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
 	})
 	if err != nil {
 		pool.Close()
@@ -357,7 +357,10 @@ func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 }
 
 // recorder adapts the store to the engine's reply Recorder.
-type recorder struct{ s store.Store }
+type recorder struct {
+	s     store.Store
+	meter *budget.Meter
+}
 
 func (r recorder) RecordedReply(ctx context.Context, runID string, turn int) (loop.Reply, bool, error) {
 	rep, err := r.s.ModelReplyGet(ctx, runID, turn)
@@ -370,18 +373,29 @@ func (r recorder) RecordedReply(ctx context.Context, runID string, turn int) (lo
 	return loop.Reply{RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported}, true, nil
 }
 
+// RecordReply records the reply and, given the turn's reservation,
+// charges the call in the same store transaction.
 func (r recorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agentfleet.Reservation) (loop.Reply, bool, bool, error) {
-	res, err := r.s.ModelReplyRecord(ctx, store.ModelReplyRecordParams{ModelReply: store.ModelReply{
+	p := store.ModelReplyRecordParams{ModelReply: store.ModelReply{
 		RunID: rep.RunID, Turn: rep.Turn, Content: rep.Content, Model: rep.Model, Usage: rep.Usage, UsageReported: rep.UsageReported,
-	}})
+	}}
+	if charge != nil && r.meter != nil {
+		settle := r.meter.SettleParams(*charge, rep.Usage, rep.Model)
+		p.Charge = &settle
+	}
+	res, err := r.s.ModelReplyRecord(ctx, p)
 	if errors.Is(err, store.ErrConflict) {
 		return loop.Reply{}, false, false, loop.ErrStale
 	}
 	if err != nil {
 		return loop.Reply{}, false, false, err
 	}
+	charged := p.Charge != nil && !res.Existed && res.ChargeErr == nil
+	if charged {
+		r.meter.Settled(*charge, rep.Usage, rep.Model, res.Settled)
+	}
 	got := res.Reply
-	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, false, nil
+	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, charged, nil
 }
 
 // ModelName is the model a process reports using, for logs.

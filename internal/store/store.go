@@ -46,6 +46,10 @@ type Store interface {
 
 	TenantCreate(ctx context.Context, p TenantCreateParams) (agentfleet.Tenant, error)
 	TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error)
+	// TenantUpdate changes the set fields of a tenant (see
+	// TenantUpdateParams). Giving an unlimited tenant a limit carries
+	// its usage ledger's sum for the current window into its budget in
+	// the same transaction, so the ceiling holds from that moment.
 	TenantUpdate(ctx context.Context, p TenantUpdateParams) (agentfleet.Tenant, error)
 	TenantList(ctx context.Context, p TenantListParams) ([]agentfleet.Tenant, error)
 
@@ -85,6 +89,22 @@ type Store interface {
 	// exactly Turn-1 turns and not have ended, else ErrConflict. When
 	// the turn already has a reply, that reply is returned with Existed
 	// set and nothing changes, so a redelivered turn never pays twice.
+	//
+	// With Charge set, the call also settles the model call's budget in
+	// the same transaction as the reply insert (one write per turn
+	// instead of two), with exactly BudgetSettle's semantics. The charge
+	// happens only when this call records the reply: when the reply
+	// Existed, or the call fails (ErrConflict from the fence, or any
+	// error), nothing is charged and the reservation is untouched, so
+	// the caller settles (or releases) it with BudgetSettle as before.
+	// When the reply is recorded but the charge cannot be (the
+	// reservation was settled, released or expired: ErrNotFound), the
+	// reply is kept, the error is ModelReplyRecordResult.ChargeErr and
+	// the call itself succeeds, so the caller can fall back. So the
+	// charge happened exactly when err == nil, !Existed and
+	// ChargeErr == nil; Settled then holds its outcome. A malformed
+	// Charge is ErrInvalid for the whole call, before anything is
+	// written.
 	ModelReplyRecord(ctx context.Context, p ModelReplyRecordParams) (ModelReplyRecordResult, error)
 	// ModelReplyGet returns the recorded reply of a turn, or ErrNotFound.
 	ModelReplyGet(ctx context.Context, runID string, turn int) (ModelReply, error)
@@ -113,16 +133,45 @@ type Store interface {
 	// (and the per-minute limit, when set, allows it); atomic under any
 	// concurrency. Rolls the window first when Now is past its end.
 	// Refusal is a *agentfleet.BudgetExhaustedError.
+	//
+	// An unlimited tenant (token limit 0 and tokens per minute 0) has
+	// nothing to reserve against: the call only reads the tenant, writes
+	// nothing, and returns a Reservation with an empty ID (Tenant,
+	// RunID, Tokens and LeaseUntil still filled). Settle it with
+	// BudgetSettleParams.Tenant and RunID; releasing it is a no-op.
+	//
+	// A reservation is a hold, not a record the caller relies on: a
+	// backend may commit it without waiting for the disk (store/postgres
+	// does, so a limited tenant's turns queue on its row for one flush
+	// per turn instead of two), and a crash of the database itself may
+	// then lose it. Settling a lost reservation is ErrNotFound, as after
+	// a lease expiry; the limit holds either way.
 	BudgetReserve(ctx context.Context, p BudgetReserveParams) (agentfleet.Reservation, error)
 	// BudgetSettle turns a reservation into usage. The charge is the
 	// reported usage, capped so used never exceeds the limit; what the
 	// cap cut is returned as Overage (and kept in the ledger).
+	//
+	// With an empty ReservationID (an unlimited tenant's reservation)
+	// the usage is charged to Tenant and RunID: for a tenant still
+	// unlimited, only the usage ledger row is appended (charged = the
+	// full reported usage, overage 0) and the tenant row is not
+	// touched; for a tenant given a limit since it reserved, the charge
+	// is applied to its budget like any other (capped, no reservation
+	// to drop). An unknown tenant is ErrNotFound.
 	BudgetSettle(ctx context.Context, p BudgetSettleParams) (BudgetSettleResult, error)
-	// BudgetRelease drops a reservation without charging it.
+	// BudgetRelease drops a reservation without charging it. Releasing
+	// the empty ID (an unlimited tenant's reservation) is a no-op.
 	BudgetRelease(ctx context.Context, reservationID string) error
 	// BudgetExpire releases reservations whose lease ended before Now.
 	BudgetExpire(ctx context.Context, now time.Time) (released int, err error)
 	// BudgetGet returns the tenant's budget as of Now (rolled if due).
+	//
+	// For an unlimited tenant, whose row is not written per call, Used
+	// is computed from the usage ledger: the sum charged within the
+	// window as the ledger would have rolled it (a calendar window is
+	// the one Now falls in; a duration window opens at the first
+	// settlement after the previous one ended, and one that has ended
+	// shows no bounds and zero used). Reserved and MinuteUsed are 0.
 	BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error)
 	// UsageList sums settled usage of a tenant, grouped by model or run.
 	UsageList(ctx context.Context, p UsageListParams) ([]UsageRow, error)
@@ -158,7 +207,17 @@ type TenantCreateParams struct {
 }
 
 // TenantUpdateParams changes the set fields of a tenant. Changing the
-// window restarts it.
+// window restarts it (used 0, reservations kept; the next use opens
+// the new window).
+//
+// Giving an unlimited tenant a limit (a token limit or a per-minute
+// one) sets, in the same transaction, its used to what the usage
+// ledger has charged in the current window (opening the window a use
+// now would open when none is), and its minute's count to what the
+// ledger has charged in the current minute, so the ceiling holds from
+// that moment. Settlements of reservations taken while it was
+// unlimited are charged against the new limit (capped). A window
+// change in the same update wins: the window restarts from zero.
 type TenantUpdateParams struct {
 	ID                string
 	TokenLimit        *int64
@@ -304,11 +363,24 @@ type ModelReply struct {
 
 type ModelReplyRecordParams struct {
 	ModelReply
+	// Charge, when set, settles the model call's reservation in the
+	// same transaction as the reply insert (see ModelReplyRecord).
+	Charge *BudgetSettleParams
 }
 
 type ModelReplyRecordResult struct {
 	Reply   ModelReply
 	Existed bool
+	// Settled is the charge's outcome, when Charge was set and applied
+	// (err nil, Existed false, ChargeErr nil); zero otherwise.
+	Settled BudgetSettleResult
+	// ChargeErr says why a Charge was not applied although this call
+	// recorded the reply: ErrNotFound when the reservation is gone
+	// (settled, released or expired) or, for an empty ReservationID,
+	// the tenant does not exist. The reply is recorded either way; the
+	// caller charges by other means. Nil when charged, when Charge was
+	// nil, and when Existed.
+	ChargeErr error
 }
 
 // TurnCommitParams is one committed turn. Usage and DataBytesCarried are
@@ -351,8 +423,15 @@ type BudgetReserveParams struct {
 	Lease  time.Duration
 }
 
+// BudgetSettleParams settles one model call. ReservationID names the
+// reservation; when it is empty (an unlimited tenant's reservation),
+// Tenant is required and the usage is charged to Tenant and RunID.
+// Tenant and RunID are ignored when ReservationID is set (the
+// reservation's own are used), so callers may always fill them in.
 type BudgetSettleParams struct {
 	ReservationID string
+	Tenant        string
+	RunID         string
 	Usage         agentfleet.Usage
 	Model         string
 	Now           time.Time

@@ -90,11 +90,13 @@ func TestOpenConfig(t *testing.T) {
 	}
 }
 
-// Benchmarks: the turn commit is the fleet's hottest write.
+// Benchmarks: the turn commit is the fleet's hottest write, and the turn
+// path (reserve, record and charge, commit) all a turn writes.
 //
-//	go test -run '^$' -bench TurnCommit -benchtime 3s ./internal/store/
+//	go test -run '^$' -bench 'TurnCommit|TurnPath' -benchtime 3s ./internal/store/
 //
-// Each reports commits/s. Postgres needs AGENTFLEET_TEST_DATABASE_URL.
+// Each reports commits/s or turns/s. Postgres needs
+// AGENTFLEET_TEST_DATABASE_URL.
 
 func benchStores(b *testing.B, run func(b *testing.B, s store.Store)) {
 	b.Run("sqlite", func(b *testing.B) { run(b, openSQLite(b, filepath.Join(b.TempDir(), "bench.db"))) })
@@ -124,11 +126,18 @@ func benchCommit(runID string, turn int) store.TurnCommitParams {
 	}
 }
 
-// benchRuns creates n running runs.
+// benchRuns creates n running runs of an unlimited tenant.
 func benchRuns(b *testing.B, s store.Store, n int) []string {
+	_, ids := benchTenantRuns(b, s, store.TenantCreateParams{}, n)
+	return ids
+}
+
+// benchTenantRuns creates a tenant and n running runs of it.
+func benchTenantRuns(b *testing.B, s store.Store, tp store.TenantCreateParams, n int) (string, []string) {
 	ctx := context.Background()
 	tenant := fmt.Sprint("bench-", time.Now().UnixNano())
-	if _, err := s.TenantCreate(ctx, store.TenantCreateParams{ID: tenant}); err != nil {
+	tp.ID = tenant
+	if _, err := s.TenantCreate(ctx, tp); err != nil {
 		b.Fatal(err)
 	}
 	ids := make([]string, n)
@@ -142,7 +151,7 @@ func benchRuns(b *testing.B, s store.Store, n int) []string {
 		}
 		ids[i] = res.Run.ID
 	}
-	return ids
+	return tenant, ids
 }
 
 // parallelism: commits are I/O bound; run several goroutines per CPU, as
@@ -169,6 +178,63 @@ func BenchmarkTurnCommit(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
 	})
+}
+
+// BenchmarkTurnPath does what one turn does to the store, from
+// concurrent turn slots: reserve the model call's budget, record the
+// reply and charge it in one call, commit the turn (2 steps, 6 events).
+// "unlimited" is a tenant without limits (no tenant row writes at all);
+// "limited" one with a limit it never reaches (every reserve and charge
+// updates the tenant row). Reports turns/s.
+func BenchmarkTurnPath(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		limit int64
+	}{{"unlimited", 0}, {"limited", 1 << 50}} {
+		b.Run(c.name, func(b *testing.B) {
+			benchStores(b, func(b *testing.B, s store.Store) {
+				ctx := context.Background()
+				b.SetParallelism(parallelism)
+				tenant, ids := benchTenantRuns(b, s, store.TenantCreateParams{TokenLimit: c.limit}, runtime.GOMAXPROCS(0)*parallelism)
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					id := ids[next.Add(1)-1]
+					for turn := 1; pb.Next(); turn++ {
+						if err := benchTurn(ctx, s, tenant, id, turn); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "turns/s")
+			})
+		})
+	}
+}
+
+// benchTurn is one turn's store calls.
+func benchTurn(ctx context.Context, s store.Store, tenant, runID string, turn int) error {
+	p := benchCommit(runID, turn)
+	p.Steps = p.Steps[:2]
+	p.Events = append(p.Events, agentfleet.Event{Type: agentfleet.EventLog, Content: "done"})
+	r, err := s.BudgetReserve(ctx, store.BudgetReserveParams{Tenant: tenant, RunID: runID, Tokens: 4000})
+	if err != nil {
+		return err
+	}
+	res, err := s.ModelReplyRecord(ctx, store.ModelReplyRecordParams{
+		ModelReply: store.ModelReply{RunID: runID, Turn: turn, Content: p.Steps[0].Content, Model: "bench-model", Usage: p.Usage, UsageReported: true},
+		Charge:     &store.BudgetSettleParams{ReservationID: r.ID, Tenant: r.Tenant, RunID: r.RunID, Usage: p.Usage, Model: "bench-model"},
+	})
+	if err != nil {
+		return err
+	}
+	if res.Existed || res.ChargeErr != nil {
+		return fmt.Errorf("turn %d of %s: not charged (existed %v): %v", turn, runID, res.Existed, res.ChargeErr)
+	}
+	_, err = s.TurnCommit(ctx, p)
+	return err
 }
 
 // BenchmarkTurnCommitMany commits batches of 32 turns (of 32 runs) per

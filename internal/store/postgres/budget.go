@@ -17,6 +17,18 @@ import (
 // never across a round trip; they apply rules.Ledger's arithmetic in SQL
 // (the contract suite holds both backends to it).
 //
+// An unlimited tenant's row is never written per call, so its turns do not
+// queue on the row lock: the reserve statement's UPDATE does not match it
+// (the statement reads the row and writes nothing, so it commits without
+// a WAL flush) and the reservation comes back with an empty id; settling
+// that inserts the usage ledger row only, under a FOR KEY SHARE lock on
+// the tenant row (the lock the ledger's foreign key takes anyway, which
+// concurrent settles share). TenantUpdate locks the row FOR UPDATE before
+// it sums the ledger for a tenant it gives a limit: that waits for every
+// settle holding the share lock, so the sum sees them, and a settle that
+// comes after finds the tenant limited (its lock waits, then re-reads
+// the row) and charges the row instead.
+//
 // Window roll, shared by both: a window is due when none is open or Now
 // has reached its end; rolling zeroes used, keeps reserved, and opens the
 // window Now belongs to. Calendar bounds come from Go (rules.Window) as
@@ -34,12 +46,25 @@ const (
 )
 
 // reserveSQL reserves $2 tokens for tenant $1 at $3 (minute $4) only if
-// the window and per-minute limits allow, and records reservation $9
-// (run $10, lease until $11) in the same statement. The UPDATE's WHERE is
-// re-checked against the latest row version after waiting for a
-// concurrent writer, so no interleaving can overspend. The final SELECT
-// reports the ledger as it was (for a refusal's message).
-var reserveSQL = `WITH u AS (
+// the tenant is limited and the window and per-minute limits allow, and
+// records reservation $9 (run $10, lease until $11) in the same
+// statement. The UPDATE's WHERE is re-checked against the latest row
+// version after waiting for a concurrent writer, so no interleaving can
+// overspend. The final SELECT reports the ledger as it was (whether the
+// tenant is unlimited, or why it was refused).
+//
+// The statement commits asynchronously (synchronous_commit off for its
+// transaction alone): it returns, and releases the tenant row, without
+// waiting for its WAL flush. A limited tenant's reserves and charges all
+// queue on its row, so this takes one of a turn's two flushes off that
+// queue. What it risks is a reservation lost to a server crash within the
+// WAL writer's delay: the limit holds regardless (charges are capped at
+// it), the call's charge then finds no reservation, as after a lease
+// expiry, and anything that depended on the reservation and committed
+// synchronously (its charge) flushed it first, since WAL is sequential.
+var reserveSQL = `WITH cfg AS (
+		SELECT set_config('synchronous_commit', 'off', true)
+	), u AS (
 		UPDATE tenants t SET
 			used = CASE WHEN ` + dueSQL + ` THEN 0 ELSE t.used END,
 			window_start = CASE WHEN ` + dueSQL + ` THEN ` + windowStartSQL + ` ELSE t.window_start END,
@@ -48,6 +73,7 @@ var reserveSQL = `WITH u AS (
 			minute_start = $4::timestamptz,
 			minute_used = CASE WHEN t.minute_start = $4::timestamptz THEN t.minute_used ELSE 0 END + $2::bigint
 		WHERE t.id = $1
+			AND (t.token_limit > 0 OR t.tokens_per_minute > 0)
 			AND (t.token_limit = 0
 				OR CASE WHEN ` + dueSQL + ` THEN 0 ELSE t.used END + t.reserved + $2::bigint <= t.token_limit)
 			AND (t.tokens_per_minute = 0
@@ -57,20 +83,29 @@ var reserveSQL = `WITH u AS (
 		INSERT INTO reservations (id, tenant, run_id, tokens, lease_until, created_at)
 		SELECT $9, u.id, $10, $2::bigint, $11, $3::timestamptz FROM u
 	)
-	SELECT EXISTS (SELECT 1 FROM u), ` + ledgerCols + ` FROM tenants WHERE id = $1`
+	SELECT EXISTS (SELECT 1 FROM u), ` + ledgerCols + ` FROM tenants, cfg WHERE id = $1`
 
-// settleSQL deletes reservation $1 and charges its tenant $7 tokens at $3
-// (capped so used stays within the limit), logging $9/$10 (prompt,
-// completion) of model $2 in the usage ledger. The tenant row is locked
-// (FOR UPDATE in o) before the charge is computed from it.
-var settleSQL = `WITH r AS (
-		DELETE FROM reservations WHERE id = $1 RETURNING tenant, run_id, tokens
+// Settling. The parameters (settleArgs) are: $1 the reservation id, or
+// without one the tenant; $2 model, $3 now, $4 reported total, $5..$8 the
+// calendar bounds (windowArgs), $9 prompt, $10 completion; without a
+// reservation $11 the run. A ModelReplyRecord with a charge puts its own
+// after them. Each form is a list of CTEs that settle only when gate (a
+// SQL condition) holds, and ends in a CTE c holding the charge: one row,
+// or none when there was nothing to charge (reservation gone, tenant
+// unknown).
+
+// settleReservedCTEs deletes reservation $1 and charges its tenant $4
+// tokens (capped so used stays within the limit), logging the usage. The
+// tenant row is locked (in o) before the charge is computed from it.
+func settleReservedCTEs(gate string) string {
+	return `r AS (
+		DELETE FROM reservations WHERE id = $1 AND ` + gate + ` RETURNING tenant, run_id, tokens
 	), o AS (
 		SELECT t.id, t.token_limit, ` + dueSQL + ` AS due,
 			CASE WHEN ` + dueSQL + ` THEN 0 ELSE t.used END AS used0,
 			` + windowStartSQL + ` AS ws, ` + windowEndSQL + ` AS we
 		FROM tenants t JOIN r ON r.tenant = t.id
-		FOR UPDATE OF t
+		FOR NO KEY UPDATE OF t
 	), c AS (
 		SELECT o.*, CASE WHEN o.token_limit = 0 THEN $4::bigint
 			ELSE LEAST($4::bigint, GREATEST(o.token_limit - o.used0, 0)) END AS charged
@@ -85,8 +120,85 @@ var settleSQL = `WITH r AS (
 	), l AS (
 		INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
 		SELECT r.tenant, r.run_id, $2, $9, $10, c.charged, $4::bigint - c.charged, $3::timestamptz FROM r, c
-	)
-	SELECT charged FROM c`
+	)`
+}
+
+// settleUnreservedCTEs charges tenant $1 (run $11) without a
+// reservation. k matches a tenant that is unlimited, under a share lock:
+// the ledger row is all that is written. Otherwise (given a limit since
+// it reserved) o locks the row and the charge is applied as in
+// settleReservedCTEs, with nothing reserved to drop. Exactly one of k and
+// o has the tenant's row: o runs after k (it reads k) and, locking, sees
+// the row as it is then.
+//
+// Only in the moment a tenant is given a limit can two of these deadlock:
+// a k whose statement began before the change waits for it, then locks
+// the new row version before rechecking it (and finding it limited), and
+// o upgrades that lock. Postgres aborts one; queryOne runs it again.
+func settleUnreservedCTEs(gate string) string {
+	return `k AS MATERIALIZED (
+		SELECT t.id FROM tenants t WHERE t.id = $1 AND t.token_limit = 0 AND t.tokens_per_minute = 0 AND ` + gate + `
+		FOR KEY SHARE
+	), o AS (
+		SELECT t.id, t.token_limit, ` + dueSQL + ` AS due,
+			CASE WHEN ` + dueSQL + ` THEN 0 ELSE t.used END AS used0,
+			` + windowStartSQL + ` AS ws, ` + windowEndSQL + ` AS we
+		FROM tenants t WHERE t.id = $1 AND ` + gate + ` AND NOT EXISTS (SELECT 1 FROM k)
+		FOR NO KEY UPDATE
+	), oc AS (
+		SELECT o.*, CASE WHEN o.token_limit = 0 THEN $4::bigint
+			ELSE LEAST($4::bigint, GREATEST(o.token_limit - o.used0, 0)) END AS charged
+		FROM o
+	), u AS (
+		UPDATE tenants t SET
+			used = oc.used0 + oc.charged,
+			window_start = CASE WHEN oc.due THEN oc.ws ELSE t.window_start END,
+			window_end = CASE WHEN oc.due THEN oc.we ELSE t.window_end END
+		FROM oc WHERE t.id = oc.id
+	), c AS (
+		SELECT id, $4::bigint AS charged FROM k UNION ALL SELECT id, charged FROM oc
+	), l AS (
+		INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
+		SELECT c.id, $11, $2, $9, $10, c.charged, $4::bigint - c.charged, $3::timestamptz FROM c
+	)`
+}
+
+// settleCTEs is the settle form for p.
+func settleCTEs(p store.BudgetSettleParams, gate string) string {
+	if p.ReservationID == "" {
+		return settleUnreservedCTEs(gate)
+	}
+	return settleReservedCTEs(gate)
+}
+
+var (
+	settleReservedSQL   = `WITH ` + settleReservedCTEs("true") + ` SELECT charged FROM c`
+	settleUnreservedSQL = `WITH ` + settleUnreservedCTEs("true") + ` SELECT charged FROM c`
+)
+
+// settleArgs are the parameters of p's settle form.
+func settleArgs(p store.BudgetSettleParams) []any {
+	ds, de, ms, me := windowArgs(p.Now)
+	if p.ReservationID == "" {
+		return []any{p.Tenant, p.Model, p.Now, p.Usage.Total(), ds, de, ms, me, p.Usage.PromptTokens, p.Usage.CompletionTokens, p.RunID}
+	}
+	return []any{p.ReservationID, p.Model, p.Now, p.Usage.Total(), ds, de, ms, me, p.Usage.PromptTokens, p.Usage.CompletionTokens}
+}
+
+func settleName(p store.BudgetSettleParams) string {
+	if p.ReservationID == "" {
+		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
+	}
+	return "reservation " + p.ReservationID
+}
+
+// settleNotFound is the error of a settle that found nothing to charge.
+func settleNotFound(p store.BudgetSettleParams) error {
+	if p.ReservationID == "" {
+		return fmt.Errorf("tenant %s: %w", p.Tenant, store.ErrNotFound)
+	}
+	return fmt.Errorf("reservation %s (settled, released or expired): %w", p.ReservationID, store.ErrNotFound)
+}
 
 const ledgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
 
@@ -129,10 +241,18 @@ func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) 
 		o.ledger, err = scanLedger(sc, &o.ok)
 		return o, err
 	}, p.Tenant, p.Tokens, p.Now, rules.MinuteOf(p.Now), ds, de, ms, me, r.ID, p.RunID, r.LeaseUntil)
+	if isNotFound(err) {
+		err = fmt.Errorf("tenant %s: %w", p.Tenant, store.ErrNotFound)
+	}
 	if err != nil {
 		return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, err)
 	}
 	if out.ok {
+		return r, nil
+	}
+	if out.ledger.Unlimited() {
+		// Nothing to hold: the statement wrote nothing. See BudgetSettle.
+		r.ID = ""
 		return r, nil
 	}
 	// Refused. Say why from the ledger as the statement saw it; should
@@ -151,23 +271,29 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 	if err != nil {
 		return store.BudgetSettleResult{}, err
 	}
-	ds, de, ms, me := windowArgs(p.Now)
+	q := settleReservedSQL
+	if p.ReservationID == "" {
+		q = settleUnreservedSQL
+	}
 	total := p.Usage.Total()
-	charged, err := queryOne(ctx, s, settleSQL, func(sc scanner) (int64, error) {
+	charged, err := queryOne(ctx, s, q, func(sc scanner) (int64, error) {
 		var c int64
 		err := sc.Scan(&c)
 		return c, err
-	}, p.ReservationID, p.Model, p.Now, total, ds, de, ms, me, p.Usage.PromptTokens, p.Usage.CompletionTokens)
+	}, settleArgs(p)...)
 	if isNotFound(err) {
-		err = fmt.Errorf("reservation %s (settled, released or expired): %w", p.ReservationID, store.ErrNotFound)
+		err = settleNotFound(p)
 	}
 	if err != nil {
-		return store.BudgetSettleResult{}, fmt.Errorf("settle reservation %s: %w", p.ReservationID, err)
+		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", settleName(p), err)
 	}
 	return store.BudgetSettleResult{Charged: charged, Overage: total - charged}, nil
 }
 
 func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
+	if reservationID == "" {
+		return nil // an unlimited tenant's reservation: nothing was held
+	}
 	_, err := queryOne(ctx, s, `WITH r AS (
 			DELETE FROM reservations WHERE id = $1 RETURNING tenant, tokens
 		)
@@ -212,13 +338,76 @@ func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
 }
 
 func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error) {
-	l, err := queryOne(ctx, s, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1`, func(sc scanner) (rules.Ledger, error) {
-		return scanLedger(sc)
-	}, tenant)
+	now = rules.NowOr(now)
+	var st agentfleet.BudgetState
+	err := s.withConn(ctx, func(c *pgx.Conn) error {
+		l, err := scanLedger(c.QueryRow(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1`, tenant))
+		if err != nil {
+			return err
+		}
+		if !l.Unlimited() {
+			st = l.State(now)
+			return nil
+		}
+		start, end, open, err := l.LedgerWindow(now, nextUse(ctx, c, tenant))
+		if err != nil {
+			return err
+		}
+		var used int64
+		if open {
+			if used, err = ledgerSum(ctx, c, tenant, start, end); err != nil {
+				return err
+			}
+		}
+		st = l.LedgerState(start, end, open, used)
+		return nil
+	})
 	if err != nil {
-		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, err)
+		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, mapErr(err))
 	}
-	return l.State(rules.NowOr(now)), nil
+	return st, nil
+}
+
+// rowQuerier runs a one-row query: a connection or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// nextUse finds a tenant's first ledger entry at or after a time.
+func nextUse(ctx context.Context, q rowQuerier, tenant string) rules.NextUse {
+	return func(t time.Time) (time.Time, bool, error) {
+		var next *time.Time
+		err := q.QueryRow(ctx, `SELECT min(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at >= COALESCE($2::timestamptz, '-infinity')`,
+			tenant, tsArg(t)).Scan(&next)
+		return tsVal(next), next != nil, err
+	}
+}
+
+// ledgerSum is what the ledger charged a tenant in [from, to).
+func ledgerSum(ctx context.Context, q rowQuerier, tenant string, from, to time.Time) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, `SELECT COALESCE(sum(charged), 0)::bigint FROM usage_ledger WHERE tenant = $1 AND created_at >= $2 AND created_at < $3`,
+		tenant, from, to).Scan(&n)
+	return n, err
+}
+
+// startLimited is the ledger of an unlimited tenant given a limit at now:
+// used and the minute's count from the usage ledger.
+func startLimited(ctx context.Context, q rowQuerier, l rules.Ledger, now time.Time) (rules.Ledger, error) {
+	start, end, err := l.OpenWindow(now, nextUse(ctx, q, l.Tenant))
+	if err != nil {
+		return l, err
+	}
+	used, err := ledgerSum(ctx, q, l.Tenant, start, end)
+	if err != nil {
+		return l, err
+	}
+	minute := rules.MinuteOf(now)
+	minuteUsed, err := ledgerSum(ctx, q, l.Tenant, minute, minute.Add(time.Minute))
+	if err != nil {
+		return l, err
+	}
+	return l.StartLimited(now, start, end, used, minuteUsed), nil
 }
 
 func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {

@@ -13,11 +13,17 @@
 //     UPDATE fenced on the run's turn whose CTEs append the steps and the
 //     events; TurnCommitMany does the same for a whole batch with arrays;
 //     a budget reservation is one UPDATE that checks the limit and a CTE
-//     that inserts the reservation. No client round trip happens while a
-//     row lock is held.
+//     that inserts the reservation; recording a model reply with its
+//     charge is one INSERT whose CTEs settle the charge only if the reply
+//     was inserted. No client round trip happens while a row lock is
+//     held. A turn is three round trips and two commits: reserve (which
+//     for an unlimited tenant writes nothing, so commits without a WAL
+//     flush), record and charge, commit.
 //   - Locks are always taken in one order: run rows (sorted by id), then
 //     session advisory locks (sorted by key); reservation rows before the
-//     tenant row. Deadlocks cannot form; should Postgres report one (or a
+//     tenant row. Settles lock the tenant row FOR NO KEY UPDATE, which
+//     does not block the foreign-key checks (FOR KEY SHARE) of inserts
+//     that reference the tenant (runs, reservations, the usage ledger). Deadlocks cannot form; should Postgres report one (or a
 //     serialization failure) anyway, the whole transaction is retried.
 //   - Runs of one session are created under a per-session advisory lock,
 //     which a run's end takes too before it hands out the session's next
@@ -332,14 +338,22 @@ func bytesArg(b []byte) []byte {
 // scanner is a row to scan: pgx.Row or pgx.Rows.
 type scanner interface{ Scan(dest ...any) error }
 
-// queryOne runs a query on a pooled connection and scans its one row.
+// queryOne runs a query on a pooled connection and scans its one row. The
+// query is its own transaction, so a deadlock victim (or serialization
+// failure) left nothing behind and is run again, as withTx does.
 func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
 	var v T
-	err := s.withConn(ctx, func(c *pgx.Conn) error {
-		var err error
-		v, err = scan(c.QueryRow(ctx, sql, args...))
-		return err
-	})
+	var err error
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		err = s.withConn(ctx, func(c *pgx.Conn) error {
+			var err error
+			v, err = scan(c.QueryRow(ctx, sql, args...))
+			return err
+		})
+		if !retryable(err) {
+			break
+		}
+	}
 	return v, mapErr(err)
 }
 

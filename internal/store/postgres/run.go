@@ -440,30 +440,91 @@ func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentf
 
 const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
 
-func scanReply(sc scanner) (store.ModelReply, error) {
+// scanReply scans replyCols, then any extra trailing columns.
+func scanReply(sc scanner, extra ...any) (store.ModelReply, error) {
 	var m store.ModelReply
-	err := sc.Scan(&m.RunID, &m.Turn, &m.Content, &m.Model, &m.Usage.PromptTokens, &m.Usage.CompletionTokens, &m.UsageReported, &m.CreatedAt)
+	dest := append([]any{&m.RunID, &m.Turn, &m.Content, &m.Model, &m.Usage.PromptTokens, &m.Usage.CompletionTokens, &m.UsageReported, &m.CreatedAt}, extra...)
+	err := sc.Scan(dest...)
 	m.CreatedAt = m.CreatedAt.UTC()
 	return m, err
 }
 
+// insertReplyCTE inserts the reply of 8 parameters from $first (run,
+// turn, content, model, prompt, completion, reported, created), fenced:
+// only for a run that has committed exactly turn-1 turns and not ended,
+// once per turn.
+func insertReplyCTE(first int) string {
+	ps := make([]string, 8)
+	for i := range ps {
+		ps[i] = "$" + strconv.Itoa(first+i)
+	}
+	return `m AS (
+		INSERT INTO model_replies (` + replyCols + `)
+		SELECT id, ` + strings.Join(ps[1:], ", ") + ` FROM runs
+		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + terminalList + `)
+		ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols + `
+	)`
+}
+
+// recordChargeSQL records a reply and, only if it did, settles its
+// charge, in one statement (one round trip, one transaction). It returns
+// the reply and the charge (NULL when there was nothing to charge), or
+// no row when the reply was not inserted. The reply's parameters follow
+// the charge's.
+func recordChargeSQL(p store.BudgetSettleParams) string {
+	return `WITH ` + insertReplyCTE(len(settleArgs(p))+1) + `, ` + settleCTEs(p, `EXISTS (SELECT 1 FROM m)`) + `
+		SELECT ` + replyCols + `, (SELECT charged FROM c) FROM m`
+}
+
+var (
+	recordSQL                 = `WITH ` + insertReplyCTE(1) + ` SELECT ` + replyCols + `, NULL::bigint FROM m`
+	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"})
+	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{})
+)
+
+// ModelReplyRecord is one statement in the common case: the fenced insert
+// and, with a Charge, the settle (gated on the insert). Anything else (a
+// reply already there, a lost fence) is sorted out after, and charges
+// nothing.
 func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
-	r, err := rules.ModelReply(p.ModelReply, rules.Now())
+	p, err := rules.ModelReplyRecord(p, rules.Now())
 	if err != nil {
 		return store.ModelReplyRecordResult{}, err
 	}
+	r := p.ModelReply
 	wrap := func(err error) error {
 		return fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
 	}
-	// The common case is one statement: fenced insert. Anything else
-	// (a reply already there, a lost fence) is sorted out after.
+	q, args := recordSQL, []any(nil)
+	if p.Charge != nil {
+		q = recordChargeReservedSQL
+		if p.Charge.ReservationID == "" {
+			q = recordChargeUnreservedSQL
+		}
+		args = settleArgs(*p.Charge)
+	}
+	args = append(args, r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
+	type recorded struct {
+		reply   store.ModelReply
+		charged *int64
+	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		m, err := queryOne(ctx, s, `INSERT INTO model_replies (`+replyCols+`)
-			SELECT id, $2, $3, $4, $5, $6, $7, $8 FROM runs WHERE id = $1 AND turn = $2 - 1 AND status NOT IN (`+terminalList+`)
-			ON CONFLICT (run_id, turn) DO NOTHING RETURNING `+replyCols, scanReply,
-			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
+		m, err := queryOne(ctx, s, q, func(sc scanner) (recorded, error) {
+			var x recorded
+			var err error
+			x.reply, err = scanReply(sc, &x.charged)
+			return x, err
+		}, args...)
 		if err == nil {
-			return store.ModelReplyRecordResult{Reply: m}, nil
+			res := store.ModelReplyRecordResult{Reply: m.reply}
+			switch {
+			case p.Charge == nil:
+			case m.charged == nil:
+				res.ChargeErr = fmt.Errorf("charge %s: %w", settleName(*p.Charge), settleNotFound(*p.Charge))
+			default:
+				res.Settled = store.BudgetSettleResult{Charged: *m.charged, Overage: p.Charge.Usage.Total() - *m.charged}
+			}
+			return res, nil
 		}
 		if !isNotFound(err) {
 			return store.ModelReplyRecordResult{}, wrap(err)
@@ -489,7 +550,8 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 }
 
 func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	m, err := queryOne(ctx, s, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scanReply, runID, turn)
+	m, err := queryOne(ctx, s, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
+		func(sc scanner) (store.ModelReply, error) { return scanReply(sc) }, runID, turn)
 	if err != nil {
 		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, err)
 	}

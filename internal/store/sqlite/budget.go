@@ -16,6 +16,15 @@ import (
 // inside a write transaction, which in this backend holds the database's
 // only write lock: read, decide with rules.Ledger, write back is atomic
 // under any concurrency.
+//
+// An unlimited tenant's row is not written per call: BudgetReserve learns
+// it is unlimited with one read on the read pool (the single writer is not
+// involved at all) and returns a reservation with an empty id; settling
+// that appends the usage ledger row and nothing else; BudgetGet sums the
+// ledger. Since every write goes through the one writer, "is the tenant
+// still unlimited?" is decided inside the settle's write transaction, and
+// TenantUpdate's ledger sum sees every settlement before it: a tenant
+// given a limit starts from exactly what the ledger charged.
 
 const ledgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
 
@@ -42,16 +51,36 @@ func saveLedger(ctx context.Context, tx *wtx, l rules.Ledger) error {
 	return err
 }
 
+// unlimitedSQL reads whether a tenant is unlimited.
+const unlimitedSQL = `SELECT token_limit = 0 AND tokens_per_minute = 0 FROM tenants WHERE id = ?`
+
 func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) (agentfleet.Reservation, error) {
 	p, err := rules.BudgetReserve(p)
 	if err != nil {
 		return agentfleet.Reservation{}, err
 	}
-	r := agentfleet.Reservation{ID: rules.NewID(), Tenant: p.Tenant, RunID: p.RunID, Tokens: p.Tokens, LeaseUntil: p.Now.Add(p.Lease)}
+	r := agentfleet.Reservation{Tenant: p.Tenant, RunID: p.RunID, Tokens: p.Tokens, LeaseUntil: p.Now.Add(p.Lease)}
+	var unlimited bool
+	if err := s.rd.QueryRowContext(ctx, unlimitedSQL, p.Tenant).Scan(&unlimited); err != nil {
+		err = mapErr(err)
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("tenant %s: %w", p.Tenant, err)
+		}
+		return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, err)
+	}
+	if unlimited {
+		return r, nil // nothing to hold: see BudgetSettle
+	}
+	r.ID = rules.NewID()
 	err = s.write(ctx, func(tx *wtx) error {
 		l, err := loadLedger(ctx, tx, p.Tenant)
 		if err != nil {
 			return err
+		}
+		if l.Unlimited() {
+			// Made unlimited since the read: nothing to hold after all.
+			r.ID = ""
+			return nil
 		}
 		if l, err = l.Reserve(p.Tokens, p.Now); err != nil {
 			return err
@@ -85,29 +114,74 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 	}
 	var res store.BudgetSettleResult
 	err = s.write(ctx, func(tx *wtx) error {
-		tenant, runID, tokens, err := takeReservation(ctx, tx, p.ReservationID)
-		if err != nil {
-			return err
-		}
-		l, err := loadLedger(ctx, tx, tenant)
-		if err != nil {
-			return err
-		}
-		l, res.Charged, res.Overage = l.Settle(tokens, p.Usage.Total(), p.Now)
-		if err := saveLedger(ctx, tx, l); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, tenant, runID, p.Model, p.Usage.PromptTokens, p.Usage.CompletionTokens, res.Charged, res.Overage, p.Now.UnixMicro())
+		res, err = settle(ctx, tx, p)
 		return err
 	})
 	if err != nil {
-		return store.BudgetSettleResult{}, fmt.Errorf("settle reservation %s: %w", p.ReservationID, err)
+		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", settleName(p), err)
 	}
 	return res, nil
 }
 
+func settleName(p store.BudgetSettleParams) string {
+	if p.ReservationID == "" {
+		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
+	}
+	return "reservation " + p.ReservationID
+}
+
+// settleUnlimitedSQL appends the ledger row of an unlimited tenant's
+// usage, charged in full; it inserts nothing when the tenant is limited
+// or does not exist.
+const settleUnlimitedSQL = `INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
+	SELECT id, ?, ?, ?, ?, ?, 0, ? FROM tenants WHERE id = ? AND token_limit = 0 AND tokens_per_minute = 0`
+
+const insertUsageSQL = `INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+
+// settle applies a (validated) settle inside tx. It returns ErrNotFound,
+// having written nothing, when the reservation is gone or, without one,
+// the tenant does not exist.
+func settle(ctx context.Context, tx *wtx, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
+	total := p.Usage.Total()
+	tenant, runID, reserved := p.Tenant, p.RunID, int64(0)
+	if p.ReservationID != "" {
+		var err error
+		if tenant, runID, reserved, err = takeReservation(ctx, tx, p.ReservationID); err != nil {
+			return store.BudgetSettleResult{}, err
+		}
+	} else {
+		// The common case, an unlimited tenant: one statement, and the
+		// tenant row is not written.
+		res, err := tx.ExecContext(ctx, settleUnlimitedSQL, runID, p.Model, p.Usage.PromptTokens, p.Usage.CompletionTokens,
+			total, p.Now.UnixMicro(), tenant)
+		if err != nil {
+			return store.BudgetSettleResult{}, err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return store.BudgetSettleResult{Charged: total}, err
+		}
+		// Given a limit since it reserved (or gone): charge the row,
+		// with no reservation to drop.
+	}
+	l, err := loadLedger(ctx, tx, tenant)
+	if err != nil {
+		return store.BudgetSettleResult{}, err
+	}
+	var res store.BudgetSettleResult
+	l, res.Charged, res.Overage = l.Settle(reserved, total, p.Now)
+	if err := saveLedger(ctx, tx, l); err != nil {
+		return store.BudgetSettleResult{}, err
+	}
+	_, err = tx.ExecContext(ctx, insertUsageSQL, tenant, runID, p.Model, p.Usage.PromptTokens, p.Usage.CompletionTokens,
+		res.Charged, res.Overage, p.Now.UnixMicro())
+	return res, err
+}
+
 func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
+	if reservationID == "" {
+		return nil // an unlimited tenant's reservation: nothing was held
+	}
 	err := s.write(ctx, func(tx *wtx) error {
 		tenant, _, tokens, err := takeReservation(ctx, tx, reservationID)
 		if err != nil {
@@ -160,11 +234,53 @@ func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
 }
 
 func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error) {
-	l, err := loadLedger(ctx, s.r, tenant)
+	now = rules.NowOr(now)
+	// One read transaction, so the row and the ledger agree.
+	var st agentfleet.BudgetState
+	err := s.readTx(ctx, func(q queryer) error {
+		l, err := loadLedger(ctx, q, tenant)
+		if err != nil {
+			return err
+		}
+		if !l.Unlimited() {
+			st = l.State(now)
+			return nil
+		}
+		start, end, open, err := l.LedgerWindow(now, nextUse(ctx, q, tenant))
+		if err != nil {
+			return err
+		}
+		var used int64
+		if open {
+			if used, err = ledgerSum(ctx, q, tenant, start, end); err != nil {
+				return err
+			}
+		}
+		st = l.LedgerState(start, end, open, used)
+		return nil
+	})
 	if err != nil {
 		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, err)
 	}
-	return l.State(rules.NowOr(now)), nil
+	return st, nil
+}
+
+// nextUse finds a tenant's first ledger entry at or after a time.
+func nextUse(ctx context.Context, q queryer, tenant string) rules.NextUse {
+	return func(t time.Time) (time.Time, bool, error) {
+		var us sql.NullInt64
+		err := q.QueryRowContext(ctx, `SELECT min(created_at) FROM usage_ledger WHERE tenant = ? AND created_at >= ?`,
+			tenant, t.UnixMicro()).Scan(&us)
+		return tsVal(us), us.Valid, err
+	}
+}
+
+// ledgerSum is what the ledger charged a tenant in [from, to).
+func ledgerSum(ctx context.Context, q queryer, tenant string, from, to time.Time) (int64, error) {
+	var n int64
+	err := q.QueryRowContext(ctx, `SELECT coalesce(sum(charged), 0) FROM usage_ledger WHERE tenant = ? AND created_at >= ? AND created_at < ?`,
+		tenant, from.UnixMicro(), to.UnixMicro()).Scan(&n)
+	return n, err
 }
 
 func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {

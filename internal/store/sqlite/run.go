@@ -335,36 +335,71 @@ func scanReply(sc interface{ Scan(...any) error }) (store.ModelReply, error) {
 	return m, err
 }
 
+// insertReplySQL records a reply, fenced: only for a run that has
+// committed exactly turn-1 turns and not ended, and only once per turn.
+var insertReplySQL = `INSERT INTO model_replies (` + replyCols + `)
+	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
+	ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols
+
+// ModelReplyRecord records the reply with one fenced insert and, with a
+// Charge, settles in the same write transaction. Only when the insert
+// finds nothing to do is the run read, to tell a lost fence from a reply
+// already there.
 func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
-	r, err := rules.ModelReply(p.ModelReply, rules.Now())
+	p, err := rules.ModelReplyRecord(p, rules.Now())
 	if err != nil {
 		return store.ModelReplyRecordResult{}, err
 	}
+	r := p.ModelReply
 	var res store.ModelReplyRecordResult
 	err = s.write(ctx, func(tx *wtx) error {
-		cur, err := s.runByID(ctx, tx, r.RunID)
+		res = store.ModelReplyRecordResult{}
+		m, err := scanReply(tx.QueryRowContext(ctx, insertReplySQL,
+			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt.UnixMicro()))
+		if errors.Is(err, sql.ErrNoRows) {
+			return s.replyNotInserted(ctx, tx, r, &res)
+		}
 		if err != nil {
 			return err
 		}
-		if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
-			return err
-		}
-		old, err := scanReply(tx.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, r.RunID, r.Turn))
-		if err == nil {
-			res = store.ModelReplyRecordResult{Reply: old, Existed: true}
+		res.Reply = m
+		if p.Charge == nil {
 			return nil
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return err
+		res.Settled, err = settle(ctx, tx, *p.Charge)
+		if errors.Is(err, store.ErrNotFound) {
+			// settle wrote nothing: keep the reply, report the charge.
+			res.Settled, res.ChargeErr = store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*p.Charge), err)
+			return nil
 		}
-		res.Reply, err = scanReply(tx.QueryRowContext(ctx, `INSERT INTO model_replies (`+replyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+replyCols,
-			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt.UnixMicro()))
 		return err
 	})
 	if err != nil {
 		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
 	}
 	return res, nil
+}
+
+// replyNotInserted says why the fenced insert of r did nothing: the run
+// is missing or fenced off (an error), or the turn has its reply already
+// (res.Existed).
+func (s *Store) replyNotInserted(ctx context.Context, tx *wtx, r store.ModelReply, res *store.ModelReplyRecordResult) error {
+	cur, err := s.runByID(ctx, tx, r.RunID)
+	if err != nil {
+		return err
+	}
+	if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
+		return err
+	}
+	old, err := scanReply(tx.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, r.RunID, r.Turn))
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
+	}
+	if err != nil {
+		return err
+	}
+	*res = store.ModelReplyRecordResult{Reply: old, Existed: true}
+	return nil
 }
 
 func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
@@ -375,55 +410,101 @@ func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (stor
 	return m, nil
 }
 
-// commitRunSQL advances a run past a turn. A commit without Args or
-// Answer keeps the stored ones: a failed turn carries the previous args
-// on. A cancellation without an error takes the requested cancel's reason.
+// commitRunSQL advances a run past a turn, fenced in its WHERE: the run
+// must have committed exactly turn-1 turns and be in one of the statuses
+// ?12 lists (",a,b,": those that may move to the new status). A commit
+// without Args or Answer keeps the stored ones: a failed turn carries the
+// previous args on. A cancellation without an error takes the requested
+// cancel's reason.
 const commitRunSQL = `UPDATE runs SET turn = ?1, status = ?2, args = COALESCE(?3, args), answer = COALESCE(?4, answer),
 		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
 		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
 		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10
-	WHERE id = ?11 RETURNING ` + runCols
+	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + runCols
 
-const insertStepSQL = `INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-const insertEventSQL = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-func (s *Store) insertSteps(ctx context.Context, tx *wtx, steps []agentfleet.Step) error {
-	if len(steps) == 0 {
-		return nil
+// commitFrom lists, per status a commit moves a run to, the statuses the
+// run may be in: not ended, and allowed to make that move.
+var commitFrom = func() map[agentfleet.RunStatus]string {
+	m := map[agentfleet.RunStatus]string{}
+	for _, to := range rules.Statuses {
+		list := ","
+		for _, from := range rules.Statuses {
+			if !from.Terminal() && from.CanTransition(to) {
+				list += string(from) + ","
+			}
+		}
+		m[to] = list
 	}
-	st, err := tx.stmt(ctx, insertStepSQL)
-	if err != nil {
-		return err
+	return m
+}()
+
+// Steps and events go in with multi-row INSERTs of at most insertChunk
+// rows (11 parameters a row at most: far below SQLite's variable limit).
+// Each row count has its own statement text, so the writer's statement
+// cache holds at most insertChunk of each.
+const insertChunk = 64
+
+const (
+	insertStepHead  = `INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at) VALUES `
+	insertEventHead = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary) VALUES `
+)
+
+var (
+	insertStepSQL  = multiRowSQL(insertStepHead, 9)
+	insertEventSQL = multiRowSQL(insertEventHead, 11)
+)
+
+// multiRowSQL returns the INSERT statements of 1 to insertChunk rows of
+// cols columns, indexed by row count.
+func multiRowSQL(head string, cols int) []string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
+	out := make([]string, insertChunk+1)
+	for n := 1; n <= insertChunk; n++ {
+		out[n] = head + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
 	}
-	for _, x := range steps {
-		if _, err := st.ExecContext(ctx, x.RunID, x.Turn, x.Index, string(x.Kind), x.Content, x.Model,
-			x.Usage.PromptTokens, x.Usage.CompletionTokens, x.CreatedAt.UnixMicro()); err != nil {
-			return fmt.Errorf("insert step %d of turn %d: %w", x.Index, x.Turn, err)
+	return out
+}
+
+// insertRows inserts n rows in chunks; add appends row i's values.
+func insertRows(ctx context.Context, tx *wtx, sqls []string, cols, n int, add func(args []any, i int) []any) error {
+	args := make([]any, 0, cols*min(n, insertChunk))
+	for from := 0; from < n; from += insertChunk {
+		k := min(n-from, insertChunk)
+		args = args[:0]
+		for i := from; i < from+k; i++ {
+			args = add(args, i)
+		}
+		if _, err := tx.ExecContext(ctx, sqls[k], args...); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-func (s *Store) insertEvents(ctx context.Context, tx *wtx, evs []agentfleet.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	st, err := tx.stmt(ctx, insertEventSQL)
+func (s *Store) insertSteps(ctx context.Context, tx *wtx, steps []agentfleet.Step) error {
+	err := insertRows(ctx, tx, insertStepSQL, 9, len(steps), func(args []any, i int) []any {
+		x := steps[i]
+		return append(args, x.RunID, x.Turn, x.Index, string(x.Kind), x.Content, x.Model,
+			x.Usage.PromptTokens, x.Usage.CompletionTokens, x.CreatedAt.UnixMicro())
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("insert %d steps: %w", len(steps), err)
 	}
-	for _, e := range evs {
+	return nil
+}
+
+func (s *Store) insertEvents(ctx context.Context, tx *wtx, evs []agentfleet.Event) error {
+	err := insertRows(ctx, tx, insertEventSQL, 11, len(evs), func(args []any, i int) []any {
+		e := evs[i]
 		var tp, tc any
 		if e.Tokens != nil {
 			tp, tc = e.Tokens.Prompt, e.Tokens.Completion
 		}
-		if _, err := st.ExecContext(ctx, e.RunID, e.Seq, e.V, e.Turn, string(e.Type), e.TS.UnixMicro(), e.Content,
-			blobArg(e.Args), tp, tc, e.Summary); err != nil {
-			return fmt.Errorf("insert event %d: %w", e.Seq, err)
-		}
+		return append(args, e.RunID, e.Seq, e.V, e.Turn, string(e.Type), e.TS.UnixMicro(), e.Content,
+			blobArg(e.Args), tp, tc, e.Summary)
+	})
+	if err != nil {
+		return fmt.Errorf("insert %d events: %w", len(evs), err)
 	}
 	return nil
 }
@@ -436,26 +517,32 @@ func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store
 	return res[0], errs[0]
 }
 
-// TurnCommitMany commits in one write transaction; each commit is checked
-// against its run before anything of it is written, so a loser leaves no
-// trace and the others land.
+// TurnCommitMany commits in one write transaction. Each commit is one
+// fenced UPDATE of its run (a loser changes nothing, and only then is its
+// run read, to say why); the winners' steps and events are inserted after
+// all the updates, as few multi-row INSERTs as the batch allows.
 func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
 	now := rules.Now()
 	results := make([]store.RunChangeResult, len(ps))
 	errs := make([]error, len(ps))
 	prepared := make([]store.TurnCommitParams, len(ps))
-	pending := 0
+	pending, nSteps, nEvents := 0, 0, 0
 	for i, p := range ps {
 		prepared[i], errs[i] = rules.TurnCommit(p, now)
 		if errs[i] == nil {
 			pending++
+			nSteps += len(prepared[i].Steps)
+			nEvents += len(prepared[i].Events)
 		}
 	}
 	if pending == 0 {
 		return results, errs, nil
 	}
 	commitErrs := make([]error, len(ps))
+	steps := make([]agentfleet.Step, 0, nSteps)
+	evs := make([]agentfleet.Event, 0, nEvents)
 	err := s.write(ctx, func(tx *wtx) error {
+		steps, evs = steps[:0], evs[:0]
 		commitStmt, err := tx.stmt(ctx, commitRunSQL)
 		if err != nil {
 			return err
@@ -465,37 +552,30 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			if errs[i] != nil {
 				continue
 			}
-			cur, err := s.runByID(ctx, tx, p.RunID)
-			if errors.Is(err, store.ErrNotFound) {
-				commitErrs[i] = err
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if err := rules.CheckCommitFence(cur.Run, p.Turn, p.Status); err != nil {
-				commitErrs[i] = err
-				continue
-			}
+			n := len(p.Events)
 			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
-				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, len(p.Events), now.UnixMicro(), p.RunID))
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status]))
+			if errors.Is(err, sql.ErrNoRows) {
+				if commitErrs[i], err = s.commitLost(ctx, tx, p); err != nil {
+					return err
+				}
+				continue
+			}
 			if err != nil {
 				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
 			}
-			if err := s.insertSteps(ctx, tx, p.Steps); err != nil {
-				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
-			}
-			evs := p.Events
-			rules.Number(evs, row.Run, cur.EventSeq)
-			if err := s.insertEvents(ctx, tx, evs); err != nil {
-				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
-			}
-			results[i] = store.RunChangeResult{Run: row.Run, Events: evs}
+			steps = append(steps, p.Steps...)
+			rules.Number(p.Events, row.Run, row.EventSeq-int64(n))
+			evs = append(evs, p.Events...)
+			results[i] = store.RunChangeResult{Run: row.Run, Events: p.Events}
 			if results[i].SessionNext, err = sessionNext(ctx, tx, row); err != nil {
 				return err
 			}
 		}
-		return nil
+		if err := s.insertSteps(ctx, tx, steps); err != nil {
+			return err
+		}
+		return s.insertEvents(ctx, tx, evs)
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
@@ -510,6 +590,23 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 		}
 	}
 	return results, errs, nil
+}
+
+// commitLost says why the fenced update of commit p changed nothing
+// (ErrNotFound, ErrConflict or ErrInvalid, from the run as it is); err is
+// for reading the run failing.
+func (s *Store) commitLost(ctx context.Context, tx *wtx, p store.TurnCommitParams) (commitErr, err error) {
+	cur, err := s.runByID(ctx, tx, p.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		return err, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := rules.CheckCommitFence(cur.Run, p.Turn, p.Status); err != nil {
+		return err, nil
+	}
+	return fmt.Errorf("%w: run %s did not take the commit", store.ErrConflict, p.RunID), nil // cannot happen under the one writer
 }
 
 const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`

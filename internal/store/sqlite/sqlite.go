@@ -15,6 +15,16 @@
 // busy timeout, and nothing can deadlock. Reads use a separate pool of
 // read-only connections, which WAL mode lets run alongside the writer.
 //
+// Statement counts matter here more than anywhere: the writer is one
+// connection, so every statement it runs is time no other write can use.
+// The hot writes are therefore as few statements as the semantics allow:
+// a turn commit is one fenced UPDATE per run (the run is read only when
+// the fence fails, to say why) and one multi-row INSERT each for the
+// steps and the events of the whole batch; recording a model reply is one
+// fenced INSERT, plus its charge in the same transaction (one more INSERT
+// for an unlimited tenant); reserving for an unlimited tenant is one read
+// on the read pool and no write at all.
+//
 // Semantics that the store interface leaves open and this backend (like
 // store/postgres) settles: see store/storetest, the contract both pass.
 package sqlite
@@ -154,7 +164,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		"_foreign_keys": {"1"},
 		"_journal_mode": {"WAL"},
 		"_synchronous":  {cfg.Synchronous},
-		"_pragma":       {fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages)},
+		// temp_store MEMORY keeps statement journals (which a multi-row
+		// INSERT needs, to undo itself should a row fail) off the disk:
+		// with the default they spill to a temp file, one write per
+		// page touched.
+		"_pragma": {fmt.Sprintf("wal_autocheckpoint(%d)", autoCheckpointPages), "temp_store(MEMORY)"},
 	}
 	w, err := sql.Open("sqlite", cfg.Path+"?"+wq.Encode())
 	if err != nil {
@@ -389,6 +403,40 @@ func (r reader) QueryRowContext(ctx context.Context, q string, args ...any) *sql
 		return r.s.r.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
 	}
 	return st.QueryRowContext(ctx, args...)
+}
+
+// readTx runs fn in one read transaction on the read pool (one snapshot
+// for all its reads), through the read pool's cached statements.
+func (s *Store) readTx(ctx context.Context, fn func(q queryer) error) error {
+	sqltx, err := s.r.BeginTx(ctx, nil)
+	if err != nil {
+		return mapErr(err)
+	}
+	defer func() { _ = sqltx.Rollback() }() // a read transaction has nothing to commit
+	return mapErr(fn(rtx{tx: sqltx, r: s.rd}))
+}
+
+// rtx is a read transaction whose statements come from the read pool's
+// cache.
+type rtx struct {
+	tx *sql.Tx
+	r  reader
+}
+
+func (t rtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := t.r.stmt(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+}
+
+func (t rtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := t.r.stmt(ctx, q)
+	if err != nil {
+		return t.tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
+	}
+	return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 }
 
 // queryer is what reads need: the read pool, or a write transaction that

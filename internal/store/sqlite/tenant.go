@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -59,7 +60,10 @@ func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant
 
 // TenantUpdate changes the set fields. A changed window restarts: used
 // starts again from zero and the next use opens the new window;
-// reservations carry over.
+// reservations carry over. An unlimited tenant given a limit starts from
+// what its usage ledger charged in the current window (see
+// store.TenantUpdateParams); inside the write transaction no settlement
+// can slip past that sum.
 func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
 	p, w, err := rules.TenantUpdate(p)
 	if err != nil {
@@ -72,7 +76,12 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 		if err != nil {
 			return err
 		}
+		l, err := loadLedger(ctx, tx, p.ID)
+		if err != nil {
+			return err
+		}
 		restart := w != nil && w.Name != cur.Window
+		wasUnlimited := l.Unlimited()
 		if p.TokenLimit != nil {
 			cur.TokenLimit = *p.TokenLimit
 		}
@@ -91,20 +100,45 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 		if p.Exhausted != nil {
 			cur.Exhausted = *p.Exhausted
 		}
+		switch {
+		case restart:
+			l.Used, l.WindowStart, l.WindowEnd = 0, time.Time{}, time.Time{}
+		case wasUnlimited && !rules.Unlimited(cur.TokenLimit, cur.TokensPerMinute):
+			if l, err = startLimited(ctx, tx, l, now); err != nil {
+				return err
+			}
+		}
 		t, err = scanTenant(tx.QueryRowContext(ctx, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
 				max_concurrent_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
-				used = CASE WHEN ? THEN 0 ELSE used END,
-				window_start = CASE WHEN ? THEN NULL ELSE window_start END,
-				window_end = CASE WHEN ? THEN NULL ELSE window_end END
+				used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
 			WHERE id = ? RETURNING `+tenantCols,
 			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
-			restart, restart, restart, p.ID))
+			l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, p.ID))
 		return err
 	})
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
 	}
 	return t, nil
+}
+
+// startLimited is the ledger of an unlimited tenant given a limit at now:
+// used and the minute's count from the usage ledger.
+func startLimited(ctx context.Context, q queryer, l rules.Ledger, now time.Time) (rules.Ledger, error) {
+	start, end, err := l.OpenWindow(now, nextUse(ctx, q, l.Tenant))
+	if err != nil {
+		return l, err
+	}
+	used, err := ledgerSum(ctx, q, l.Tenant, start, end)
+	if err != nil {
+		return l, err
+	}
+	minute := rules.MinuteOf(now)
+	minuteUsed, err := ledgerSum(ctx, q, l.Tenant, minute, minute.Add(time.Minute))
+	if err != nil {
+		return l, err
+	}
+	return l.StartLimited(now, start, end, used, minuteUsed), nil
 }
 
 func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]agentfleet.Tenant, error) {

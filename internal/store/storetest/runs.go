@@ -579,6 +579,209 @@ func testModelReply(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, err, store.ErrNotFound)
 		require.ErrorIs(t, rec(0), store.ErrInvalid)
 	})
+	testModelReplyCharge(t, newStore)
+}
+
+// testModelReplyCharge: ModelReplyRecord with Charge settles in the same
+// transaction as the reply insert, only when it records the reply.
+func testModelReplyCharge(t *testing.T, newStore NewStore) {
+	reply := func(runID string, turn int) store.ModelReply {
+		return store.ModelReply{RunID: runID, Turn: turn, Content: "```javascript\nfunction run(a){}\n```", Model: "m1",
+			Usage: agentfleet.Usage{PromptTokens: 120, CompletionTokens: 30}, UsageReported: true}
+	}
+	charge := func(r agentfleet.Reservation, prompt, completion int64) *store.BudgetSettleParams {
+		p := settleParams(r, prompt, completion, day)
+		return &p
+	}
+	t.Run("Charge", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: 1000})
+		r := b.started(t, ten.ID)
+		res0 := b.reserve(t, ten.ID, 500, day)
+		res, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(res0, 120, 30)})
+		require.NoError(t, err)
+		require.False(t, res.Existed)
+		require.NoError(t, res.ChargeErr)
+		require.Equal(t, store.BudgetSettleResult{Charged: 150}, res.Settled)
+		require.Equal(t, "m1", res.Reply.Model)
+		st := b.budget(t, ten.ID, day)
+		require.Equal(t, int64(150), st.Used)
+		require.Zero(t, st.Reserved)
+		_, err = b.s.BudgetSettle(b.ctx, settleParams(res0, 1, 1, day))
+		require.ErrorIs(t, err, store.ErrNotFound, "the reservation was settled")
+		rows, err := b.s.UsageList(b.ctx, store.UsageListParams{Tenant: ten.ID, GroupBy: "run"})
+		require.NoError(t, err)
+		require.Equal(t, []store.UsageRow{{Key: "run-1", Usage: agentfleet.Usage{PromptTokens: 120, CompletionTokens: 30}, Calls: 1}}, rows)
+
+		// Redelivered: the reply exists, nothing is charged, the new
+		// reservation is left for the caller.
+		res1 := b.reserve(t, ten.ID, 200, day)
+		again, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(res1, 100, 100)})
+		require.NoError(t, err)
+		require.True(t, again.Existed)
+		require.NoError(t, again.ChargeErr)
+		require.Zero(t, again.Settled)
+		require.Equal(t, res.Reply, again.Reply)
+		st = b.budget(t, ten.ID, day)
+		require.Equal(t, int64(150), st.Used)
+		require.Equal(t, int64(200), st.Reserved)
+		require.Equal(t, store.BudgetSettleResult{Charged: 200}, b.settle(t, res1, 100, 100, day), "the caller settles it separately")
+
+		// The cap applies as in BudgetSettle.
+		_, err = b.s.TurnCommit(b.ctx, commitParams(r.ID, 1, agentfleet.StatusRunning, "t1"))
+		require.NoError(t, err)
+		res2 := b.reserve(t, ten.ID, 600, day)
+		capped, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 2), Charge: charge(res2, 700, 50)})
+		require.NoError(t, err)
+		require.NoError(t, capped.ChargeErr)
+		require.Equal(t, store.BudgetSettleResult{Charged: 650, Overage: 100}, capped.Settled)
+		st = b.budget(t, ten.ID, day)
+		require.Equal(t, int64(1000), st.Used)
+		require.Zero(t, st.Reserved)
+	})
+	t.Run("ChargeFenced", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: 1000})
+		r := b.started(t, ten.ID)
+		held := b.reserve(t, ten.ID, 300, day)
+		_, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 2), Charge: charge(held, 100, 0)})
+		require.ErrorIs(t, err, store.ErrConflict, "turn 1 is not committed")
+		_, err = b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply("nope", 1), Charge: charge(held, 100, 0)})
+		require.ErrorIs(t, err, store.ErrNotFound)
+		b.transition(t, r.ID, agentfleet.StatusFailed)
+		_, err = b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(held, 100, 0)})
+		require.ErrorIs(t, err, store.ErrConflict, "the run ended")
+		st := b.budget(t, ten.ID, day)
+		require.Zero(t, st.Used, "a fenced record charges nothing")
+		require.Equal(t, int64(300), st.Reserved)
+		_, err = b.s.ModelReplyGet(b.ctx, r.ID, 1)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		b.settle(t, held, 100, 0, day) // still there for the caller
+	})
+	t.Run("ChargeExpired", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: 1000})
+		r := b.started(t, ten.ID)
+		gone := b.reserve(t, ten.ID, 300, day)
+		n, err := b.s.BudgetExpire(b.ctx, day.Add(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		res, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(gone, 100, 0)})
+		require.NoError(t, err, "the reply is not lost")
+		require.False(t, res.Existed)
+		require.ErrorIs(t, res.ChargeErr, store.ErrNotFound)
+		require.Zero(t, res.Settled)
+		got, err := b.s.ModelReplyGet(b.ctx, r.ID, 1)
+		require.NoError(t, err)
+		require.Equal(t, res.Reply, got)
+		st := b.budget(t, ten.ID, day)
+		require.Zero(t, st.Used)
+		require.Zero(t, st.Reserved)
+		rows, err := b.s.UsageList(b.ctx, store.UsageListParams{Tenant: ten.ID})
+		require.NoError(t, err)
+		require.Empty(t, rows, "nothing was charged")
+
+		// An unlimited charge for a tenant that does not exist fails the
+		// same way, and keeps the reply.
+		_, err = b.s.TurnCommit(b.ctx, commitParams(r.ID, 1, agentfleet.StatusRunning, "t1"))
+		require.NoError(t, err)
+		res, err = b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 2),
+			Charge: &store.BudgetSettleParams{Tenant: "nobody", Usage: agentfleet.Usage{PromptTokens: 1}, Now: day}})
+		require.NoError(t, err)
+		require.ErrorIs(t, res.ChargeErr, store.ErrNotFound)
+		_, err = b.s.ModelReplyGet(b.ctx, r.ID, 2)
+		require.NoError(t, err)
+	})
+	t.Run("ChargeUnlimited", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		res0 := b.reserve(t, ten.ID, 500, day)
+		require.Empty(t, res0.ID)
+		res, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(res0, 700, 30)})
+		require.NoError(t, err)
+		require.NoError(t, res.ChargeErr)
+		require.Equal(t, store.BudgetSettleResult{Charged: 730}, res.Settled, "unlimited: charged in full")
+		st := b.budget(t, ten.ID, day)
+		require.Equal(t, int64(730), st.Used)
+		require.Zero(t, st.Reserved)
+		again, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(res0, 700, 30)})
+		require.NoError(t, err)
+		require.True(t, again.Existed)
+		require.Zero(t, again.Settled)
+		require.Equal(t, int64(730), b.budget(t, ten.ID, day).Used, "charged once")
+	})
+	t.Run("ChargeInvalid", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: 1000})
+		r := b.started(t, ten.ID)
+		held := b.reserve(t, ten.ID, 300, day)
+		for name, c := range map[string]*store.BudgetSettleParams{
+			"negative usage":            charge(held, -1, 0),
+			"no reservation, no tenant": {Usage: agentfleet.Usage{PromptTokens: 1}},
+		} {
+			_, err := b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: c})
+			require.ErrorIs(t, err, store.ErrInvalid, name)
+		}
+		_, err := b.s.ModelReplyGet(b.ctx, r.ID, 1)
+		require.ErrorIs(t, err, store.ErrNotFound, "nothing was recorded")
+		require.Equal(t, int64(300), b.budget(t, ten.ID, day).Reserved)
+	})
+	t.Run("ChargeConcurrent", func(t *testing.T) {
+		// Workers race to record one turn, each charging its own
+		// reservation: exactly one records and charges; the others see
+		// Existed and their reservations are untouched.
+		b := setup(t, newStore)
+		for _, limit := range []int64{0, 100_000} {
+			ten := b.tenant(t, store.TenantCreateParams{TokenLimit: limit})
+			for round := range 3 {
+				r := b.started(t, ten.ID)
+				const n = 8
+				holds := make([]agentfleet.Reservation, n)
+				for i := range holds {
+					holds[i] = b.reserve(t, ten.ID, 200, day)
+				}
+				results := make([]store.ModelReplyRecordResult, n)
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						results[i], errs[i] = b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(holds[i], 100, 0)})
+					}()
+				}
+				close(start)
+				wg.Wait()
+				winner := -1
+				for i := range n {
+					require.NoError(t, errs[i])
+					require.NoError(t, results[i].ChargeErr)
+					if results[i].Existed {
+						require.Zero(t, results[i].Settled)
+						continue
+					}
+					require.Equal(t, -1, winner, "limit %d round %d: two records of one turn", limit, round)
+					winner = i
+					require.Equal(t, store.BudgetSettleResult{Charged: 100}, results[i].Settled)
+				}
+				require.NotEqual(t, -1, winner)
+				for i := range n {
+					if i == winner {
+						continue
+					}
+					if holds[i].ID != "" {
+						require.NoError(t, b.s.BudgetRelease(b.ctx, holds[i].ID), "a loser's reservation is intact")
+					}
+				}
+			}
+			st := b.budget(t, ten.ID, day)
+			require.Equal(t, int64(300), st.Used, "limit %d: one charge per turn", limit)
+			require.Zero(t, st.Reserved)
+		}
+	})
 }
 
 func testEvents(t *testing.T, newStore NewStore) {

@@ -41,6 +41,22 @@
 //     duration window shows no bounds until the next use opens one.
 //     Changing a tenant's window restarts it (used zero, reservations
 //     kept); changing its limit does not.
+//   - Unlimited tenants (token limit and tokens per minute both zero)
+//     are never written per call: a reservation has an empty id and
+//     leaves no trace (BudgetExpire finds nothing), releasing it is a
+//     no-op, settling it names Tenant and RunID and charges the full
+//     usage to the ledger, and BudgetGet sums the ledger over the window
+//     as it would have rolled (a duration window opening at the first
+//     settlement after the last one ended), with Reserved and MinuteUsed
+//     zero. Any number of concurrent calls keep that sum exact. Given a
+//     limit mid-window, a tenant starts from that sum, and calls it
+//     reserved while unlimited are charged against the limit (capped).
+//   - ModelReplyRecord with Charge charges exactly once per recorded
+//     reply: not when the reply existed, not when the fence fails (the
+//     reservation stays for the caller), and when the reservation is gone
+//     the reply is still recorded and ChargeErr is ErrNotFound.
+//   - Steps and events of a commit, a batch of commits, a run's creation
+//     or an append land whole and in order at any count (0, 1, 150, ...).
 package storetest
 
 import (
@@ -99,6 +115,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"ModelReply", testModelReply},
 		{"TurnCommit", testTurnCommit},
 		{"TurnCommitMany", testTurnCommitMany},
+		{"TurnCommitSizes", testTurnCommitSizes},
 		{"Events", testEvents},
 		{"Budget", testBudget},
 		{"Approval", testApproval},

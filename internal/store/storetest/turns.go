@@ -156,6 +156,138 @@ func testTurnCommit(t *testing.T, newStore NewStore) {
 	})
 }
 
+// sized is a commit of turn with n steps and n events, each telling its
+// position.
+func sized(runID string, turn, n int) store.TurnCommitParams {
+	p := store.TurnCommitParams{RunID: runID, Turn: turn, Status: agentfleet.StatusRunning}
+	for i := range n {
+		p.Steps = append(p.Steps, agentfleet.Step{Kind: agentfleet.StepObservation, Content: fmt.Sprintf("s%d.%d", turn, i),
+			Usage: agentfleet.Usage{PromptTokens: int64(i)}})
+		ev := agentfleet.Event{Type: agentfleet.EventLog, Content: fmt.Sprintf("e%d.%d", turn, i), Summary: fmt.Sprint(i)}
+		if i%3 == 0 {
+			ev.Tokens = &agentfleet.Tokens{Prompt: int64(i), Completion: 1}
+		}
+		if i%5 == 0 {
+			ev.Args = json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))
+		}
+		p.Events = append(p.Events, ev)
+	}
+	return p
+}
+
+// requireSized checks that a run's trace and events are exactly those of
+// sized commits of the given sizes, turn after turn, in order.
+func requireSized(t *testing.T, b bundle, runID string, sizes []int) {
+	t.Helper()
+	steps, evs := b.steps(t, runID), b.events(t, runID)
+	wantSteps, wantEvents := 1, 0 // the user step
+	for turn, n := range sizes {
+		for i := range n {
+			s := steps[wantSteps]
+			require.Equal(t, turn+1, s.Turn)
+			require.Equal(t, i, s.Index)
+			require.Equal(t, fmt.Sprintf("s%d.%d", turn+1, i), s.Content)
+			require.Equal(t, int64(i), s.Usage.PromptTokens)
+			wantSteps++
+			e := evs[wantEvents]
+			require.Equal(t, fmt.Sprintf("e%d.%d", turn+1, i), e.Content)
+			require.Equal(t, turn+1, e.Turn)
+			require.Equal(t, fmt.Sprint(i), e.Summary)
+			if i%3 == 0 {
+				require.Equal(t, &agentfleet.Tokens{Prompt: int64(i), Completion: 1}, e.Tokens)
+			} else {
+				require.Nil(t, e.Tokens)
+			}
+			if i%5 == 0 {
+				require.JSONEq(t, fmt.Sprintf(`{"i":%d}`, i), string(e.Args))
+			} else {
+				require.Nil(t, e.Args)
+			}
+			wantEvents++
+		}
+	}
+	require.Len(t, steps, wantSteps)
+	require.Len(t, evs, wantEvents)
+	requireSeqs(t, evs, 1)
+}
+
+func testTurnCommitSizes(t *testing.T, newStore NewStore) {
+	t.Run("Sizes", func(t *testing.T) {
+		// Commits of 0, 1 and 150 steps and events (past any one
+		// statement's row count) land whole and in order.
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		sizes := []int{0, 1, 150, 2, 64, 65, 0}
+		for turn, n := range sizes {
+			res, err := b.s.TurnCommit(b.ctx, sized(r.ID, turn+1, n))
+			require.NoError(t, err)
+			require.Len(t, res.Events, n)
+		}
+		requireSized(t, b, r.ID, sizes)
+		require.Equal(t, int64(150+1+2+64+65), b.get(t, r.ID).EventSeq)
+	})
+	t.Run("SizesMany", func(t *testing.T) {
+		// A batch of commits of mixed sizes, with losers among them:
+		// every winner's steps and events land, no loser's do.
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		var runs []string
+		for range 12 {
+			runs = append(runs, b.started(t, ten.ID).ID)
+		}
+		sizes := map[string][]int{}
+		var ps []store.TurnCommitParams
+		var lose []bool
+		for k, id := range runs {
+			n := []int{0, 1, 150, 7, 33}[k%5]
+			ps = append(ps, sized(id, 1, n))
+			lose = append(lose, false)
+			sizes[id] = append(sizes[id], n)
+			if k%3 == 0 {
+				ps = append(ps, sized(id, 3, 5)) // skips a turn: loses
+				lose = append(lose, true)
+			}
+			if k%4 == 0 {
+				ps = append(ps, sized(id, 2, 70))
+				lose = append(lose, false)
+				sizes[id] = append(sizes[id], 70)
+			}
+		}
+		results, errs, err := b.s.TurnCommitMany(b.ctx, ps)
+		require.NoError(t, err)
+		for i, p := range ps {
+			if lose[i] {
+				require.ErrorIs(t, errs[i], store.ErrConflict, "commit %d", i)
+				continue
+			}
+			require.NoError(t, errs[i], "commit %d", i)
+			require.Len(t, results[i].Events, len(p.Events))
+		}
+		for _, id := range runs {
+			requireSized(t, b, id, sizes[id])
+		}
+	})
+	t.Run("SizesCreateAppend", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		var evs []agentfleet.Event
+		for i := range 150 {
+			evs = append(evs, agentfleet.Event{Type: agentfleet.EventQueued, Content: fmt.Sprint(i)})
+		}
+		r := b.run(t, store.RunCreateParams{Tenant: ten.ID, Events: evs})
+		got, err := b.s.EventAppend(b.ctx, store.EventAppendParams{RunID: r.ID, Events: evs})
+		require.NoError(t, err)
+		requireSeqs(t, got, 151)
+		all := b.events(t, r.ID)
+		require.Len(t, all, 300)
+		requireSeqs(t, all, 1)
+		for i, e := range all {
+			require.Equal(t, fmt.Sprint(i%150), e.Content)
+		}
+	})
+}
+
 func testTurnCommitMany(t *testing.T, newStore NewStore) {
 	t.Run("WinnersAndLosers", func(t *testing.T) {
 		b := setup(t, newStore)

@@ -164,3 +164,80 @@ func (l Ledger) State(now time.Time) agentfleet.BudgetState {
 		MinuteUsed:      l.minuteUsed(now),
 	}
 }
+
+// Unlimited reports whether the tenant has neither a window limit nor a
+// per-minute one. Such a tenant's row is not written per call: its
+// reservations are not recorded (they have an empty id) and its usage
+// lives in the usage ledger alone.
+func (l Ledger) Unlimited() bool { return Unlimited(l.Limit, l.TokensPerMinute) }
+
+// Unlimited reports whether a tenant with these limits is unlimited.
+func Unlimited(limit, tokensPerMinute int64) bool { return limit == 0 && tokensPerMinute == 0 }
+
+// NextUse returns the time of a tenant's first usage ledger entry at or
+// after t (zero t: the first entry of all); ok is false when there is
+// none.
+type NextUse func(t time.Time) (next time.Time, ok bool, err error)
+
+// LedgerWindow is the window of a tenant whose row is not written per
+// call (an unlimited tenant) as its ledger would have rolled it, had
+// every settlement in the usage ledger been applied to the row: a
+// calendar window is the one now falls in; a duration window opens at
+// the first settlement at or after the end of the previous one (the
+// row's own window, when one is open, is where it starts from). open is
+// false when no window is open at now (a duration window that ended, or
+// never opened).
+func (l Ledger) LedgerWindow(now time.Time, next NextUse) (start, end time.Time, open bool, err error) {
+	if l.Window.Calendar() {
+		start, end = l.Window.Bounds(now)
+		return start, end, true, nil
+	}
+	start, end = l.WindowStart, l.WindowEnd
+	for end.IsZero() || !now.Before(end) {
+		t, ok, err := next(end)
+		if err != nil {
+			return time.Time{}, time.Time{}, false, err
+		}
+		if !ok || t.After(now) {
+			return time.Time{}, time.Time{}, false, nil
+		}
+		// t >= end, so every turn of the loop moves on.
+		start, end = t, t.Add(l.Window.Every)
+	}
+	return start, end, true, nil
+}
+
+// LedgerState is BudgetGet's answer for an unlimited tenant: used is what
+// the ledger charged in the window LedgerWindow found (zero, and no
+// bounds, when none is open); nothing is reserved or counted per minute.
+func (l Ledger) LedgerState(start, end time.Time, open bool, used int64) agentfleet.BudgetState {
+	st := agentfleet.BudgetState{Tenant: l.Tenant, Limit: l.Limit, Window: l.Window.Name, TokensPerMinute: l.TokensPerMinute}
+	if open {
+		st.WindowStart, st.WindowEnd, st.Used = start, end, used
+	}
+	return st
+}
+
+// StartLimited is what TenantUpdate writes to the row of a tenant that was
+// unlimited and is given a limit at now: used is what the ledger charged
+// in the current window (windowUsed, over the bounds LedgerWindow found,
+// or the window a use at now opens when none is open), the minute's
+// count is what it charged in the current minute, and reservations are
+// kept.
+func (l Ledger) StartLimited(now time.Time, start, end time.Time, windowUsed, minuteUsed int64) Ledger {
+	l.WindowStart, l.WindowEnd = start, end
+	l.Used = windowUsed
+	l.MinuteStart, l.MinuteUsed = MinuteOf(now), minuteUsed
+	return l
+}
+
+// OpenWindow is the window an unlimited tenant given a limit at now starts
+// from: the one its ledger has open, else the one a use at now opens.
+func (l Ledger) OpenWindow(now time.Time, next NextUse) (start, end time.Time, err error) {
+	start, end, open, err := l.LedgerWindow(now, next)
+	if err != nil || open {
+		return start, end, err
+	}
+	start, end = l.Window.Bounds(now)
+	return start, end, nil
+}

@@ -231,6 +231,23 @@ func TurnCommit(p store.TurnCommitParams, now time.Time) (store.TurnCommitParams
 	return p, nil
 }
 
+// ModelReplyRecord validates p, its charge included, and fills its
+// defaults.
+func ModelReplyRecord(p store.ModelReplyRecordParams, now time.Time) (store.ModelReplyRecordParams, error) {
+	var err error
+	if p.ModelReply, err = ModelReply(p.ModelReply, now); err != nil {
+		return p, err
+	}
+	if p.Charge != nil {
+		c, err := BudgetSettle(*p.Charge)
+		if err != nil {
+			return p, err
+		}
+		p.Charge = &c
+	}
+	return p, nil
+}
+
 // ModelReply validates a reply to record and fills its timestamp.
 func ModelReply(r store.ModelReply, now time.Time) (store.ModelReply, error) {
 	if r.RunID == "" || r.Turn < 1 {
@@ -289,8 +306,8 @@ func BudgetReserve(p store.BudgetReserveParams) (store.BudgetReserveParams, erro
 
 // BudgetSettle validates p and fills its defaults.
 func BudgetSettle(p store.BudgetSettleParams) (store.BudgetSettleParams, error) {
-	if p.ReservationID == "" {
-		return p, Invalidf("budget settle: reservation id is empty")
+	if p.ReservationID == "" && p.Tenant == "" {
+		return p, Invalidf("budget settle: reservation id and tenant are both empty: name the reservation, or the tenant of an unlimited one")
 	}
 	if p.Usage.PromptTokens < 0 || p.Usage.CompletionTokens < 0 {
 		return p, Invalidf("budget settle of %s: usage must not be negative", p.ReservationID)

@@ -238,3 +238,77 @@ func TestEventsAndSteps(t *testing.T) {
 	_, err = Steps([]agentfleet.Step{{Kind: agentfleet.StepModel, Turn: 2}}, "r", 3, now)
 	require.ErrorIs(t, err, store.ErrInvalid)
 }
+
+func TestLedgerWindow(t *testing.T) {
+	hour, _ := ParseWindow("1h")
+	day, _ := ParseWindow("day")
+	uses := []time.Time{at("2025-03-14T10:00:00Z"), at("2025-03-14T10:59:00Z"), at("2025-03-14T12:00:00Z")}
+	var asked []time.Time
+	next := func(t time.Time) (time.Time, bool, error) {
+		asked = append(asked, t)
+		for _, u := range uses {
+			if !u.Before(t) {
+				return u, true, nil
+			}
+		}
+		return time.Time{}, false, nil
+	}
+	for _, tc := range []struct {
+		name       string
+		l          Ledger
+		now        string
+		start, end string // empty: none open
+	}{
+		{name: "calendar", l: Ledger{Window: day}, now: "2025-03-14T10:30:00Z", start: "2025-03-14T00:00:00Z", end: "2025-03-15T00:00:00Z"},
+		{name: "before any use", l: Ledger{Window: hour}, now: "2025-03-14T09:00:00Z"},
+		{name: "first window", l: Ledger{Window: hour}, now: "2025-03-14T10:30:00Z", start: "2025-03-14T10:00:00Z", end: "2025-03-14T11:00:00Z"},
+		{name: "ended, next not yet", l: Ledger{Window: hour}, now: "2025-03-14T11:30:00Z"},
+		{name: "second window", l: Ledger{Window: hour}, now: "2025-03-14T12:30:00Z", start: "2025-03-14T12:00:00Z", end: "2025-03-14T13:00:00Z"},
+		{name: "all ended", l: Ledger{Window: hour}, now: "2025-03-14T13:00:00Z"},
+		{name: "the row's open window", l: Ledger{Window: hour, WindowStart: at("2025-03-14T09:30:00Z"), WindowEnd: at("2025-03-14T10:30:00Z")},
+			now: "2025-03-14T10:15:00Z", start: "2025-03-14T09:30:00Z", end: "2025-03-14T10:30:00Z"},
+		{name: "after the row's window", l: Ledger{Window: hour, WindowStart: at("2025-03-14T09:30:00Z"), WindowEnd: at("2025-03-14T10:30:00Z")},
+			now: "2025-03-14T11:00:00Z", start: "2025-03-14T10:59:00Z", end: "2025-03-14T11:59:00Z"},
+	} {
+		asked = nil
+		start, end, open, err := tc.l.LedgerWindow(at(tc.now), next)
+		require.NoError(t, err, tc.name)
+		require.Equal(t, tc.start != "", open, tc.name)
+		if open {
+			require.Equal(t, at(tc.start), start, tc.name)
+			require.Equal(t, at(tc.end), end, tc.name)
+		}
+		if tc.l.Window.Calendar() {
+			require.Empty(t, asked, "%s: a calendar window needs no ledger", tc.name)
+		}
+	}
+	boom := errors.New("boom")
+	_, _, _, err := Ledger{Window: hour}.LedgerWindow(at("2025-03-14T10:00:00Z"), func(time.Time) (time.Time, bool, error) { return time.Time{}, false, boom })
+	require.ErrorIs(t, err, boom)
+
+	// OpenWindow opens the window a use at now opens when none is.
+	start, end, err := Ledger{Window: hour}.OpenWindow(at("2025-03-14T11:30:00Z"), next)
+	require.NoError(t, err)
+	require.Equal(t, at("2025-03-14T11:30:00Z"), start)
+	require.Equal(t, at("2025-03-14T12:30:00Z"), end)
+}
+
+func TestBudgetSettleParams(t *testing.T) {
+	_, err := BudgetSettle(store.BudgetSettleParams{})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	p, err := BudgetSettle(store.BudgetSettleParams{Tenant: "acme"})
+	require.NoError(t, err, "an unlimited tenant's settle names the tenant")
+	require.False(t, p.Now.IsZero())
+	_, err = BudgetSettle(store.BudgetSettleParams{ReservationID: "r", Usage: agentfleet.Usage{CompletionTokens: -1}})
+	require.ErrorIs(t, err, store.ErrInvalid)
+
+	now := at("2025-03-14T10:00:00Z")
+	mr, err := ModelReplyRecord(store.ModelReplyRecordParams{ModelReply: store.ModelReply{RunID: "r", Turn: 1},
+		Charge: &store.BudgetSettleParams{ReservationID: "x"}}, now)
+	require.NoError(t, err)
+	require.Equal(t, now, mr.CreatedAt)
+	require.False(t, mr.Charge.Now.IsZero(), "the charge's defaults are filled")
+	_, err = ModelReplyRecord(store.ModelReplyRecordParams{ModelReply: store.ModelReply{RunID: "r", Turn: 1},
+		Charge: &store.BudgetSettleParams{}}, now)
+	require.ErrorIs(t, err, store.ErrInvalid)
+}
