@@ -212,6 +212,9 @@ func (s *Scheduler) lead(ctx context.Context) error {
 	}()
 
 	st := &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}}
+	// credit is how many more turns the workers' queue can take by its
+	// last reported backlog.
+	credit := 0
 	var retry *time.Timer
 	retryC := func() <-chan time.Time {
 		if retry == nil {
@@ -240,11 +243,18 @@ func (s *Scheduler) lead(ctx context.Context) error {
 		if st.q.Len() == 0 {
 			continue
 		}
-		room, err := s.room(ctx, work)
-		if err != nil {
-			s.log.Warn("scheduler: read work queue backlog", "err", err)
+		// Asking the server for the workers' backlog is a JetStream API
+		// call; ask only when the room it last reported is used up.
+		if credit <= 0 {
+			room, err := s.room(ctx, work)
+			if err != nil {
+				s.log.Warn("scheduler: read work queue backlog", "err", err)
+			}
+			credit = room
 		}
+		room := credit
 		n := s.dispatch(ctx, st, room)
+		credit -= n
 		if st.q.Len() == 0 || retry != nil {
 			continue
 		}
