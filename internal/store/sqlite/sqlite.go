@@ -146,6 +146,10 @@ type Store struct {
 	wstmts sync.Map // string -> *sql.Stmt on w
 	rstmts sync.Map // string -> *sql.Stmt on r
 	rd     reader
+	// The group commit's queue of writes (see write).
+	wmu    sync.Mutex
+	wqueue []*writeReq
+	wbusy  bool
 }
 
 var _ store.Store = (*Store)(nil)
@@ -299,20 +303,121 @@ func (s *Store) migrate(ctx context.Context) error {
 // write runs fn in a write transaction on the single writer connection.
 // fn must do all its work through tx: asking the writer pool for another
 // connection would wait for ever on the one fn holds.
+//
+// Writes are group-committed: while one transaction runs, the writes that
+// arrive queue up, and the next transaction runs them all, each inside a
+// savepoint so that one failing rolls back alone. An idle store commits a
+// lone write at once; a busy one pays for BEGIN and COMMIT (and writes the
+// pages the batch shares, such as a tenant's row or the events index)
+// once per batch instead of once per write. The caller that finds no
+// batch running leads: it runs batches until its own write is done, then
+// hands the lead to the oldest waiting write, so no caller works for
+// others for long.
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
-	sqltx, err := s.w.BeginTx(ctx, nil)
+	req := &writeReq{ctx: ctx, fn: fn, signal: make(chan bool, 1)}
+	s.wmu.Lock()
+	s.wqueue = append(s.wqueue, req)
+	lead := !s.wbusy
+	s.wbusy = true
+	s.wmu.Unlock()
+	if !lead {
+		if done := <-req.signal; done {
+			return req.err
+		}
+		// Promoted: the previous leader handed over.
+	}
+	for !req.finished {
+		s.wmu.Lock()
+		n := min(len(s.wqueue), writeBatchMax)
+		batch := s.wqueue[:n:n]
+		s.wqueue = s.wqueue[n:]
+		s.wmu.Unlock()
+		s.flush(batch)
+		for _, r := range batch {
+			if r != req {
+				r.signal <- true
+			}
+		}
+	}
+	s.wmu.Lock()
+	if len(s.wqueue) > 0 {
+		s.wqueue[0].signal <- false // lead the next batch
+	} else {
+		s.wbusy = false
+	}
+	s.wmu.Unlock()
+	return req.err
+}
+
+// writeBatchMax bounds a group commit, so one transaction stays short.
+const writeBatchMax = 64
+
+// writeReq is one queued write.
+type writeReq struct {
+	ctx      context.Context
+	fn       func(tx *wtx) error
+	err      error
+	finished bool
+	// signal receives true when the write is done, false when its
+	// caller is to lead the next batch.
+	signal chan bool
+}
+
+// flush runs a batch of writes in one transaction.
+func (s *Store) flush(batch []*writeReq) {
+	finish := func(err error) {
+		for _, r := range batch {
+			if !r.finished {
+				r.err, r.finished = err, true
+			}
+		}
+	}
+	// The transaction serves every caller in the batch, so no single
+	// caller's context may cut it short; each fn runs its statements
+	// under its own context.
+	bctx := context.Background()
+	sqltx, err := s.w.BeginTx(bctx, nil)
 	if err != nil {
-		return mapErr(err)
+		finish(mapErr(err))
+		return
 	}
 	tx := &wtx{Tx: sqltx, s: s}
-	if err := fn(tx); err != nil {
-		_ = sqltx.Rollback()
-		s.prepareMissed(ctx, tx.missed)
-		return mapErr(err)
+	defer func() { s.prepareMissed(bctx, tx.missed) }()
+	if len(batch) == 1 {
+		r := batch[0]
+		if err := r.fn(tx); err != nil {
+			_ = sqltx.Rollback()
+			finish(mapErr(err))
+			return
+		}
+		finish(mapErr(sqltx.Commit()))
+		return
 	}
-	err = mapErr(sqltx.Commit())
-	s.prepareMissed(ctx, tx.missed)
-	return err
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err, r.finished = err, true
+			continue
+		}
+		if _, err := tx.ExecContext(bctx, `SAVEPOINT w`); err != nil {
+			_ = sqltx.Rollback()
+			finish(mapErr(err))
+			return
+		}
+		if err := r.fn(tx); err != nil {
+			r.err, r.finished = mapErr(err), true
+			if _, rerr := tx.ExecContext(bctx, `ROLLBACK TO w`); rerr != nil {
+				_ = sqltx.Rollback()
+				finish(mapErr(rerr))
+				return
+			}
+		}
+		if _, err := tx.ExecContext(bctx, `RELEASE w`); err != nil {
+			_ = sqltx.Rollback()
+			finish(mapErr(err))
+			return
+		}
+	}
+	finish(mapErr(sqltx.Commit()))
 }
 
 // prepareMissed prepares, now that the writer's connection is free again,
