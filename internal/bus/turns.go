@@ -67,6 +67,50 @@ func (b *Bus) ForwardTurn(ctx context.Context, t Turn) error {
 	return b.publishTurn(ctx, QueueWork, t)
 }
 
+// ForwardTurns publishes turns to AF_WORK at once and waits for every
+// ack: the scheduler forwards a batch with one round trip's wait instead
+// of one per turn. errs[i] is the outcome of ts[i]; the message ids are
+// the same as ForwardTurn's, so a repeat is deduplicated.
+func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
+	errs = make([]error, len(ts))
+	if err := b.checkConn(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), err)
+		}
+		return errs
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	stream := b.n.queueStream(QueueWork)
+	futures := make([]jetstream.PubAckFuture, len(ts))
+	for i, t := range ts {
+		if err := t.validate(); err != nil {
+			errs[i] = fmt.Errorf("forward turn: %w", err)
+			continue
+		}
+		data, err := json.Marshal(t)
+		if err != nil {
+			errs[i] = fmt.Errorf("forward turn %s: %w", t.MsgID(), err)
+			continue
+		}
+		msg := &nats.Msg{Subject: b.n.queueSubject(QueueWork, t.Tenant, t.RunID), Data: data}
+		futures[i], errs[i] = b.js.PublishMsgAsync(msg, jetstream.WithMsgID(t.MsgID()), jetstream.WithExpectStream(stream))
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), err)
+		case <-ctx.Done():
+			errs[i] = opErr(ctx, fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), ctx.Err()))
+		}
+	}
+	return errs
+}
+
 func (b *Bus) publishTurn(ctx context.Context, q Queue, t Turn) error {
 	if err := t.validate(); err != nil {
 		return fmt.Errorf("publish turn to %s: %w", q, err)
@@ -390,6 +434,36 @@ func (s *TurnSource) Fetch(ctx context.Context, max int, wait time.Duration) ([]
 	return ds, err
 }
 
+// noWait, as a pull's expiry, asks for only what is queued now.
+const noWait = time.Duration(1<<63 - 1)
+
+// FetchReady pulls up to max turns that are queued now, without waiting
+// for more: after a Next returned one, a caller that dispatches in
+// batches (the scheduler) drains the rest this way, so a busy queue is
+// read a batch per round trip while an idle one still answers at once.
+// It may return no deliveries.
+func (s *TurnSource) FetchReady(ctx context.Context, max int) ([]*Delivery, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("fetch %d turns: max must be at least 1", max)
+	}
+	if err := s.b.checkConn(); err != nil {
+		return nil, err
+	}
+	epoch, _, _, conn := s.b.state()
+	cons, err := s.consumer(ctx, epoch)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.pull(ctx, cons, max, noWait, conn.Done())
+	if errors.Is(err, errConnLost) && len(ds) == 0 {
+		return nil, fmt.Errorf("fetch turns: %w", ErrNotConnected)
+	}
+	if errors.Is(err, jetstream.ErrNoMessages) {
+		err = nil
+	}
+	return ds, err
+}
+
 func deadline(ctx context.Context) time.Time {
 	d, _ := ctx.Deadline()
 	return d
@@ -405,7 +479,13 @@ func (s *TurnSource) pull(ctx context.Context, cons jetstream.Consumer, max int,
 	}
 	fctx, cancel := context.WithTimeout(ctx, expiry)
 	defer cancel()
-	batch, err := cons.Fetch(max, jetstream.FetchContext(fctx))
+	var batch jetstream.MessageBatch
+	var err error
+	if expiry == noWait {
+		batch, err = cons.FetchNoWait(max)
+	} else {
+		batch, err = cons.Fetch(max, jetstream.FetchContext(fctx))
+	}
 	if err != nil {
 		return nil, s.pullErr(err)
 	}
@@ -575,6 +655,17 @@ func (d *Delivery) InProgress() error {
 
 // Ack settles the turn as done and waits for the server to confirm, so a
 // nil error means the turn will not come back.
+// AckAsync acks without waiting for the server's confirmation. A lost
+// ack only means a redelivery, which every consumer of turns tolerates
+// (message ids dedupe the forwards, turn fences the commits); the
+// scheduler uses it to settle a batch without a round trip per turn.
+func (d *Delivery) AckAsync() error {
+	if err := d.msg.Ack(); err != nil {
+		return fmt.Errorf("ack %s: %w", d.Turn.MsgID(), err)
+	}
+	return nil
+}
+
 func (d *Delivery) Ack(ctx context.Context) error {
 	ctx, cancel := d.src.b.opCtx(ctx)
 	defer cancel()

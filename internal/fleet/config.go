@@ -71,7 +71,11 @@ type Config struct {
 	// updated"), so raising it on a running fleet means deleting the
 	// workers' consumer (or the NATS store) first.
 	MaxWaiting int
-	Model      llm.Config
+	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
+	// from the worker slots (a turn makes a few store calls, and a pool
+	// smaller than the slots that need it queues them).
+	DatabaseMaxConns int
+	Model            llm.Config
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -93,6 +97,7 @@ func ConfigFromEnv() (Config, error) {
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
+	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	if v := os.Getenv("AGENTFLEET_DRAIN_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
@@ -138,6 +143,9 @@ func (c Config) Validate() error {
 	if c.ReadyDepth < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_READY_DEPTH must not be negative"))
 	}
+	if c.DatabaseMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_DATABASE_MAX_CONNS must not be negative (0: sized from AGENTFLEET_WORKER_SLOTS)"))
+	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
 	}
@@ -171,4 +179,14 @@ func envInt(key string, def int, errs *[]error) int {
 		return def
 	}
 	return n
+}
+
+// databaseMaxConns is the Postgres pool size: the configured one, or half
+// the worker slots within [10, 32] (several processes share the server's
+// connection limit, 100 by default).
+func (c Config) databaseMaxConns() int {
+	if c.DatabaseMaxConns > 0 {
+		return c.DatabaseMaxConns
+	}
+	return min(max(10, c.WorkerSlots/2), 32)
 }

@@ -33,7 +33,7 @@ import (
 // DatabaseURL is set, otherwise SQLite in the data directory.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 	if cfg.DatabaseURL != "" {
-		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL})
+		s, err := postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, MaxConns: cfg.databaseMaxConns()})
 		if err != nil {
 			return nil, fmt.Errorf("open postgres store: %w", err)
 		}

@@ -202,6 +202,12 @@ type TurnInput struct {
 	Agent   agentfleet.Agent
 	Steps   []agentfleet.Step
 	Secrets []string
+	// FirstAttempt says no earlier attempt of this turn can have called
+	// the model (the turn's message is on its first delivery), so the
+	// recorded-reply lookup is skipped. Should it be wrong, the reply
+	// recorded first still wins (RecordReply returns it) and the only
+	// cost is one more model call.
+	FirstAttempt bool
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after
@@ -353,7 +359,7 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 // without a reply (no budget, run over its token cap).
 func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply, *TurnResult, error) {
 	run, cfg := t.run, &t.e.cfg
-	if rec := cfg.Recorder; rec != nil {
+	if rec := cfg.Recorder; rec != nil && !t.in.FirstAttempt {
 		r, ok, err := rec.RecordedReply(ctx, run.ID, t.n)
 		if err != nil {
 			return Reply{}, nil, fmt.Errorf("load recorded reply of turn %d: %w", t.n, err)

@@ -59,6 +59,9 @@ const (
 	// pollBlocked how soon turns held back are reconsidered.
 	pollFull    = 2 * time.Millisecond
 	pollBlocked = 50 * time.Millisecond
+	// pullBatchMax bounds what one puller drains from the turn queue in
+	// a round trip.
+	pullBatchMax = 256
 )
 
 // Config configures a Scheduler.
@@ -269,7 +272,9 @@ func (s *Scheduler) lead(ctx context.Context) error {
 	}
 }
 
-// pull feeds the intake until ctx ends.
+// pull feeds the intake until ctx ends: one blocking pull for the next
+// turn (so an idle queue answers at once), then whatever else is queued
+// in one more round trip (so a busy one is read in batches).
 func (s *Scheduler) pull(ctx context.Context, src *bus.TurnSource, intake chan<- *bus.Delivery) {
 	for {
 		d, err := src.Next(ctx)
@@ -285,10 +290,16 @@ func (s *Scheduler) pull(ctx context.Context, src *bus.TurnSource, intake chan<-
 			}
 			continue
 		}
-		select {
-		case intake <- d:
-		case <-ctx.Done():
-			return
+		ds := []*bus.Delivery{d}
+		if more, err := src.FetchReady(ctx, pullBatchMax); err == nil {
+			ds = append(ds, more...)
+		}
+		for _, d := range ds {
+			select {
+			case intake <- d:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
@@ -341,11 +352,17 @@ func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, error)
 }
 
 // dispatch forwards up to room turns in fair order and returns how many
-// it forwarded.
+// it forwarded. The turns of one call go out as one batch: published
+// together, their acks awaited together.
 func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 	st.q.Recheck()
-	n := 0
-	for n < room {
+	type pick struct {
+		id, tenant string
+		fresh      bool
+		d          *bus.Delivery
+	}
+	var picks []pick
+	for len(picks) < room {
 		id, tenant, fresh, ok := st.q.Pop(func(tenant string) bool { return s.tenants.admit(ctx, tenant) })
 		if !ok {
 			break
@@ -367,20 +384,32 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			}
 			s.tenants.started(tenant)
 		}
-		if err := s.cfg.Bus.ForwardTurn(ctx, d.Turn); err != nil {
+		picks = append(picks, pick{id, tenant, fresh, d})
+	}
+	if len(picks) == 0 {
+		return 0
+	}
+	turns := make([]bus.Turn, len(picks))
+	for i, p := range picks {
+		turns[i] = p.d.Turn
+	}
+	errs := s.cfg.Bus.ForwardTurns(ctx, turns)
+	n := 0
+	for i, p := range picks {
+		if errs[i] != nil {
 			// Put it back (at its tenant's tail, close enough to its
 			// fair position) and retry later.
-			s.log.Warn("scheduler: forward turn", "run", d.Turn.RunID, "err", err)
-			st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, fresh)
-			break
+			s.log.Warn("scheduler: forward turn", "run", p.d.Turn.RunID, "err", errs[i])
+			st.q.Push(p.tenant, s.tenants.get(ctx, p.tenant).weight, p.id, p.fresh)
+			continue
 		}
-		delete(st.held, id)
-		if err := d.Ack(ctx); err != nil {
-			// Forwarded but not acked: it comes back after
-			// HoldAckWait, and the work queue drops it as a duplicate.
-			s.log.Warn("scheduler: ack forwarded turn", "run", d.Turn.RunID, "err", err)
+		delete(st.held, p.id)
+		// Forwarded; if the ack is lost the turn comes back after
+		// HoldAckWait and the work queue drops it as a duplicate.
+		if err := p.d.AckAsync(); err != nil {
+			s.log.Warn("scheduler: ack forwarded turn", "run", p.d.Turn.RunID, "err", err)
 		}
-		s.cfg.Metrics.forwarded(tenant, st.q.TenantLen(tenant))
+		s.cfg.Metrics.forwarded(p.tenant, st.q.TenantLen(p.tenant))
 		n++
 	}
 	return n

@@ -366,11 +366,11 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 		}
 		run = ch.Run
 	}
-	return w.execute(ctx, run)
+	return w.execute(ctx, run, d.NumDelivered == 1)
 }
 
 // execute runs one turn and commits it.
-func (w *Worker) execute(ctx context.Context, run agentfleet.Run) (action, error) {
+func (w *Worker) execute(ctx context.Context, run agentfleet.Run, firstAttempt bool) (action, error) {
 	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
@@ -391,7 +391,7 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run) (action, error
 		w.mu.Unlock()
 	}()
 
-	res, err := w.cfg.Engine.Step(turnCtx, loop.TurnInput{Run: run, Agent: agent, Steps: steps, Secrets: w.cfg.Secrets})
+	res, err := w.cfg.Engine.Step(turnCtx, loop.TurnInput{Run: run, Agent: agent, Steps: steps, Secrets: w.cfg.Secrets, FirstAttempt: firstAttempt})
 	switch cause := context.Cause(turnCtx); {
 	case errors.Is(err, loop.ErrStale):
 		return w.reloadAndRepublish(ctx, run.ID, run.Turn+1)
