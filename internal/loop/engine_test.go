@@ -475,7 +475,19 @@ func BenchmarkTurn(b *testing.B) {
 		args  json.RawMessage
 	}{
 		{"tiny", js(`function run(args) { log("n=" + args.n); return {n: args.n + 1}; }`), json.RawMessage(`{"n":1}`)},
+		// The issue's carry200: the turn returns 200 objects for the next
+		// turn to read.
 		{"carry200", js(`function run(args) {
+  var out = [];
+  for (var i = 0; i < 200; i++) {
+    out.push({id: i, name: "item " + i, price: i * 1.25, tags: ["a", "b"]});
+  }
+  log("made " + out.length);
+  return out;
+}`), json.RawMessage(`{"n":1}`)},
+		// And the turn after it: it reads the 200 carried objects and
+		// returns 200 again, paying for the carry in and out.
+		{"reprice200", js(`function run(args) {
   var out = [];
   for (var i = 0; i < args.length; i++) {
     var it = args[i];
