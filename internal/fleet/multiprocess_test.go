@@ -132,6 +132,7 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
 		"AGENTFLEET_DATABASE_URL=" + dbURL,
 		"AGENTFLEET_ACK_WAIT=3s",
+		"AGENTFLEET_DRAIN_TIMEOUT=10s",
 		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
 	}
 	startProc(t, "dispatcher", dispatcherBin, append(common,
@@ -176,6 +177,17 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	require.Eventually(t, func() bool { return completed() >= 25 }, 60*time.Second, 10*time.Millisecond)
 	natsSrv.Stop()
 	natsSrv = bustest.StartServerProcess(t, natsBin, natsPort, natsDir)
+
+	// SIGTERM drains a worker mid-load: it stops pulling, finishes or
+	// hands back its turns, and exits 0; the last worker does the rest.
+	require.Eventually(t, func() bool { return completed() >= 35 }, 60*time.Second, 10*time.Millisecond)
+	require.NoError(t, workers[1].cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-workers[1].done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a draining worker did not exit within its drain timeout")
+	}
+	require.Equal(t, 0, workers[1].cmd.ProcessState.ExitCode(), "a drained worker exits 0")
 
 	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
