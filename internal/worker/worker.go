@@ -375,9 +375,13 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run, firstAttempt b
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
 	}
-	steps, err := w.cfg.Store.StepListByRun(ctx, store.StepListByRunParams{RunID: run.ID, FromTurn: w.cfg.Engine.HistoryFrom(run.Turn + 1)})
-	if err != nil {
-		return actRetry, fmt.Errorf("load history: %w", err)
+	// The first turn has no history yet: the task is on the run itself.
+	var steps []agentfleet.Step
+	if run.Turn > 0 {
+		steps, err = w.cfg.Store.StepListByRun(ctx, store.StepListByRunParams{RunID: run.ID, FromTurn: w.cfg.Engine.HistoryFrom(run.Turn + 1)})
+		if err != nil {
+			return actRetry, fmt.Errorf("load history: %w", err)
+		}
 	}
 
 	turnCtx, cancel := context.WithCancelCause(ctx)
