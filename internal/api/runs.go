@@ -51,10 +51,7 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	if _, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: params.Agent}); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errUnprocessable("unknown agent %q (every tenant has %q)", params.Agent, agentfleet.DefaultAgent)
-		}
+	if err := s.checkAgent(r.Context(), p.tenant, params.Agent); err != nil {
 		s.fail(w, r, err)
 		return
 	}
