@@ -208,6 +208,15 @@ type TurnInput struct {
 	// recorded first still wins (RecordReply returns it) and the only
 	// cost is one more model call.
 	FirstAttempt bool
+	// TenantUnlimited says the run's tenant had no token limit and no
+	// per-minute limit when the caller loaded the run (store.TurnLoad).
+	// The turn's model call then takes no reservation from the Meter (an
+	// unlimited tenant has nothing to hold, and asking would cost a
+	// store round trip per turn): it proceeds on a hold-free reservation
+	// (empty ID), charged to the ledger like the Meter's own. Should the
+	// tenant be given a limit meanwhile, the charge applies to it
+	// (capped); the ai() calls of the script reserve as usual.
+	TenantUnlimited bool
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after
@@ -381,7 +390,13 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 	}
 	modelName := firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel)
 	req := agentfleet.ModelRequest{Model: modelName, Messages: msgs, MaxTokens: int(maxCompletion)}
-	res, err := t.e.reserve(ctx, run, prompt+maxCompletion)
+	var res *agentfleet.Reservation
+	var err error
+	if t.in.TenantUnlimited && cfg.Meter != nil {
+		res = &agentfleet.Reservation{Tenant: run.Tenant, RunID: run.ID, Tokens: prompt + maxCompletion}
+	} else {
+		res, err = t.e.reserve(ctx, run, prompt+maxCompletion)
+	}
 	var be *agentfleet.BudgetExhaustedError
 	if errors.As(err, &be) {
 		r := TurnResult{Turn: t.n, Outcome: OutcomeNoBudget, Status: run.Status, Budget: be}

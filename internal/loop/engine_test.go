@@ -108,7 +108,9 @@ func (m *memMeter) Reserve(_ context.Context, tenant, runID string, tokens int64
 func (m *memMeter) Settle(_ context.Context, res agentfleet.Reservation, usage agentfleet.Usage, _ string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.reserved -= res.Tokens
+	if res.ID != "" { // an empty ID holds nothing (an unlimited tenant's)
+		m.reserved -= res.Tokens
+	}
 	m.used += usage.Total()
 	return nil
 }
@@ -395,6 +397,22 @@ func TestStepAICallsAreMeteredLikeTurns(t *testing.T) {
 	require.EqualValues(t, 165, b.meter.used)
 	require.Zero(t, b.meter.reserved)
 	require.Equal(t, 1, b.rec.charged, "the turn's call is charged with its recorded reply, in one write")
+}
+
+func TestStepForAnUnlimitedTenantReservesNothingForTheTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t,
+		llm.Reply{Content: js(`function run(){ answer(ai("say hi")); }`), Usage: agentfleet.Usage{PromptTokens: 100, CompletionTokens: 10}},
+		llm.Reply{Content: "hi", Usage: agentfleet.Usage{PromptTokens: 20, CompletionTokens: 2}},
+	)
+	run := agentfleet.Run{ID: "run-1", Tenant: "acme", Status: agentfleet.StatusRunning, Message: "t"}
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, TenantUnlimited: true})
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusCompleted, res.Status)
+	require.Len(t, b.meter.reserves, 1, "only the script's ai() call asks the meter; the turn's own call holds nothing")
+	require.Equal(t, 1, b.rec.charged, "the turn's call is still charged, with its recorded reply")
+	require.EqualValues(t, 132, b.meter.used, "both calls are charged")
+	require.Zero(t, b.meter.reserved)
 }
 
 func TestStepCompactsHistoryToTheContextBudget(t *testing.T) {

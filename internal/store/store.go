@@ -67,6 +67,13 @@ type Store interface {
 	// run when (tenant, idempotency key) was seen before (Created false).
 	RunCreate(ctx context.Context, p RunCreateParams) (RunCreateResult, error)
 	RunGetByID(ctx context.Context, p RunGetByIDParams) (agentfleet.Run, error)
+	// TurnLoad reads what a worker needs to execute turn Turn of a run,
+	// in one round trip where the backend allows: the run, whether its
+	// tenant is unlimited, and (for Turn > 1) its steps from HistoryFrom.
+	// When the run is queued at turn 0, Turn is 1 and no cancel was
+	// requested, it is started (running) in the same statement and
+	// Started is set. An unknown run is ErrNotFound.
+	TurnLoad(ctx context.Context, p TurnLoadParams) (TurnLoadResult, error)
 	RunList(ctx context.Context, p RunListParams) (RunListResult, error)
 	// RunTransition moves a run between statuses outside a turn commit
 	// (start, park, resume, fail, finish); illegal transitions are
@@ -290,6 +297,34 @@ type RunCreateResult struct {
 type RunGetByIDParams struct {
 	ID     string
 	Tenant string
+}
+
+// TurnLoadParams says which turn of which run a worker is about to
+// execute.
+type TurnLoadParams struct {
+	RunID string
+	Turn  int
+	// HistoryFrom is the first turn whose steps are loaded (the engine's
+	// history window); steps are loaded only for Turn > 1.
+	HistoryFrom int
+}
+
+// TurnLoadResult is what TurnLoad read.
+type TurnLoadResult struct {
+	Run agentfleet.Run
+	// Started says this call moved the run from queued to running.
+	Started bool
+	// TenantUnlimited says the run's tenant had no token limit and no
+	// per-minute limit when it was read, so the turn's model call has
+	// nothing to reserve (see BudgetReserve). A limit set after the read
+	// still applies at the charge (ModelReplyRecord, BudgetSettle).
+	TenantUnlimited bool
+	// Steps are the run's steps from HistoryFrom through Run.Turn. They
+	// are loaded only when Turn > 1 and the run stands at Turn-1
+	// (HistoryLoaded); otherwise the turn is not the run's next one and
+	// the caller does not execute it.
+	Steps         []agentfleet.Step
+	HistoryLoaded bool
 }
 
 // RunListParams filters and pages runs, newest first. An empty Tenant

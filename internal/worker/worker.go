@@ -330,7 +330,9 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	if d.NumDelivered > uint64(w.cfg.MaxDeliver) {
 		return w.deadLetter(ctx, d)
 	}
-	run, err := w.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: t.RunID})
+	// One store round trip: the run, started if this is its first turn,
+	// and the history this turn needs.
+	ld, err := w.cfg.Store.TurnLoad(ctx, store.TurnLoadParams{RunID: t.RunID, Turn: t.Turn, HistoryFrom: w.cfg.Engine.HistoryFrom(t.Turn)})
 	if errors.Is(err, store.ErrNotFound) {
 		log.Error("turn message for an unknown run; dropping it")
 		_ = d.Term("unknown run")
@@ -339,6 +341,7 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	if err != nil {
 		return actRetry, fmt.Errorf("load run: %w", err)
 	}
+	run := ld.Run
 	switch {
 	case t.Turn <= run.Turn:
 		// Redelivered after its commit: finish what the commit owed.
@@ -353,35 +356,21 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 		return actAck, nil
 	case run.CancelRequested:
 		return w.cancelRun(ctx, run)
+	case run.Status == agentfleet.StatusQueued:
+		// TurnLoad starts every run it may; one still queued here
+		// changed under it. Try again from the top.
+		return actRetry, fmt.Errorf("run %s is still queued at turn %d", run.ID, t.Turn)
+	case t.Turn > 1 && !ld.HistoryLoaded:
+		return actRetry, fmt.Errorf("run %s: history of turn %d not loaded", run.ID, t.Turn)
 	}
-	if run.Status == agentfleet.StatusQueued {
-		ch, err := w.cfg.Store.RunTransition(ctx, store.RunTransitionParams{
-			ID: run.ID, From: []agentfleet.RunStatus{agentfleet.StatusQueued}, To: agentfleet.StatusRunning,
-		})
-		switch {
-		case errors.Is(err, store.ErrConflict):
-			return actRetry, fmt.Errorf("start run: status changed under us: %w", err)
-		case err != nil:
-			return actRetry, fmt.Errorf("start run: %w", err)
-		}
-		run = ch.Run
-	}
-	return w.execute(ctx, run, d.NumDelivered == 1)
+	return w.execute(ctx, run, ld, d.NumDelivered == 1)
 }
 
-// execute runs one turn and commits it.
-func (w *Worker) execute(ctx context.Context, run agentfleet.Run, firstAttempt bool) (action, error) {
+// execute runs one turn of a run TurnLoad read, and commits it.
+func (w *Worker) execute(ctx context.Context, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
 	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
-	}
-	// The first turn has no history yet: the task is on the run itself.
-	var steps []agentfleet.Step
-	if run.Turn > 0 {
-		steps, err = w.cfg.Store.StepListByRun(ctx, store.StepListByRunParams{RunID: run.ID, FromTurn: w.cfg.Engine.HistoryFrom(run.Turn + 1)})
-		if err != nil {
-			return actRetry, fmt.Errorf("load history: %w", err)
-		}
 	}
 
 	turnCtx, cancel := context.WithCancelCause(ctx)
@@ -395,7 +384,10 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run, firstAttempt b
 		w.mu.Unlock()
 	}()
 
-	res, err := w.cfg.Engine.Step(turnCtx, loop.TurnInput{Run: run, Agent: agent, Steps: steps, Secrets: w.cfg.Secrets, FirstAttempt: firstAttempt})
+	res, err := w.cfg.Engine.Step(turnCtx, loop.TurnInput{
+		Run: run, Agent: agent, Steps: ld.Steps, Secrets: w.cfg.Secrets,
+		FirstAttempt: firstAttempt, TenantUnlimited: ld.TenantUnlimited,
+	})
 	switch cause := context.Cause(turnCtx); {
 	case errors.Is(err, loop.ErrStale):
 		return w.reloadAndRepublish(ctx, run.ID, run.Turn+1)

@@ -246,6 +246,77 @@ func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agent
 	return r.Run, nil
 }
 
+// turnLoadSQL reads a run for the execution of turn $2 and starts it when
+// that turn is its first: queued at turn 0, no cancel requested. The start
+// commits without waiting for the disk: the turn's next synchronous write
+// (its reply record or commit) flushes it, and if the database crashes
+// first, the run is still queued and the retried turn starts it again.
+var turnLoadSQL = `WITH cfg AS (
+		SELECT set_config('synchronous_commit', 'off', true)
+	), s AS (
+		UPDATE runs SET status = 'running', updated_at = $3
+		WHERE id = $1 AND $2 = 1 AND status = 'queued' AND turn = 0 AND NOT cancel_requested
+			AND EXISTS (SELECT 1 FROM cfg)
+		RETURNING ` + runCols + `
+	), r AS (
+		SELECT true AS started, ` + runCols + ` FROM s
+		UNION ALL
+		SELECT false, ` + runCols + ` FROM runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM s)
+	)
+	SELECT r.started,
+		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
+		` + runCols + ` FROM r`
+
+func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.TurnLoadResult, error) {
+	if err := rules.TurnLoad(p); err != nil {
+		return store.TurnLoadResult{}, err
+	}
+	now := rules.Now()
+	var res store.TurnLoadResult
+	// One pipeline: the run (started if due) and the history the turn
+	// will need if the run stands where the message says. Steps of the
+	// turn itself or later are never read, so a commit landing between
+	// the two statements cannot add to the history.
+	err := s.withBatch(ctx, func() *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(turnLoadSQL, p.RunID, p.Turn, now)
+		if p.Turn > 1 {
+			b.Queue(`SELECT `+stepCols+` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`,
+				p.RunID, p.HistoryFrom, p.Turn)
+		}
+		return b
+	}, func(br pgx.BatchResults) error {
+		res = store.TurnLoadResult{}
+		row, err := scanRun(br.QueryRow(), &res.Started, &res.TenantUnlimited)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("run %s: %w", p.RunID, store.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		res.Run = row.Run
+		if p.Turn == 1 {
+			return nil
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		steps, err := collectRows(rows, scanStep)
+		if err != nil {
+			return err
+		}
+		if res.Run.Turn == p.Turn-1 {
+			res.Steps, res.HistoryLoaded = steps, true
+		}
+		return nil
+	})
+	if err != nil {
+		return store.TurnLoadResult{}, fmt.Errorf("load run %s for turn %d: %w", p.RunID, p.Turn, err)
+	}
+	return res, nil
+}
+
 func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
 	p, after, err := rules.RunList(p)
 	if err != nil {

@@ -21,15 +21,16 @@ var (
 	activeList   = rules.SQLList(rules.Active)
 )
 
-func scanRun(sc interface{ Scan(...any) error }) (rules.RunRow, error) {
+// scanRun scans runCols, after any extra leading columns.
+func scanRun(sc interface{ Scan(...any) error }, extra ...any) (rules.RunRow, error) {
 	var r rules.RunRow
 	var ctxJSON, meta, args, answer []byte
 	var deadline sql.NullInt64
 	var created, updated int64
-	err := sc.Scan(&r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
+	err := sc.Scan(append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &created, &updated)
+		&r.CancelReason, &r.Wake, &created, &updated)...)
 	if err != nil {
 		return r, err
 	}
@@ -39,6 +40,8 @@ func scanRun(sc interface{ Scan(...any) error }) (rules.RunRow, error) {
 	r.Metadata, err = rules.DecodeMetadata(meta)
 	return r, err
 }
+
+func scanRunRow(sc interface{ Scan(...any) error }) (rules.RunRow, error) { return scanRun(sc) }
 
 func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
@@ -139,6 +142,52 @@ func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agent
 	return r.Run, nil
 }
 
+func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.TurnLoadResult, error) {
+	if err := rules.TurnLoad(p); err != nil {
+		return store.TurnLoadResult{}, err
+	}
+	var res store.TurnLoadResult
+	var unlimited sql.NullBool
+	row, err := scanRun(s.rd.QueryRowContext(ctx, `SELECT
+		(SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = runs.tenant), `+runCols+`
+		FROM runs WHERE id = ?`, p.RunID), &unlimited)
+	if err != nil {
+		return res, fmt.Errorf("load run %s for turn %d: %w", p.RunID, p.Turn, mapErr(err))
+	}
+	res.TenantUnlimited = unlimited.Valid && unlimited.Bool
+	if p.Turn == 1 && row.Status == agentfleet.StatusQueued && row.Turn == 0 && !row.CancelRequested {
+		// The read above is outside the writer; the update is fenced
+		// again, and a run changed meanwhile is re-read as it is.
+		err = s.write(ctx, func(tx *wtx) error {
+			started, err := scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, updated_at = ?
+				WHERE id = ? AND status = ? AND turn = 0 AND cancel_requested = 0 RETURNING `+runCols,
+				string(agentfleet.StatusRunning), rules.Now().UnixMicro(), p.RunID, string(agentfleet.StatusQueued)))
+			if errors.Is(err, sql.ErrNoRows) {
+				row, err = s.runByID(ctx, tx, p.RunID)
+				return err
+			}
+			row, res.Started = started, err == nil
+			return err
+		})
+		if err != nil {
+			return store.TurnLoadResult{}, fmt.Errorf("start run %s: %w", p.RunID, err)
+		}
+	}
+	res.Run = row.Run
+	if p.Turn > 1 && row.Turn == p.Turn-1 {
+		rows, err := s.rd.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? AND turn < ? ORDER BY turn, idx`,
+			p.RunID, p.HistoryFrom, p.Turn)
+		if err != nil {
+			return store.TurnLoadResult{}, fmt.Errorf("load history of run %s: %w", p.RunID, mapErr(err))
+		}
+		if res.Steps, err = collect(rows, scanStep); err != nil {
+			return store.TurnLoadResult{}, fmt.Errorf("load history of run %s: %w", p.RunID, mapErr(err))
+		}
+		res.HistoryLoaded = true
+	}
+	return res, nil
+}
+
 func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
 	p, after, err := rules.RunList(p)
 	if err != nil {
@@ -186,7 +235,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
 	}
-	rs, err := collect(rows, scanRun)
+	rs, err := collect(rows, scanRunRow)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
 	}

@@ -112,6 +112,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Session", testSession},
 		{"RunTransition", testRunTransition},
 		{"RunCancel", testRunCancel},
+		{"TurnLoad", testTurnLoad},
 		{"ModelReply", testModelReply},
 		{"TurnCommit", testTurnCommit},
 		{"TurnCommitMany", testTurnCommitMany},

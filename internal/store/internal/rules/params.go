@@ -417,3 +417,16 @@ func SessionHead(endedSeq int64, head *agentfleet.Run, headSeq int64) *agentflee
 	}
 	return head
 }
+
+// TurnLoad validates p.
+func TurnLoad(p store.TurnLoadParams) error {
+	switch {
+	case p.RunID == "":
+		return Invalidf("turn load: run id is empty")
+	case p.Turn < 1:
+		return Invalidf("turn load of run %s: turn %d is not positive", p.RunID, p.Turn)
+	case p.HistoryFrom < 0:
+		return Invalidf("turn load of run %s: history from turn %d is negative", p.RunID, p.HistoryFrom)
+	}
+	return nil
+}
