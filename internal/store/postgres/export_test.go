@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,4 +39,17 @@ func AcquireSession(ctx context.Context, s *Store) (_ Session, release func(), _
 		return Session{}, nil, err
 	}
 	return x, c.Release, nil
+}
+
+// SharedPipelines reports how many pipelines carried more than one call,
+// and how many calls they carried.
+func SharedPipelines(s *Store) (pipelines, calls int64) {
+	return s.pipe.shared.Load(), s.pipe.sharedCalls.Load()
+}
+
+// HoldPipeline sends a call that sleeps on the server for d through s's
+// pipeline, so calls made meanwhile queue up behind it.
+func HoldPipeline(ctx context.Context, s *Store, d time.Duration) error {
+	return s.pipelined(ctx, "", func(b *pgx.Batch) { b.Queue(`SELECT pg_sleep($1)`, d.Seconds()) },
+		func(br pgx.BatchResults) error { _, err := br.Exec(); return err })
 }

@@ -16,14 +16,22 @@
 //     that inserts the reservation; recording a model reply with its
 //     charge is one INSERT whose CTEs settle the charge only if the reply
 //     was inserted. No client round trip happens while a row lock is
-//     held. A turn is three round trips and two commits: reserve (which
-//     for an unlimited tenant writes nothing, so commits without a WAL
-//     flush), record and charge, commit.
+//     held, except inside a shared pipeline (below), whose locks are
+//     taken in the same order. A turn is at most four round trips: its
+//     load (TurnLoad: the run, started on turn 1, and its history), the
+//     reservation (none for an unlimited tenant), the record and charge,
+//     and the commit.
+//   - Concurrent calls share round trips and commits (pipeline.go): turn
+//     loads, reply records and sessionless run creations that arrive
+//     while a pipeline is on the wire go out together in the next one,
+//     as one transaction; turn commits are batched by their caller
+//     (TurnCommitMany).
 //   - Locks are always taken in one order: run rows (sorted by id), then
 //     session advisory locks (sorted by key); reservation rows before the
 //     tenant row. Settles lock the tenant row FOR NO KEY UPDATE, which
 //     does not block the foreign-key checks (FOR KEY SHARE) of inserts
-//     that reference the tenant (runs, reservations, the usage ledger). Deadlocks cannot form; should Postgres report one (or a
+//     that reference the tenant (runs, reservations, the usage ledger).
+//     Deadlocks cannot form; should Postgres report one (or a
 //     serialization failure) anyway, the whole transaction is retried.
 //   - Runs of one session are created under a per-session advisory lock,
 //     which a run's end takes too before it hands out the session's next
@@ -119,6 +127,7 @@ type Store struct {
 	cfg   Config
 	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
+	pipe  pipeline
 }
 
 var _ store.Store = (*Store)(nil)

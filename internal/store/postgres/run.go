@@ -129,11 +129,10 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, string(agentfleet.StepUser)}, evArgs(evs)...)
 	var res store.RunCreateResult
 	created := false
-	// One round trip, one implicit transaction: the session lock, the
-	// run with its first step and events, and (under the lock) whether an
-	// earlier run of the session is unfinished.
-	err = s.withBatch(ctx, func() *pgx.Batch {
-		b := &pgx.Batch{}
+	// One round trip, one transaction: the session lock, the run with
+	// its first step and events, and (under the lock) whether an earlier
+	// run of the session is unfinished.
+	queue := func(b *pgx.Batch) {
 		if run.SessionID != "" {
 			b.Queue(lockSessionSQL, lockSession, run.Tenant, run.SessionID)
 		}
@@ -155,8 +154,9 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 				AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
 				run.Tenant, run.SessionID, run.ID)
 		}
-		return b
-	}, func(br pgx.BatchResults) error {
+	}
+	read := func(br pgx.BatchResults) error {
+		res, created = store.RunCreateResult{}, false
 		if run.SessionID != "" {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -181,7 +181,20 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 			res.Startable = free
 		}
 		return nil
-	})
+	}
+	if run.SessionID == "" {
+		// Shared with other calls in flight (a busy API submits many
+		// runs at once); it locks no existing row.
+		err = s.pipelined(ctx, pipeOrderNew, queue, read)
+	} else {
+		// Alone: a pipeline cannot order its session locks the way
+		// turn commits take them (by the server's hash of the key).
+		err = s.withBatch(ctx, func() *pgx.Batch {
+			b := &pgx.Batch{}
+			queue(b)
+			return b
+		}, read)
+	}
 	if err != nil {
 		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
 	}
@@ -247,16 +260,10 @@ func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agent
 }
 
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
-// that turn is its first: queued at turn 0, no cancel requested. The start
-// commits without waiting for the disk: the turn's next synchronous write
-// (its reply record or commit) flushes it, and if the database crashes
-// first, the run is still queued and the retried turn starts it again.
-var turnLoadSQL = `WITH cfg AS (
-		SELECT set_config('synchronous_commit', 'off', true)
-	), s AS (
+// that turn is its first: queued at turn 0, no cancel requested.
+var turnLoadSQL = `WITH s AS (
 		UPDATE runs SET status = 'running', updated_at = $3
 		WHERE id = $1 AND $2 = 1 AND status = 'queued' AND turn = 0 AND NOT cancel_requested
-			AND EXISTS (SELECT 1 FROM cfg)
 		RETURNING ` + runCols + `
 	), r AS (
 		SELECT true AS started, ` + runCols + ` FROM s
@@ -273,18 +280,17 @@ func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.Tur
 	}
 	now := rules.Now()
 	var res store.TurnLoadResult
-	// One pipeline: the run (started if due) and the history the turn
-	// will need if the run stands where the message says. Steps of the
-	// turn itself or later are never read, so a commit landing between
-	// the two statements cannot add to the history.
-	err := s.withBatch(ctx, func() *pgx.Batch {
-		b := &pgx.Batch{}
+	// One round trip, shared with other calls in flight: the run
+	// (started if due) and the history the turn will need if the run
+	// stands where the message says. Steps of the turn itself or later
+	// are never read, so a commit landing between the two statements
+	// cannot add to the history.
+	err := s.pipelined(ctx, pipeOrderRun+p.RunID, func(b *pgx.Batch) {
 		b.Queue(turnLoadSQL, p.RunID, p.Turn, now)
 		if p.Turn > 1 {
 			b.Queue(`SELECT `+stepCols+` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`,
 				p.RunID, p.HistoryFrom, p.Turn)
 		}
-		return b
 	}, func(br pgx.BatchResults) error {
 		res = store.TurnLoadResult{}
 		row, err := scanRun(br.QueryRow(), &res.Started, &res.TenantUnlimited)
@@ -575,17 +581,35 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 		args = settleArgs(*p.Charge)
 	}
 	args = append(args, r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
+	// A charge locks its tenant's row (and key-shares the run's, as
+	// the insert does); without one only the run's row is key-shared.
+	order := pipeOrderRun + r.RunID
+	if p.Charge != nil {
+		order = pipeOrderTenant + p.Charge.Tenant
+	}
 	type recorded struct {
-		reply   store.ModelReply
-		charged *int64
+		reply       store.ModelReply
+		charged     *int64
+		notInserted bool
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		m, err := queryOne(ctx, s, q, func(sc scanner) (recorded, error) {
-			var x recorded
+		// Through the shared pipeline: concurrent turns' records share
+		// one round trip and one commit. No row (nothing inserted) is
+		// sorted out below, outside it.
+		var m recorded
+		err := s.pipelined(ctx, order, func(b *pgx.Batch) { b.Queue(q, args...) }, func(br pgx.BatchResults) error {
+			m = recorded{}
 			var err error
-			x.reply, err = scanReply(sc, &x.charged)
-			return x, err
-		}, args...)
+			m.reply, err = scanReply(br.QueryRow(), &m.charged)
+			if errors.Is(err, pgx.ErrNoRows) {
+				m.notInserted = true
+				return nil
+			}
+			return err
+		})
+		if err == nil && m.notInserted {
+			err = store.ErrNotFound
+		}
 		if err == nil {
 			res := store.ModelReplyRecordResult{Reply: m.reply}
 			switch {

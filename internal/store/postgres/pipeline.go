@@ -1,0 +1,184 @@
+package postgres
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pipeline shares round trips between concurrent calls. A worker runs
+// many turns at once, and each turn's load and reply record is a round
+// trip and (when it writes) a commit with its WAL flush. Calls that arrive
+// while a pipeline is on the wire queue up, and the next pipeline carries
+// them all: one round trip and one commit for the lot. A lone call goes
+// out at once, as it would alone: no timer, no added latency when idle.
+//
+// A pipeline is one transaction, committed once every call has read its
+// results; one failing statement or reader rolls it all back, and then
+// each call is run again on its own, so one call's error is never
+// another's. A call's queue and read functions must therefore be safe to
+// run more than once (as for withBatch). The calls of a pipeline are
+// sorted by their order key: run rows are locked before tenant rows, and
+// tenant rows by id, so two pipelines cannot deadlock.
+type pipeline struct {
+	mu    sync.Mutex
+	queue []*pipeCall
+	busy  bool // a leader is running pipelines
+	// shared counts the pipelines that carried more than one call, and
+	// the calls they carried (tests read them).
+	shared, sharedCalls atomic.Int64
+}
+
+// pipeCall is one call's part of a pipeline: the statements it queues
+// and the reader of their results, in order.
+type pipeCall struct {
+	ctx context.Context
+	// order sorts the calls of a pipeline, so its row locks are taken
+	// in the store's one order (see the package doc).
+	order string
+	queue func(b *pgx.Batch)
+	read  func(br pgx.BatchResults) error
+	err   error
+	done  bool
+	// signal receives true when the call is done, false when its caller
+	// is to lead the next pipeline.
+	signal chan bool
+}
+
+// Order keys of pipelined calls: by the rows they lock, run rows first.
+const (
+	pipeOrderNew    = "0 " // locks no existing row
+	pipeOrderRun    = "1 "
+	pipeOrderTenant = "2 "
+)
+
+// pipelineMax bounds the calls in one pipeline, so its transaction stays
+// short.
+const pipelineMax = 64
+
+// pipelineTimeout bounds a shared pipeline: no single caller's context
+// may cut short a transaction that serves others.
+const pipelineTimeout = 30 * time.Second
+
+// pipelined runs one call through the shared pipeline and returns its
+// error, mapped like withBatch's. The call's caller may wait for the
+// pipeline ahead of it to finish, even past its ctx: the pipeline it is
+// in may already have landed, and its caller must know.
+func (s *Store) pipelined(ctx context.Context, order string, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
+	c := &pipeCall{ctx: ctx, order: order, queue: queue, read: read, signal: make(chan bool, 1)}
+	p := &s.pipe
+	p.mu.Lock()
+	p.queue = append(p.queue, c)
+	lead := !p.busy
+	p.busy = true
+	p.mu.Unlock()
+	if !lead {
+		if done := <-c.signal; done {
+			return c.err
+		}
+		// Promoted: the previous leader handed over.
+	}
+	for !c.done {
+		p.mu.Lock()
+		n := min(len(p.queue), pipelineMax)
+		batch := p.queue[:n:n]
+		p.queue = p.queue[n:]
+		p.mu.Unlock()
+		s.runPipeline(batch)
+		for _, o := range batch {
+			if o != c {
+				o.signal <- true
+			}
+		}
+	}
+	p.mu.Lock()
+	if len(p.queue) > 0 {
+		p.queue[0].signal <- false // lead the next pipeline
+	} else {
+		p.busy = false
+	}
+	p.mu.Unlock()
+	return c.err
+}
+
+// runPipeline runs calls as one pipeline, or each on its own after the
+// pipeline failed.
+func (s *Store) runPipeline(calls []*pipeCall) {
+	live := make([]*pipeCall, 0, len(calls))
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.err, c.done = err, true
+			continue
+		}
+		live = append(live, c)
+	}
+	alone := func(c *pipeCall) {
+		c.err = s.withBatch(c.ctx, func() *pgx.Batch {
+			b := &pgx.Batch{}
+			c.queue(b)
+			return b
+		}, c.read)
+		c.done = true
+	}
+	if len(live) == 1 {
+		alone(live[0])
+		return
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *pipeCall) int { return strings.Compare(a.order, b.order) })
+	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+	defer cancel()
+	// committed: the commit was sent, so the pipeline's outcome (landed,
+	// or unknown when the commit failed) is every call's.
+	committed := false
+	err := s.withConn(ctx, func(conn *pgx.Conn) error {
+		// An explicit transaction, committed only once every reader
+		// has its results: a reader that fails leaves nothing behind,
+		// even when its statement succeeded.
+		b := &pgx.Batch{}
+		b.Queue("begin")
+		for _, c := range live {
+			c.queue(b)
+		}
+		br := conn.SendBatch(ctx, b)
+		_, err := br.Exec()
+		for i := 0; err == nil && i < len(live); i++ {
+			// After a failed reader the results no longer line up
+			// with theirs: stop reading.
+			err = live[i].read(br)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_, _ = conn.Exec(ctx, "rollback") // a broken connection is not reused
+			return err
+		}
+		// A failed commit leaves the outcome unknown: every call fails
+		// as a single call would, and none may run again here.
+		committed = true
+		_, err = conn.Exec(ctx, "commit")
+		return err
+	})
+	if committed {
+		if err == nil {
+			s.pipe.shared.Add(1)
+			s.pipe.sharedCalls.Add(int64(len(live)))
+		}
+		for _, c := range live {
+			c.err, c.done = mapErr(err), true
+		}
+		return
+	}
+	// Rolled back (or never sent): each call runs on its own.
+	for _, c := range live {
+		alone(c)
+	}
+}
