@@ -202,7 +202,10 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		return res, nil
 	}
 	// The idempotency key was seen before: return that run.
-	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2`, scanRunRow, p.Tenant, p.IdempotencyKey)
+	// "<> ''" matches the partial unique index's predicate, so a
+	// generic plan can use it too.
+	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
+		scanRunRow, p.Tenant, p.IdempotencyKey)
 	if err == nil {
 		res = store.RunCreateResult{Run: prev.Run}
 		res.Startable, err = s.startable(ctx, prev)

@@ -51,6 +51,13 @@ func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, 
 	return r, err
 }
 
+// runByIdempotencySQL finds a tenant's run by idempotency key. The
+// repeated "<> ''" lets SQLite use the partial unique index (it cannot
+// prove a bound parameter non-empty); without it every submission with a
+// key scanned the tenant's runs.
+const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
+	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
+
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	p, err := rules.RunCreate(p)
 	if err != nil {
@@ -64,7 +71,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	var res store.RunCreateResult
 	err = s.write(ctx, func(tx *wtx) error {
 		if p.IdempotencyKey != "" {
-			row, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = ? AND idempotency_key = ?`, p.Tenant, p.IdempotencyKey))
+			row, err := scanRun(tx.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
 			if err == nil {
 				res.Run = row.Run
 				res.Startable, err = startable(ctx, tx, row)
