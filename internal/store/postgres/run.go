@@ -202,8 +202,8 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		return res, nil
 	}
 	// The idempotency key was seen before: return that run.
-	// "<> ''" matches the partial unique index's predicate, so a
-	// generic plan can use it too.
+	// The non-empty condition is the partial unique index's predicate,
+	// so a generic plan can use the index too.
 	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
 		scanRunRow, p.Tenant, p.IdempotencyKey)
 	if err == nil {

@@ -51,10 +51,10 @@ func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, 
 	return r, err
 }
 
-// runByIdempotencySQL finds a tenant's run by idempotency key. The
-// repeated "<> ''" lets SQLite use the partial unique index (it cannot
-// prove a bound parameter non-empty); without it every submission with a
-// key scanned the tenant's runs.
+// runByIdempotencySQL finds a tenant's run by idempotency key. Repeating
+// the partial unique index's predicate (a non-empty key) lets SQLite use
+// the index: it cannot prove a bound parameter non-empty, and without it
+// every submission with a key scanned the tenant's runs.
 const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
 	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
 
