@@ -183,7 +183,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s := &Store{cfg: cfg, w: w}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrateWhenFree(ctx); err != nil {
 		_ = w.Close()
 		return nil, err
 	}
@@ -254,6 +254,26 @@ func (s *Store) Close() error {
 // migrate applies pending migrations in one IMMEDIATE transaction, so two
 // processes opening the same file at once apply each migration once: the
 // second waits for the write lock and then finds nothing to do.
+// migrateWhenFree migrates, trying again for up to the busy timeout while
+// the database is busy. Processes that open a new database at once race
+// to switch it to WAL mode, and SQLite answers the losers SQLITE_BUSY at
+// once instead of waiting out the busy timeout.
+func (s *Store) migrateWhenFree(ctx context.Context) error {
+	deadline := time.Now().Add(s.cfg.BusyTimeout)
+	for {
+		err := s.migrate(ctx)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	ms, err := rules.Migrations(migrationFS, "migrations")
 	if err != nil {
