@@ -4,11 +4,12 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet/internal/store/internal/group"
 )
 
 // pipeline shares round trips between concurrent calls. A worker runs
@@ -26,9 +27,7 @@ import (
 // sorted by their order key: run rows are locked before tenant rows, and
 // tenant rows by id, so two pipelines cannot deadlock.
 type pipeline struct {
-	mu    sync.Mutex
-	queue []*pipeCall
-	busy  bool // a leader is running pipelines
+	calls group.Queue[*pipeCall]
 	// shared counts the pipelines that carried more than one call, and
 	// the calls they carried (tests read them).
 	shared, sharedCalls atomic.Int64
@@ -44,10 +43,6 @@ type pipeCall struct {
 	queue func(b *pgx.Batch)
 	read  func(br pgx.BatchResults) error
 	err   error
-	done  bool
-	// signal receives true when the call is done, false when its caller
-	// is to lead the next pipeline.
-	signal chan bool
 }
 
 // Order keys of pipelined calls: by the rows they lock, run rows first.
@@ -70,39 +65,8 @@ const pipelineTimeout = 30 * time.Second
 // pipeline ahead of it to finish, even past its ctx: the pipeline it is
 // in may already have landed, and its caller must know.
 func (s *Store) pipelined(ctx context.Context, order string, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
-	c := &pipeCall{ctx: ctx, order: order, queue: queue, read: read, signal: make(chan bool, 1)}
-	p := &s.pipe
-	p.mu.Lock()
-	p.queue = append(p.queue, c)
-	lead := !p.busy
-	p.busy = true
-	p.mu.Unlock()
-	if !lead {
-		if done := <-c.signal; done {
-			return c.err
-		}
-		// Promoted: the previous leader handed over.
-	}
-	for !c.done {
-		p.mu.Lock()
-		n := min(len(p.queue), pipelineMax)
-		batch := p.queue[:n:n]
-		p.queue = p.queue[n:]
-		p.mu.Unlock()
-		s.runPipeline(batch)
-		for _, o := range batch {
-			if o != c {
-				o.signal <- true
-			}
-		}
-	}
-	p.mu.Lock()
-	if len(p.queue) > 0 {
-		p.queue[0].signal <- false // lead the next pipeline
-	} else {
-		p.busy = false
-	}
-	p.mu.Unlock()
+	c := &pipeCall{ctx: ctx, order: order, queue: queue, read: read}
+	s.pipe.calls.Do(c, pipelineMax, s.runPipeline)
 	return c.err
 }
 
@@ -112,7 +76,7 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 	live := make([]*pipeCall, 0, len(calls))
 	for _, c := range calls {
 		if err := c.ctx.Err(); err != nil {
-			c.err, c.done = err, true
+			c.err = err
 			continue
 		}
 		live = append(live, c)
@@ -123,7 +87,6 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 			c.queue(b)
 			return b
 		}, c.read)
-		c.done = true
 	}
 	if len(live) == 1 {
 		alone(live[0])
@@ -173,7 +136,7 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 			s.pipe.sharedCalls.Add(int64(len(live)))
 		}
 		for _, c := range live {
-			c.err, c.done = mapErr(err), true
+			c.err = mapErr(err)
 		}
 		return
 	}

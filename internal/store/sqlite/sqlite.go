@@ -46,6 +46,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/group"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -147,9 +148,7 @@ type Store struct {
 	rstmts sync.Map // string -> *sql.Stmt on r
 	rd     reader
 	// The group commit's queue of writes (see write).
-	wmu    sync.Mutex
-	wqueue []*writeReq
-	wbusy  bool
+	writes group.Queue[*writeReq]
 }
 
 var _ store.Store = (*Store)(nil)
@@ -329,43 +328,11 @@ func (s *Store) migrate(ctx context.Context) error {
 // savepoint so that one failing rolls back alone. An idle store commits a
 // lone write at once; a busy one pays for BEGIN and COMMIT (and writes the
 // pages the batch shares, such as a tenant's row or the events index)
-// once per batch instead of once per write. The caller that finds no
-// batch running leads: it runs batches until its own write is done, then
-// hands the lead to the oldest waiting write, so no caller works for
-// others for long.
+// once per batch instead of once per write (group.Queue: the caller
+// that finds no batch running leads one, then hands the lead on).
 func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
-	req := &writeReq{ctx: ctx, fn: fn, signal: make(chan bool, 1)}
-	s.wmu.Lock()
-	s.wqueue = append(s.wqueue, req)
-	lead := !s.wbusy
-	s.wbusy = true
-	s.wmu.Unlock()
-	if !lead {
-		if done := <-req.signal; done {
-			return req.err
-		}
-		// Promoted: the previous leader handed over.
-	}
-	for !req.finished {
-		s.wmu.Lock()
-		n := min(len(s.wqueue), writeBatchMax)
-		batch := s.wqueue[:n:n]
-		s.wqueue = s.wqueue[n:]
-		s.wmu.Unlock()
-		s.flush(batch)
-		for _, r := range batch {
-			if r != req {
-				r.signal <- true
-			}
-		}
-	}
-	s.wmu.Lock()
-	if len(s.wqueue) > 0 {
-		s.wqueue[0].signal <- false // lead the next batch
-	} else {
-		s.wbusy = false
-	}
-	s.wmu.Unlock()
+	req := &writeReq{ctx: ctx, fn: fn}
+	s.writes.Do(req, writeBatchMax, s.flush)
 	return req.err
 }
 
@@ -378,9 +345,6 @@ type writeReq struct {
 	fn       func(tx *wtx) error
 	err      error
 	finished bool
-	// signal receives true when the write is done, false when its
-	// caller is to lead the next batch.
-	signal chan bool
 }
 
 // flush runs a batch of writes in one transaction.

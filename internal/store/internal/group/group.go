@@ -1,0 +1,65 @@
+// Package group runs concurrent calls together, for the backends' units
+// of work that cost about the same for one call as for many (a SQLite
+// write transaction, a Postgres pipeline): a call that arrives while a
+// group is running waits, and the next group carries every call that
+// queued meanwhile. A lone call runs at once: no timer, no added latency
+// when idle. Groups run one at a time, each led by the caller at the head
+// of the queue.
+package group
+
+import "sync"
+
+// Queue groups calls of type C. The zero value is ready to use.
+type Queue[C any] struct {
+	mu    sync.Mutex
+	queue []*waiter[C]
+	busy  bool // a caller is leading a group
+}
+
+type waiter[C any] struct {
+	call C
+	// signal receives true when the call ran in another caller's group,
+	// false when this caller is to lead the next group.
+	signal chan bool
+}
+
+// Do returns once call has run: in a group another caller led, or in one
+// this caller leads. A leader takes up to limit queued calls, its own
+// first, and passes them to run, which must run every one of them (and
+// record each call's outcome in the call itself); the caller's context is
+// the call's business, not the queue's.
+func (q *Queue[C]) Do(call C, limit int, run func(calls []C)) {
+	w := &waiter[C]{call: call, signal: make(chan bool, 1)}
+	q.mu.Lock()
+	q.queue = append(q.queue, w)
+	lead := !q.busy
+	q.busy = true
+	q.mu.Unlock()
+	if !lead && <-w.signal {
+		return
+	}
+	// Leading: w is at the head of the queue (the queue was empty, or
+	// the previous leader handed over to its head).
+	q.mu.Lock()
+	n := min(len(q.queue), max(limit, 1))
+	batch := q.queue[:n:n]
+	q.queue = q.queue[n:]
+	q.mu.Unlock()
+	calls := make([]C, n)
+	for i, b := range batch {
+		calls[i] = b.call
+	}
+	run(calls)
+	for _, b := range batch {
+		if b != w {
+			b.signal <- true
+		}
+	}
+	q.mu.Lock()
+	if len(q.queue) > 0 {
+		q.queue[0].signal <- false // lead the next group
+	} else {
+		q.busy = false
+	}
+	q.mu.Unlock()
+}

@@ -1,0 +1,94 @@
+package group_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/agentfleet/agentfleet/internal/store/internal/group"
+)
+
+type call struct {
+	id  int
+	ran atomic.Bool
+}
+
+// Calls made while a group runs go out together in the next group, every
+// call runs exactly once, groups never overlap and never exceed the limit.
+func TestQueueGroupsCallsThatWait(t *testing.T) {
+	var q group.Queue[*call]
+	var running atomic.Int32
+	var mu sync.Mutex
+	var sizes []int
+	release := make(chan struct{})
+	run := func(calls []*call) {
+		if running.Add(1) != 1 {
+			t.Error("two groups ran at once")
+		}
+		defer running.Add(-1)
+		mu.Lock()
+		sizes = append(sizes, len(calls))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release // hold the first group while the others queue
+		}
+		for _, c := range calls {
+			if c.ran.Swap(true) {
+				t.Errorf("call %d ran twice", c.id)
+			}
+		}
+	}
+	const n, limit = 25, 10
+	calls := make([]*call, n)
+	for i := range calls {
+		calls[i] = &call{id: i}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { q.Do(calls[0], limit, run) })
+	for len(func() []int { mu.Lock(); defer mu.Unlock(); return sizes }()) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, c := range calls[1:] {
+		wg.Go(func() {
+			q.Do(c, limit, run)
+			if !c.ran.Load() {
+				t.Errorf("call %d returned before it ran", c.id)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // the other callers queue up
+	close(release)
+	wg.Wait()
+	for _, c := range calls {
+		if !c.ran.Load() {
+			t.Errorf("call %d never ran", c.id)
+		}
+	}
+	want := []int{1, 10, 10, 4}
+	if len(sizes) != len(want) {
+		t.Fatalf("group sizes %v, want %v", sizes, want)
+	}
+	for i := range want {
+		if sizes[i] != want[i] {
+			t.Fatalf("group sizes %v, want %v", sizes, want)
+		}
+	}
+}
+
+// A lone call runs at once, in a group of its own, on its caller.
+func TestQueueLoneCall(t *testing.T) {
+	var q group.Queue[*call]
+	c := &call{}
+	groups := 0
+	q.Do(c, 8, func(calls []*call) {
+		groups++
+		for _, x := range calls {
+			x.ran.Store(true)
+		}
+	})
+	if !c.ran.Load() || groups != 1 {
+		t.Fatalf("ran %v in %d groups", c.ran.Load(), groups)
+	}
+}
