@@ -53,7 +53,7 @@ type bundle struct {
 
 // setup starts an httptest server running h and a client for it with
 // injected sleep, clock and jitter (always the largest draw).
-func setup(t *testing.T, h http.HandlerFunc, mod ...func(*Config)) *bundle {
+func setup(t testing.TB, h http.HandlerFunc, mod ...func(*Config)) *bundle {
 	t.Helper()
 	b := &bundle{sleep: &sleeper{}, hits: &atomic.Int64{}}
 	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
