@@ -54,6 +54,8 @@ type Bus struct {
 	conn       context.Context
 	connCancel context.CancelCauseFunc
 	closers    map[*closerEntry]struct{}
+
+	beats heartbeats // KeepAlive's deliveries
 }
 
 type closerEntry struct{ fn func() }

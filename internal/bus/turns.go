@@ -699,42 +699,14 @@ func (d *Delivery) Term(reason string) error {
 	return nil
 }
 
-// KeepAlive sends InProgress every AckWait/3 until stop is called, ctx
-// ends, the delivery is settled, or the Bus closes; stop waits for the
-// goroutine to end. Wrap the model call and script execution of a turn in
-// it.
+// KeepAlive sends InProgress at least every AckWait/3 until stop is
+// called, ctx ends, the delivery is settled, or the Bus closes; once stop
+// returns, no more InProgress is sent for d. Wrap the model call and
+// script execution of a turn in it.
+//
+// One goroutine of the Bus heartbeats every kept delivery (heartbeats.go):
+// a worker holds a turn per slot, and a goroutine and a ticker per turn
+// were a tenth of the memory of a turn waiting on its model.
 func (d *Delivery) KeepAlive(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	b := d.src.b
-	interval := b.cfg.AckWait / 3
-	started := b.goOwned(func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-b.ctx.Done():
-				return
-			case <-t.C:
-			}
-			if err := d.msg.InProgress(); errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
-				return
-			} else if err != nil {
-				// Disconnected, most likely: try again next tick. If the
-				// outage outlasts AckWait the turn is redelivered, which
-				// the commit fence makes harmless.
-				b.log.Debug("keepalive", "turn", d.Turn.MsgID(), "err", err)
-			}
-		}
-	})
-	if !started {
-		close(done)
-	}
-	return func() {
-		cancel()
-		<-done
-	}
+	return d.src.b.beats.keep(d, ctx)
 }

@@ -290,6 +290,48 @@ func TestSourceRecreatesVanishedConsumerAndStream(t *testing.T) {
 	require.NoError(t, r.d.Ack(s.ctx))
 }
 
+// Kept deliveries share one heartbeat, and each leaves it on its own:
+// the one whose keepalive stopped and the one whose context ended come
+// back after AckWait, the one still kept does not.
+func TestKeepAliveSharedHeartbeat(t *testing.T) {
+	t.Parallel()
+	const ackWait = 600 * time.Millisecond
+	s := setup(t, func(c *bus.Config) { c.AckWait = ackWait; c.PullExpiry = 300 * time.Millisecond })
+	turns := enqueue(t, s, 3)
+	src, err := s.b.TurnSource(s.ctx, bus.QueueRunQ, "workers")
+	require.NoError(t, err)
+	var ds []*bus.Delivery
+	for range turns {
+		d, err := src.Next(s.ctx)
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	keep := ds[0].KeepAlive(s.ctx)
+	defer keep()
+	stopped := ds[1].KeepAlive(s.ctx)
+	ended, end := context.WithCancel(s.ctx)
+	defer ds[2].KeepAlive(ended)()
+	stopped()
+	stopped() // idempotent
+	end()
+
+	back := map[string]bool{}
+	for range 2 {
+		d, err := src.Next(s.ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, d.NumDelivered)
+		back[d.Turn.RunID] = true
+		require.NoError(t, d.Ack(s.ctx))
+	}
+	require.Equal(t, map[string]bool{ds[1].Turn.RunID: true, ds[2].Turn.RunID: true}, back)
+
+	ctx, cancel := context.WithTimeout(s.ctx, 2*ackWait)
+	defer cancel()
+	_, err = src.Next(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the kept turn was redelivered")
+	require.NoError(t, ds[0].Ack(s.ctx))
+}
+
 func TestKeepAliveStopsWithTheBus(t *testing.T) {
 	t.Parallel()
 	s := setup(t, func(c *bus.Config) { c.AckWait = 300 * time.Millisecond })
