@@ -430,8 +430,16 @@ func TestFleetDeadLettersATurnThatKeepsFailing(t *testing.T) {
 	require.Equal(t, agentfleet.EventError, evs[len(evs)-2].Type)
 	require.Len(t, f.model.Received(), 5, "each delivery tried the model once, then the fleet gave up")
 
-	dead, err := f.bus.DeadLetters(f.ctx, 0, 10)
-	require.NoError(t, err)
+	// The run fails first (a store write the worker retries until it
+	// lands), then the message moves to the dead-letter stream: a
+	// watcher of the run can see it failed a moment before the entry.
+	var dead []bus.DeadLetterRecord
+	require.Eventually(t, func() bool {
+		var err error
+		dead, err = f.bus.DeadLetters(f.ctx, 0, 10)
+		require.NoError(t, err)
+		return len(dead) > 0
+	}, 10*time.Second, 10*time.Millisecond, "the dead-letter entry")
 	require.Len(t, dead, 1)
 	require.Equal(t, run.ID, dead[0].RunID)
 	require.Contains(t, dead[0].Reason, "attempted 5 times")
