@@ -70,11 +70,19 @@ const lockSessionsSQL = `SELECT pg_advisory_xact_lock($1, k) FROM (
 	) s`
 
 // headsSQL reads, under the session locks, the oldest unfinished run of
-// every session a batch may have ended a run of.
-var headsSQL = `SELECT DISTINCT ON (tenant, session_id) ` + runCols + ` FROM runs
-	WHERE (tenant, session_id) IN (SELECT tenant, session_id FROM runs WHERE id = ANY($1) AND session_id <> '')
-		AND status NOT IN (` + terminalList + `)
-	ORDER BY tenant, session_id, seq`
+// every session a batch may have ended a run of. It starts from the ended
+// runs (by primary key) and walks each session in the session index: the
+// planner cannot know that an IN over the ended runs' sessions is small,
+// and an earlier form of this query scanned the whole runs table for
+// every batch that ended a run.
+var headsSQL = `SELECT h.* FROM (
+		SELECT DISTINCT tenant, session_id FROM runs WHERE id = ANY($1) AND session_id <> ''
+	) e CROSS JOIN LATERAL (
+		SELECT ` + runCols + ` FROM runs r
+		WHERE r.tenant = e.tenant AND r.session_id = e.session_id AND r.session_id <> ''
+			AND r.status NOT IN (` + terminalList + `)
+		ORDER BY r.seq LIMIT 1
+	) h`
 
 func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
 	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})

@@ -150,7 +150,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 			)
 			SELECT `+runCols+` FROM r`, insertArgs...)
 		if run.SessionID != "" {
-			b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2
+			b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
 				AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
 				run.Tenant, run.SessionID, run.ID)
 		}
@@ -225,7 +225,7 @@ func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
 	if r.SessionID == "" {
 		return true, nil
 	}
-	return queryOne(ctx, s, `SELECT NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND session_id = $2 AND seq < $3
+	return queryOne(ctx, s, `SELECT NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' AND seq < $3
 		AND status NOT IN (`+terminalList+`))`, func(sc scanner) (bool, error) {
 		var free bool
 		err := sc.Scan(&free)
@@ -243,7 +243,7 @@ func sessionNext(ctx context.Context, tx pgx.Tx, ended rules.RunRow) (*agentflee
 	if _, err := tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
 		return nil, err
 	}
-	head, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2
+	head, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
 		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -351,10 +351,10 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 		add("agent = ?", p.Agent)
 	}
 	if p.SessionID != "" {
-		add("session_id = ?", p.SessionID)
+		add("session_id = ? AND session_id <> ''", p.SessionID)
 	}
 	if p.BatchID != "" {
-		add("batch_id = ?", p.BatchID)
+		add("batch_id = ? AND batch_id <> ''", p.BatchID)
 	}
 	order := "DESC"
 	if p.Oldest {

@@ -23,6 +23,8 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 		args             []any
 	}{
 		{"run by idempotency key", runByIdempotencySQL, "runs_idempotency", []any{"acme", "key-1"}},
+		{"session blocked", sessionBlockedSQL, "runs_session", []any{"acme", "s1", 10}},
+		{"session head", sessionHeadSQL, "runs_session", []any{"acme", "s1"}},
 	} {
 		rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+c.sql, c.args...)
 		if err != nil {

@@ -109,6 +109,19 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	return res, nil
 }
 
+// The session lookups repeat the session index's predicate (a non-empty
+// session), which is what lets SQLite use that partial index; without it
+// they walked all of the tenant's runs.
+var (
+	// sessionBlockedSQL: does the session have an unfinished run older
+	// than seq?
+	sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
+		AND status NOT IN (` + terminalList + `))`
+	// sessionHeadSQL: the session's oldest unfinished run.
+	sessionHeadSQL = `SELECT ` + runCols + ` FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> ''
+		AND status NOT IN (` + terminalList + `) ORDER BY seq LIMIT 1`
+)
+
 // startable reports whether a run may start now: it is queued and no
 // earlier run of its session is unfinished.
 func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
@@ -119,8 +132,7 @@ func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
 		return true, nil
 	}
 	var blocked bool
-	err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND seq < ?
-		AND status NOT IN (`+terminalList+`))`, r.Tenant, r.SessionID, r.Seq).Scan(&blocked)
+	err := q.QueryRowContext(ctx, sessionBlockedSQL, r.Tenant, r.SessionID, r.Seq).Scan(&blocked)
 	return !blocked, err
 }
 
@@ -130,8 +142,7 @@ func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentflee
 	if ended.SessionID == "" || !ended.Status.Terminal() {
 		return nil, nil
 	}
-	head, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = ? AND session_id = ?
-		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	head, err := scanRun(q.QueryRowContext(ctx, sessionHeadSQL, ended.Tenant, ended.SessionID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -218,10 +229,10 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 		add("agent = ?", p.Agent)
 	}
 	if p.SessionID != "" {
-		add("session_id = ?", p.SessionID)
+		add("session_id = ? AND session_id <> ''", p.SessionID)
 	}
 	if p.BatchID != "" {
-		add("batch_id = ?", p.BatchID)
+		add("batch_id = ? AND batch_id <> ''", p.BatchID)
 	}
 	order := "DESC"
 	if p.Oldest {
