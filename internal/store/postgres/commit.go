@@ -58,6 +58,17 @@ var commitSQL = `WITH c AS (
 	)
 	SELECT ord, last_seq, ` + runCols + ` FROM u`
 
+// noSeqScanSQL tells the planner, for the rest of a commit batch's
+// transaction, that scanning a table is the last resort. Every statement of
+// the batch finds its rows by key, and its plan must not depend on the
+// table statistics: with autovacuum off, or before its first ANALYZE,
+// they describe the nearly empty table the first plans were made for, and
+// the connection keeps those plans (a scan of runs, cheapest for a tiny
+// table) while the table grows, so every batch read the whole table.
+// set_config, not SET LOCAL: a pipeline runs in an implicit transaction,
+// where SET LOCAL has no effect.
+const noSeqScanSQL = `SELECT set_config('enable_seqscan', 'off', true)`
+
 // lockRunsSQL locks a batch's runs in id order before anything updates
 // them, so two batches sharing runs queue up instead of deadlocking.
 const lockRunsSQL = `SELECT 1 FROM runs WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE`
@@ -140,6 +151,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 	heads := map[[2]string]rules.RunRow{}
 	err := s.withBatch(ctx, func() *pgx.Batch {
 		b := &pgx.Batch{}
+		b.Queue(noSeqScanSQL)
 		if len(ids) > 1 {
 			b.Queue(lockRunsSQL, ids)
 		}
@@ -154,6 +166,9 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 	}, func(br pgx.BatchResults) error {
 		clear(wins)
 		clear(heads)
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 		if len(ids) > 1 {
 			if _, err := br.Exec(); err != nil {
 				return err
