@@ -395,6 +395,8 @@ type tenant struct {
 	id  string
 	tag string
 	c   *client.Client
+	// submitted counts the runs submitted for the tenant.
+	submitted atomic.Int64
 }
 
 func (e *env) tenant(ctx context.Context, name string) (*tenant, error) {
@@ -440,6 +442,7 @@ func (e *env) submit(ctx context.Context, t *tenant, from, to, conc int) ([]subm
 					errs++
 				} else {
 					subs = append(subs, s)
+					t.submitted.Add(1)
 				}
 				mu.Unlock()
 			}
@@ -525,14 +528,25 @@ var nonTerminal = []agentfleet.RunStatus{
 
 // waitAll waits until none of t's runs is pending. It gives up with
 // errStalled when the model served nothing for cfg.Stall (nothing moves).
+//
+// It asks the store four times a second until the model has answered as
+// many last turns as t has runs (no run can end before that), and every
+// 20 ms after, for the last commits: asking reads all of t's runs, and at
+// 20 ms throughout it loaded the database under test more the longer the
+// bench ran.
 func (e *env) waitAll(ctx context.Context, t *tenant) error {
+	const slowPoll = 250 * time.Millisecond
 	lastServed, lastMove := e.model.served(), time.Now()
+	var lastAsked time.Time
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		n, err := e.pending(ctx, t)
-		if err == nil && n == 0 {
-			return nil
+		if e.model.finalsOf(t.tag) >= int(t.submitted.Load()) || time.Since(lastAsked) >= slowPoll {
+			lastAsked = time.Now()
+			n, err := e.pending(ctx, t)
+			if err == nil && n == 0 {
+				return nil
+			}
 		}
 		if s := e.model.served(); s != lastServed {
 			lastServed, lastMove = s, time.Now()
