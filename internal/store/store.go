@@ -70,8 +70,9 @@ type Store interface {
 	// TurnLoad reads what a worker needs to execute turn Turn of a run,
 	// in one round trip where the backend allows: the run, whether its
 	// tenant is unlimited, and (for Turn > 1) its steps from HistoryFrom.
-	// When the run is queued at turn 0, Turn is 1 and no cancel was
-	// requested, it is started (running) in the same statement and
+	// When the run is queued for this turn (it has committed Turn-1:
+	// a new run for turn 1, or one put back in the queue) and no cancel
+	// was requested, it is started (running) in the same statement and
 	// Started is set. An unknown run is ErrNotFound.
 	TurnLoad(ctx context.Context, p TurnLoadParams) (TurnLoadResult, error)
 	RunList(ctx context.Context, p RunListParams) (RunListResult, error)

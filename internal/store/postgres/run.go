@@ -263,14 +263,14 @@ func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agent
 }
 
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
-// that turn is its first: queued at turn 0, no cancel requested. The
+// it is queued for that turn (turn $2-1 committed), no cancel requested. The
 // status is concatenated with an empty string so that no index can serve
 // the test: the row is found by its key, and a plan made while runs was
 // nearly empty chose the status index instead, then walked every queued
 // run to start one.
 var turnLoadSQL = `WITH s AS (
 		UPDATE runs SET status = 'running', updated_at = $3
-		WHERE id = $1 AND $2 = 1 AND status || '' = 'queued' AND turn = 0 AND NOT cancel_requested
+		WHERE id = $1 AND status || '' = 'queued' AND turn = $2 - 1 AND NOT cancel_requested
 		RETURNING ` + runCols + `
 	), r AS (
 		SELECT true AS started, ` + runCols + ` FROM s

@@ -173,13 +173,13 @@ func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.Tur
 		return res, fmt.Errorf("load run %s for turn %d: %w", p.RunID, p.Turn, mapErr(err))
 	}
 	res.TenantUnlimited = unlimited.Valid && unlimited.Bool
-	if p.Turn == 1 && row.Status == agentfleet.StatusQueued && row.Turn == 0 && !row.CancelRequested {
+	if row.Status == agentfleet.StatusQueued && row.Turn == p.Turn-1 && !row.CancelRequested {
 		// The read above is outside the writer; the update is fenced
 		// again, and a run changed meanwhile is re-read as it is.
 		err = s.write(ctx, func(tx *wtx) error {
 			started, err := scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, updated_at = ?
-				WHERE id = ? AND status = ? AND turn = 0 AND cancel_requested = 0 RETURNING `+runCols,
-				string(agentfleet.StatusRunning), rules.Now().UnixMicro(), p.RunID, string(agentfleet.StatusQueued)))
+				WHERE id = ? AND status = ? AND turn = ? AND cancel_requested = 0 RETURNING `+runCols,
+				string(agentfleet.StatusRunning), rules.Now().UnixMicro(), p.RunID, string(agentfleet.StatusQueued), p.Turn-1))
 			if errors.Is(err, sql.ErrNoRows) {
 				row, err = s.runByID(ctx, tx, p.RunID)
 				return err

@@ -23,7 +23,7 @@ func testTurnLoad(t *testing.T, newStore NewStore) {
 		ten := b.tenant(t, store.TenantCreateParams{})
 		r := b.run(t, store.RunCreateParams{Tenant: ten.ID, Message: "task"})
 
-		// Only turn 1 starts a queued run.
+		// Only the run's next turn starts it.
 		ld := b.turnLoad(t, store.TurnLoadParams{RunID: r.ID, Turn: 2})
 		require.False(t, ld.Started)
 		require.Equal(t, agentfleet.StatusQueued, ld.Run.Status)
@@ -39,6 +39,27 @@ func testTurnLoad(t *testing.T, newStore NewStore) {
 		again := b.turnLoad(t, store.TurnLoadParams{RunID: r.ID, Turn: 1})
 		require.False(t, again.Started, "a redelivered first turn starts nothing")
 		require.Equal(t, ld.Run, again.Run)
+	})
+	t.Run("StartsARequeuedRun", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		_, err := b.s.TurnCommit(b.ctx, commitParams(r.ID, 1, agentfleet.StatusRunning, "t"))
+		require.NoError(t, err)
+		// Parked between turns, then put back in the queue.
+		b.transition(t, r.ID, agentfleet.StatusWaitingBudget)
+		b.transition(t, r.ID, agentfleet.StatusQueued)
+
+		ld := b.turnLoad(t, store.TurnLoadParams{RunID: r.ID, Turn: 3})
+		require.False(t, ld.Started, "not the run's next turn")
+		require.Equal(t, agentfleet.StatusQueued, ld.Run.Status)
+
+		ld = b.turnLoad(t, store.TurnLoadParams{RunID: r.ID, Turn: 2})
+		require.True(t, ld.Started)
+		require.Equal(t, agentfleet.StatusRunning, ld.Run.Status)
+		require.True(t, ld.HistoryLoaded)
+		require.Equal(t, b.steps(t, r.ID), ld.Steps)
+		require.Equal(t, b.get(t, r.ID), ld.Run)
 	})
 	t.Run("StartsOnce", func(t *testing.T) {
 		b := setup(t, newStore)
