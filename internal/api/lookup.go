@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -39,7 +38,7 @@ func (s *Server) tenantByAPIKey(ctx context.Context, token string) (string, erro
 	// The map is keyed by the key's digest, so the server's memory
 	// holds no usable key.
 	digest := sha256.Sum256([]byte(token))
-	if id, ok := s.keys.get(digest); ok {
+	if id, ok := s.keys.Get(digest); ok {
 		return id, nil
 	}
 	t, err := s.cfg.Store.TenantGetByAPIKey(ctx, token)
@@ -49,7 +48,7 @@ func (s *Server) tenantByAPIKey(ctx context.Context, token string) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("look up API key: %w", err)
 	}
-	s.keys.put(digest, t.ID)
+	s.keys.Put(digest, t.ID)
 	return t.ID, nil
 }
 
@@ -57,7 +56,7 @@ func (s *Server) tenantByAPIKey(ctx context.Context, token string) (string, erro
 // naming the default agent when it has not.
 func (s *Server) checkAgent(ctx context.Context, tenant, name string) error {
 	k := agentKey{tenant: tenant, name: name}
-	if _, ok := s.agents.get(k); ok {
+	if _, ok := s.agents.Get(k); ok {
 		return nil
 	}
 	if _, err := s.cfg.Store.AgentGetByName(ctx, store.AgentGetByNameParams{Tenant: tenant, Name: name}); err != nil {
@@ -66,92 +65,6 @@ func (s *Server) checkAgent(ctx context.Context, tenant, name string) error {
 		}
 		return err
 	}
-	s.agents.put(k, struct{}{})
+	s.agents.Put(k, struct{}{})
 	return nil
-}
-
-// ttlCache is a map whose entries expire ttl after they were put, holding
-// at most limit entries. A nil *ttlCache holds nothing: get always misses
-// and put does nothing, which is how caching is turned off. Safe for
-// concurrent use.
-type ttlCache[K comparable, V any] struct {
-	ttl   time.Duration
-	limit int
-	now   func() time.Time // time.Now; tests set it
-
-	mu sync.Mutex
-	m  map[K]ttlEntry[V]
-}
-
-type ttlEntry[V any] struct {
-	v       V
-	expires time.Time
-}
-
-// newTTLCache returns a cache, or nil (caching off) when ttl or limit is
-// not positive.
-func newTTLCache[K comparable, V any](ttl time.Duration, limit int) *ttlCache[K, V] {
-	if ttl <= 0 || limit <= 0 {
-		return nil
-	}
-	return &ttlCache[K, V]{ttl: ttl, limit: limit, now: time.Now, m: make(map[K]ttlEntry[V])}
-}
-
-// get returns k's value when it was put less than ttl ago.
-func (c *ttlCache[K, V]) get(k K) (V, bool) {
-	var zero V
-	if c == nil {
-		return zero, false
-	}
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.m[k]
-	if !ok {
-		return zero, false
-	}
-	if !now.Before(e.expires) {
-		delete(c.m, k)
-		return zero, false
-	}
-	return e.v, true
-}
-
-// put stores v under k for ttl. A full cache first drops its expired
-// entries and then, until a quarter of it is free, arbitrary ones (map
-// order is random): when that is needed the live keys outnumber the
-// cache and no choice of victim would save many lookups, and freeing a
-// quarter keeps the sweep to once per limit/4 puts.
-func (c *ttlCache[K, V]) put(k K, v V) {
-	if c == nil {
-		return
-	}
-	now := c.now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[k]; !ok && len(c.m) >= c.limit {
-		for ek, e := range c.m {
-			if !now.Before(e.expires) {
-				delete(c.m, ek)
-			}
-		}
-		keep := c.limit - max(c.limit/4, 1)
-		for ek := range c.m {
-			if len(c.m) <= keep {
-				break
-			}
-			delete(c.m, ek)
-		}
-	}
-	c.m[k] = ttlEntry[V]{v: v, expires: now.Add(c.ttl)}
-}
-
-// size is the number of entries held, expired or not.
-func (c *ttlCache[K, V]) size() int {
-	if c == nil {
-		return 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
 }

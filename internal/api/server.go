@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/ttlcache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -75,8 +76,8 @@ type Server struct {
 
 	// keys maps the SHA-256 of an API key to its tenant's id; agents
 	// holds the agents known to exist. Both are nil when caching is off.
-	keys   *ttlCache[[sha256.Size]byte, string]
-	agents *ttlCache[agentKey, struct{}]
+	keys   *ttlcache.Cache[[sha256.Size]byte, string]
+	agents *ttlcache.Cache[agentKey, struct{}]
 }
 
 // New returns a Server.
@@ -101,8 +102,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		keys:   newTTLCache[[sha256.Size]byte, string](cfg.LookupCacheTTL, lookupCacheMax),
-		agents: newTTLCache[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
+		keys:   ttlcache.New[[sha256.Size]byte, string](cfg.LookupCacheTTL, lookupCacheMax),
+		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
 	s.routes()
 	return s, nil

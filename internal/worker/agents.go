@@ -2,42 +2,37 @@ package worker
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/ttlcache"
 )
+
+// agentCacheMax bounds the agent profiles a worker keeps.
+const agentCacheMax = 10_000
 
 // agentCache keeps agent profiles for a few seconds: every turn needs its
 // agent, agents change rarely, and a changed profile taking effect a few
 // seconds late is harmless.
 type agentCache struct {
 	store   store.Store
-	ttl     time.Duration
-	mu      sync.Mutex
-	entries map[[2]string]agentEntry
+	entries *ttlcache.Cache[[2]string, agentfleet.Agent]
 }
 
-type agentEntry struct {
-	agent   agentfleet.Agent
-	fetched time.Time
+func newAgentCache(s store.Store, ttl time.Duration) agentCache {
+	return agentCache{store: s, entries: ttlcache.New[[2]string, agentfleet.Agent](ttl, agentCacheMax)}
 }
 
 func (c *agentCache) get(ctx context.Context, tenant, name string) (agentfleet.Agent, error) {
 	key := [2]string{tenant, name}
-	c.mu.Lock()
-	e, ok := c.entries[key]
-	c.mu.Unlock()
-	if ok && time.Since(e.fetched) < c.ttl {
-		return e.agent, nil
+	if a, ok := c.entries.Get(key); ok {
+		return a, nil
 	}
 	a, err := c.store.AgentGetByName(ctx, store.AgentGetByNameParams{Tenant: tenant, Name: name})
 	if err != nil {
 		return agentfleet.Agent{}, err
 	}
-	c.mu.Lock()
-	c.entries[key] = agentEntry{agent: a, fetched: time.Now()}
-	c.mu.Unlock()
+	c.entries.Put(key, a)
 	return a, nil
 }

@@ -131,7 +131,7 @@ func New(cfg Config) (*Worker, error) {
 		slots:    make(chan struct{}, cfg.Slots),
 	}
 	w.drainCtx, w.drain = context.WithCancel(context.Background())
-	w.agents = agentCache{store: cfg.Store, ttl: AgentCacheTTL, entries: map[[2]string]agentEntry{}}
+	w.agents = newAgentCache(cfg.Store, AgentCacheTTL)
 	return w, nil
 }
 
