@@ -3,7 +3,9 @@
 //
 // Budgets. Before every model call — a turn's and a script's ai() alike —
 // the turn engine reserves "estimated prompt tokens + max completion
-// tokens" through a Meter; after the call it settles the reservation to
+// tokens" through a Meter (for a tenant its worker found unlimited, a
+// turn's call takes ReserveUnlimited's hold-free reservation, which asks
+// no one); after the call it settles the reservation to
 // the usage the provider reported (or a conservative estimate). The ledger
 // itself lives in the store, whose BudgetReserve is one atomic statement,
 // so the limit is a hard ceiling under any number of workers and slots:
@@ -85,6 +87,16 @@ func (m *Meter) Reserve(ctx context.Context, tenant, runID string, tokens int64)
 	}
 	m.metrics.reserved(tenant, tokens)
 	return res, nil
+}
+
+// ReserveUnlimited is the reservation of a tenant the caller knows to be
+// unlimited (store.TurnLoad read it with the run): what BudgetReserve
+// would return for it, made without asking the store. It holds nothing
+// (an empty ID); settling it charges the usage ledger, or the tenant's
+// new limit, capped, when one was set since.
+func (m *Meter) ReserveUnlimited(tenant, runID string, tokens int64) agentfleet.Reservation {
+	m.metrics.reserved(tenant, tokens)
+	return agentfleet.Reservation{Tenant: tenant, RunID: runID, Tokens: tokens, LeaseUntil: m.now().UTC().Add(m.lease)}
 }
 
 // SettleParams are the store parameters that charge usage to res. A

@@ -51,8 +51,12 @@ type Sandbox interface {
 
 // Meter holds tenants' token budgets. Reserve refuses with a
 // *agentfleet.BudgetExhaustedError when the tenant has no budget left.
+// ReserveUnlimited is Reserve for a tenant the caller already knows to be
+// unlimited: it holds nothing and asks no one, and its reservation settles
+// like any other.
 type Meter interface {
 	Reserve(ctx context.Context, tenant, runID string, tokens int64) (agentfleet.Reservation, error)
+	ReserveUnlimited(tenant, runID string, tokens int64) agentfleet.Reservation
 	Settle(ctx context.Context, res agentfleet.Reservation, usage agentfleet.Usage, model string) error
 	Release(ctx context.Context, res agentfleet.Reservation) error
 }
@@ -210,12 +214,11 @@ type TurnInput struct {
 	FirstAttempt bool
 	// TenantUnlimited says the run's tenant had no token limit and no
 	// per-minute limit when the caller loaded the run (store.TurnLoad).
-	// The turn's model call then takes no reservation from the Meter (an
-	// unlimited tenant has nothing to hold, and asking would cost a
-	// store round trip per turn): it proceeds on a hold-free reservation
-	// (empty ID), charged to the ledger like the Meter's own. Should the
-	// tenant be given a limit meanwhile, the charge applies to it
-	// (capped); the ai() calls of the script reserve as usual.
+	// The turn's model call then reserves with Meter.ReserveUnlimited:
+	// an unlimited tenant has nothing to hold, and asking would cost a
+	// store round trip per turn. Should the tenant be given a limit
+	// meanwhile, the charge applies to it (capped); the ai() calls of
+	// the script reserve as usual.
 	TenantUnlimited bool
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
@@ -393,7 +396,8 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 	var res *agentfleet.Reservation
 	var err error
 	if t.in.TenantUnlimited && cfg.Meter != nil {
-		res = &agentfleet.Reservation{Tenant: run.Tenant, RunID: run.ID, Tokens: prompt + maxCompletion}
+		r := cfg.Meter.ReserveUnlimited(run.Tenant, run.ID, prompt+maxCompletion)
+		res = &r
 	} else {
 		res, err = t.e.reserve(ctx, run, prompt+maxCompletion)
 	}

@@ -90,6 +90,7 @@ type memMeter struct {
 	used     int64
 	reserved int64
 	reserves []int64
+	unheld   int // ReserveUnlimited calls
 	next     int
 }
 
@@ -103,6 +104,13 @@ func (m *memMeter) Reserve(_ context.Context, tenant, runID string, tokens int64
 	m.reserved += tokens
 	m.reserves = append(m.reserves, tokens)
 	return agentfleet.Reservation{ID: fmt.Sprint(m.next), Tenant: tenant, RunID: runID, Tokens: tokens}, nil
+}
+
+func (m *memMeter) ReserveUnlimited(tenant, runID string, tokens int64) agentfleet.Reservation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.unheld++
+	return agentfleet.Reservation{Tenant: tenant, RunID: runID, Tokens: tokens}
 }
 
 func (m *memMeter) Settle(_ context.Context, res agentfleet.Reservation, usage agentfleet.Usage, _ string) error {
@@ -409,7 +417,8 @@ func TestStepForAnUnlimitedTenantReservesNothingForTheTurn(t *testing.T) {
 	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, TenantUnlimited: true})
 	require.NoError(t, err)
 	require.Equal(t, agentfleet.StatusCompleted, res.Status)
-	require.Len(t, b.meter.reserves, 1, "only the script's ai() call asks the meter; the turn's own call holds nothing")
+	require.Len(t, b.meter.reserves, 1, "only the script's ai() call reserves; the turn's own call holds nothing")
+	require.Equal(t, 1, b.meter.unheld, "the turn's call took the unlimited reservation")
 	require.Equal(t, 1, b.rec.charged, "the turn's call is still charged, with its recorded reply")
 	require.EqualValues(t, 132, b.meter.used, "both calls are charged")
 	require.Zero(t, b.meter.reserved)
