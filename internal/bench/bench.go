@@ -483,17 +483,7 @@ func (e *env) submitOne(ctx context.Context, t *tenant, i int) (submission, erro
 // the API, the last turns the fake model answered for t's tasks.
 func (e *env) done(ctx context.Context, t *tenant) (int, error) {
 	if st := e.fleet.store(); st != nil {
-		c, err := st.RunCountByStatus(ctx, t.id)
-		if err != nil {
-			return 0, err
-		}
-		n := 0
-		for s, k := range c {
-			if s.Terminal() {
-				n += k
-			}
-		}
-		return n, nil
+		return countRuns(ctx, st, t, agentfleet.RunStatus.Terminal)
 	}
 	return e.model.finalsOf(t.tag), nil
 }
@@ -502,23 +492,28 @@ func (e *env) done(ctx context.Context, t *tenant) (int, error) {
 // only 0 or "at least 1".
 func (e *env) pending(ctx context.Context, t *tenant) (int, error) {
 	if st := e.fleet.store(); st != nil {
-		c, err := st.RunCountByStatus(ctx, t.id)
-		if err != nil {
-			return 0, err
-		}
-		n := 0
-		for s, k := range c {
-			if !s.Terminal() {
-				n += k
-			}
-		}
-		return n, nil
+		return countRuns(ctx, st, t, func(s agentfleet.RunStatus) bool { return !s.Terminal() })
 	}
 	list, err := t.c.ListRuns(ctx, client.ListRunsParams{Status: nonTerminal, Limit: 1})
 	if err != nil {
 		return 0, err
 	}
 	return len(list.Runs), nil
+}
+
+// countRuns counts t's runs whose status is in.
+func countRuns(ctx context.Context, st store.Store, t *tenant, in func(agentfleet.RunStatus) bool) (int, error) {
+	c, err := st.RunCountByStatus(ctx, t.id)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for s, k := range c {
+		if in(s) {
+			n += k
+		}
+	}
+	return n, nil
 }
 
 var nonTerminal = []agentfleet.RunStatus{
@@ -559,6 +554,34 @@ func (e *env) waitAll(ctx context.Context, t *tenant) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// finish ends a wait for t's runs: it stops the progress line, returns
+// waitErr when the bench itself was stopped (any other error becomes a
+// note: the figures are those of what finished), and collects the runs,
+// whose counts become the report's.
+func (e *env) finish(ctx context.Context, t *tenant, subs []submission, submitErrs int, waitErr error) (RunCounts, []agentfleet.Run, time.Time, error) {
+	e.stopProgress()
+	if waitErr != nil && ctx.Err() != nil {
+		return RunCounts{}, nil, time.Time{}, waitErr
+	}
+	if waitErr != nil {
+		e.rep.note("stopped waiting: %v", waitErr)
+	}
+	counts, runs, last, err := e.collect(ctx, t, subs, submitErrs)
+	if err == nil {
+		e.rep.Figures.Runs = counts
+	}
+	return counts, runs, last, err
+}
+
+// wallTime is from start to the last run's end, or, when no run's end is
+// known, to when the bench saw them all ended.
+func wallTime(start, last, detected time.Time) time.Duration {
+	if wall := last.Sub(start); !last.IsZero() && wall > 0 {
+		return wall
+	}
+	return detected.Sub(start)
 }
 
 // listRuns returns all of t's runs.

@@ -80,18 +80,10 @@ func (e *env) chaos(ctx context.Context) error {
 		e.say("%s at %s: %s", s.what, Duration(at), orDash(step.Note))
 	}
 	waitErr := e.waitAll(ctx, t)
-	e.stopProgress()
-	if waitErr != nil && ctx.Err() != nil {
-		return waitErr
-	}
-	if waitErr != nil {
-		e.rep.note("stopped waiting: %v", waitErr)
-	}
-	counts, runs, last, err := e.collect(ctx, t, subs, submitErrs)
+	_, runs, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {
 		return err
 	}
-	e.rep.Figures.Runs = counts
 	f.Wall = Duration(last.Sub(start))
 	for _, r := range runs {
 		double, broken, err := traceCheck(ctx, st, r)

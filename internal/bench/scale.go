@@ -120,28 +120,16 @@ func (e *env) scale(ctx context.Context) error {
 	detected := time.Now()
 	close(stop)
 	<-sampled
-	e.stopProgress()
-	if waitErr != nil && ctx.Err() != nil {
-		return waitErr
-	}
-	if waitErr != nil {
-		e.rep.note("stopped waiting: %v", waitErr)
-	}
-
-	counts, _, last, err := e.collect(ctx, t, subs, submitErrs)
+	counts, _, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {
 		return err
 	}
-	e.rep.Figures.Runs = counts
 	arrivedMu.Lock()
 	if !plateauAt.IsZero() {
 		f.RampTime = durPtr(plateauAt.Sub(start))
 	}
 	arrivedMu.Unlock()
-	wall := last.Sub(start)
-	if last.IsZero() || wall <= 0 {
-		wall = detected.Sub(start)
-	}
+	wall := wallTime(start, last, detected)
 	f.Wall = Duration(wall)
 	f.TurnsPerSec = float64(counts.Turns) / wall.Seconds()
 	f.ModelLogBytes = e.model.bytesIn.Load() - logBytes0

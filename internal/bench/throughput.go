@@ -21,14 +21,9 @@ func (e *env) throughput(ctx context.Context) error {
 	}
 	served0 := e.model.served()
 	local := e.fleet.local()
-	var self0, kids0, pg0 time.Duration
-	var roles0 map[string]time.Duration
+	var cpu0 cpuSample
 	if local {
-		self0, kids0 = cpuTimes()
-		pg0 = postgresCPU()
-		if e.procs != nil {
-			roles0 = e.procs.cpuByRole()
-		}
+		cpu0 = e.sampleCPU()
 	}
 	e.startProgress(e.turnRate(e.cfg.Runs))
 	start := time.Now()
@@ -36,32 +31,15 @@ func (e *env) throughput(ctx context.Context) error {
 	submitWall := time.Since(start)
 	waitErr := e.waitAll(ctx, t)
 	detected := time.Now()
-	var self1, kids1, pg1 time.Duration
-	var roles1 map[string]time.Duration
+	var cpu1 cpuSample
 	if local {
-		self1, kids1 = cpuTimes()
-		pg1 = postgresCPU()
-		if e.procs != nil {
-			roles1 = e.procs.cpuByRole()
-		}
+		cpu1 = e.sampleCPU()
 	}
-	e.stopProgress()
-	if waitErr != nil && ctx.Err() != nil {
-		return waitErr
-	}
-	if waitErr != nil {
-		e.rep.note("stopped waiting: %v", waitErr)
-	}
-
-	counts, _, last, err := e.collect(ctx, t, subs, submitErrs)
+	counts, _, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {
 		return err
 	}
-	e.rep.Figures.Runs = counts
-	wall := last.Sub(start)
-	if last.IsZero() || wall <= 0 {
-		wall = detected.Sub(start)
-	}
+	wall := wallTime(start, last, detected)
 	f := &ThroughputFigures{
 		Wall: Duration(wall), SubmitWall: Duration(submitWall),
 		TurnsPerSec: float64(counts.Turns) / wall.Seconds(),
@@ -69,7 +47,7 @@ func (e *env) throughput(ctx context.Context) error {
 		ModelCalls:  e.model.served() - served0,
 	}
 	if local && counts.Turns > 0 {
-		self, kids := self1-self0, kids1-kids0
+		self, kids := cpu1.self-cpu0.self, cpu1.kids-cpu0.kids
 		cpu := self + kids
 		turns := time.Duration(counts.Turns)
 		f.CPUTotal = durPtr(cpu)
@@ -78,14 +56,14 @@ func (e *env) throughput(ctx context.Context) error {
 		f.CPUPerTurnChildren = durPtr(kids / turns)
 		cores := cpu.Seconds() / detected.Sub(start).Seconds()
 		f.CPUCores = &cores
-		if roles1 != nil {
+		if cpu1.roles != nil {
 			f.CPUPerTurnByProcess = map[string]Duration{}
-			for role, c := range roles1 {
-				f.CPUPerTurnByProcess[role] = Duration((c - roles0[role]) / turns)
+			for role, c := range cpu1.roles {
+				f.CPUPerTurnByProcess[role] = Duration((c - cpu0.roles[role]) / turns)
 			}
 		}
-		if e.rep.Parameters.Store == "postgres" && pg1 > pg0 {
-			f.CPUPerTurnPostgres = durPtr((pg1 - pg0) / turns)
+		if e.rep.Parameters.Store == "postgres" && cpu1.postgres > cpu0.postgres {
+			f.CPUPerTurnPostgres = durPtr((cpu1.postgres - cpu0.postgres) / turns)
 			e.rep.note("Postgres CPU per turn is that of every process named postgres on this machine (other databases' work included), not part of CPU per turn")
 		}
 		if e.procs != nil {
@@ -102,4 +80,21 @@ func (e *env) throughput(ctx context.Context) error {
 		e.rep.note("the model served %d calls for %d turns: %d repeated or retried", f.ModelCalls, counts.Turns, f.ModelCalls-counts.Turns)
 	}
 	return nil
+}
+
+// cpuSample is the CPU time used so far by this process, its children,
+// the local PostgreSQL and, with spawned processes, each fleet role.
+type cpuSample struct {
+	self, kids, postgres time.Duration
+	roles                map[string]time.Duration
+}
+
+func (e *env) sampleCPU() cpuSample {
+	var c cpuSample
+	c.self, c.kids = cpuTimes()
+	c.postgres = postgresCPU()
+	if e.procs != nil {
+		c.roles = e.procs.cpuByRole()
+	}
+	return c
 }
