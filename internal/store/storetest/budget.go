@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -185,50 +184,35 @@ func testBudget(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{Window: agentfleet.WindowDay})
 		var reported atomic.Int64
-		var wg sync.WaitGroup
-		errc := make(chan error, 32)
-		for w := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), 7))
-				for range 20 {
-					need := 1 + rng.Int64N(1500)
-					r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: need, Now: day})
-					if err != nil {
-						errc <- err
-						return
-					}
-					if r.ID != "" || r.Tokens != need || r.Tenant != ten.ID {
-						errc <- fmt.Errorf("unlimited reservation: got %+v", r)
-						return
-					}
-					if rng.IntN(5) == 0 {
-						if err := b.s.BudgetRelease(b.ctx, r.ID); err != nil {
-							errc <- err
-							return
-						}
-						continue
-					}
-					used := rng.Int64N(2 * need) // may exceed the estimate: nothing caps it
-					res, err := b.s.BudgetSettle(b.ctx, settleParams(r, used/2, used-used/2, day))
-					if err != nil {
-						errc <- err
-						return
-					}
-					if res.Overage != 0 || res.Charged != used {
-						errc <- fmt.Errorf("unlimited settle of %d: charged %d, overage %d", used, res.Charged, res.Overage)
-						return
-					}
-					reported.Add(used)
+		concurrently(t, 32, func(w int) error {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 20 {
+				need := 1 + rng.Int64N(1500)
+				r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: need, Now: day})
+				if err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			require.NoError(t, err)
-		}
+				if r.ID != "" || r.Tokens != need || r.Tenant != ten.ID {
+					return fmt.Errorf("unlimited reservation: got %+v", r)
+				}
+				if rng.IntN(5) == 0 {
+					if err := b.s.BudgetRelease(b.ctx, r.ID); err != nil {
+						return err
+					}
+					continue
+				}
+				used := rng.Int64N(2 * need) // may exceed the estimate: nothing caps it
+				res, err := b.s.BudgetSettle(b.ctx, settleParams(r, used/2, used-used/2, day))
+				if err != nil {
+					return err
+				}
+				if res.Overage != 0 || res.Charged != used {
+					return fmt.Errorf("unlimited settle of %d: charged %d, overage %d", used, res.Charged, res.Overage)
+				}
+				reported.Add(used)
+			}
+			return nil
+		})
 		st := b.budget(t, ten.ID, day)
 		require.Equal(t, reported.Load(), st.Used)
 		require.Zero(t, st.Reserved)
@@ -312,44 +296,31 @@ func testBudget(t *testing.T, newStore NewStore) {
 		var reported, settled atomic.Int64
 		limitAt := int64(60)
 		limited := make(chan error, 1)
-		var wg sync.WaitGroup
-		errc := make(chan error, 16)
-		for w := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range 15 {
-					r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: 100})
-					if err != nil {
-						errc <- err
-						return
-					}
-					used := int64(1 + (w*31+i*7)%97)
-					res, err := b.s.BudgetSettle(b.ctx, store.BudgetSettleParams{ReservationID: r.ID, Tenant: r.Tenant, RunID: r.RunID,
-						Usage: agentfleet.Usage{CompletionTokens: used}})
-					if err != nil {
-						errc <- err
-						return
-					}
-					if res.Charged != used {
-						errc <- fmt.Errorf("settle of %d charged %d", used, res.Charged)
-						return
-					}
-					reported.Add(used)
-					if settled.Add(1) == limitAt {
-						go func() {
-							_, err := b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, TokenLimit: ptr[int64](1 << 40)})
-							limited <- err
-						}()
-					}
+		concurrently(t, 16, func(w int) error {
+			for i := range 15 {
+				r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: 100})
+				if err != nil {
+					return err
 				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			require.NoError(t, err)
-		}
+				used := int64(1 + (w*31+i*7)%97)
+				res, err := b.s.BudgetSettle(b.ctx, store.BudgetSettleParams{ReservationID: r.ID, Tenant: r.Tenant, RunID: r.RunID,
+					Usage: agentfleet.Usage{CompletionTokens: used}})
+				if err != nil {
+					return err
+				}
+				if res.Charged != used {
+					return fmt.Errorf("settle of %d charged %d", used, res.Charged)
+				}
+				reported.Add(used)
+				if settled.Add(1) == limitAt {
+					go func() {
+						_, err := b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, TokenLimit: ptr[int64](1 << 40)})
+						limited <- err
+					}()
+				}
+			}
+			return nil
+		})
 		require.NoError(t, <-limited)
 		st := b.budget(t, ten.ID, time.Now())
 		require.Equal(t, int64(1<<40), st.Limit)
@@ -623,61 +594,45 @@ func testBudget(t *testing.T, newStore NewStore) {
 		const limit = 20_000
 		ten := b.tenant(t, store.TenantCreateParams{TokenLimit: limit})
 		var reported, refused atomic.Int64
-		var wg sync.WaitGroup
-		errc := make(chan error, 32)
-		for w := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(w), 42))
-				for range 25 {
-					need := 1 + rng.Int64N(1500)
-					r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: need, Now: day})
-					var be *agentfleet.BudgetExhaustedError
-					if errors.As(err, &be) {
-						refused.Add(1)
-						continue
-					}
-					if err != nil {
-						errc <- err
-						return
-					}
-					st, err := b.s.BudgetGet(b.ctx, ten.ID, day)
-					if err != nil {
-						errc <- err
-						return
-					}
-					if st.Used+st.Reserved > limit {
-						errc <- fmt.Errorf("after a reservation: used %d + reserved %d > limit %d", st.Used, st.Reserved, limit)
-						return
-					}
-					if rng.IntN(5) == 0 {
-						if err := b.s.BudgetRelease(b.ctx, r.ID); err != nil {
-							errc <- err
-							return
-						}
-						continue
-					}
-					used := rng.Int64N(need + 1)
-					res, err := b.s.BudgetSettle(b.ctx, store.BudgetSettleParams{ReservationID: r.ID, Model: "m",
-						Usage: agentfleet.Usage{PromptTokens: used / 2, CompletionTokens: used - used/2}, Now: day})
-					if err != nil {
-						errc <- err
-						return
-					}
-					if res.Overage != 0 || res.Charged != used {
-						errc <- fmt.Errorf("settle %d within its reservation: charged %d, overage %d", used, res.Charged, res.Overage)
-						return
-					}
-					reported.Add(used)
+		concurrently(t, 32, func(w int) error {
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			for range 25 {
+				need := 1 + rng.Int64N(1500)
+				r, err := b.s.BudgetReserve(b.ctx, store.BudgetReserveParams{Tenant: ten.ID, RunID: fmt.Sprint("w", w), Tokens: need, Now: day})
+				var be *agentfleet.BudgetExhaustedError
+				if errors.As(err, &be) {
+					refused.Add(1)
+					continue
 				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			require.NoError(t, err)
-		}
+				if err != nil {
+					return err
+				}
+				st, err := b.s.BudgetGet(b.ctx, ten.ID, day)
+				if err != nil {
+					return err
+				}
+				if st.Used+st.Reserved > limit {
+					return fmt.Errorf("after a reservation: used %d + reserved %d > limit %d", st.Used, st.Reserved, limit)
+				}
+				if rng.IntN(5) == 0 {
+					if err := b.s.BudgetRelease(b.ctx, r.ID); err != nil {
+						return err
+					}
+					continue
+				}
+				used := rng.Int64N(need + 1)
+				res, err := b.s.BudgetSettle(b.ctx, store.BudgetSettleParams{ReservationID: r.ID, Model: "m",
+					Usage: agentfleet.Usage{PromptTokens: used / 2, CompletionTokens: used - used/2}, Now: day})
+				if err != nil {
+					return err
+				}
+				if res.Overage != 0 || res.Charged != used {
+					return fmt.Errorf("settle %d within its reservation: charged %d, overage %d", used, res.Charged, res.Overage)
+				}
+				reported.Add(used)
+			}
+			return nil
+		})
 		st := b.budget(t, ten.ID, day)
 		require.LessOrEqual(t, st.Used, int64(limit))
 		require.Zero(t, st.Reserved, "every reservation settled or released")

@@ -62,7 +62,9 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,3 +235,16 @@ func requireSeqs(t *testing.T, evs []agentfleet.Event, first int64) {
 var day = time.Date(2025, time.March, 14, 10, 30, 0, 0, time.UTC)
 
 func ptr[T any](v T) *T { return &v }
+
+// concurrently runs fn(w) for every w in [0, n) at once and fails t with
+// the errors they return.
+func concurrently(t *testing.T, n int, fn func(w int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() { errs[w] = fn(w) })
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+}

@@ -394,40 +394,29 @@ func testTurnCommitMany(t *testing.T, newStore NewStore) {
 			runs = append(runs, b.started(t, ten.ID).ID)
 		}
 		const workers = 4
-		var wg sync.WaitGroup
 		wins := make([][]int, workers) // per worker: turns won per run
-		errc := make(chan error, workers)
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				wins[w] = make([]int, len(runs))
-				for turn := 1; turn <= 5; turn++ {
-					var ps []store.TurnCommitParams
-					for k := range runs {
-						// Each worker walks the runs in another order.
-						id := runs[(k+w)%len(runs)]
-						ps = append(ps, commitParams(id, turn, agentfleet.StatusRunning, fmt.Sprint(w)))
-					}
-					results, errs, err := b.s.TurnCommitMany(b.ctx, ps)
-					if err != nil {
-						errc <- err
-						return
-					}
-					for i, e := range errs {
-						if e == nil {
-							wins[w][(i+w)%len(runs)]++
-							_ = results[i]
-						}
+		concurrently(t, workers, func(w int) error {
+			wins[w] = make([]int, len(runs))
+			for turn := 1; turn <= 5; turn++ {
+				var ps []store.TurnCommitParams
+				for k := range runs {
+					// Each worker walks the runs in another order.
+					id := runs[(k+w)%len(runs)]
+					ps = append(ps, commitParams(id, turn, agentfleet.StatusRunning, fmt.Sprint(w)))
+				}
+				results, errs, err := b.s.TurnCommitMany(b.ctx, ps)
+				if err != nil {
+					return err
+				}
+				for i, e := range errs {
+					if e == nil {
+						wins[w][(i+w)%len(runs)]++
+						_ = results[i]
 					}
 				}
-			}()
-		}
-		wg.Wait()
-		close(errc)
-		for err := range errc {
-			require.NoError(t, err)
-		}
+			}
+			return nil
+		})
 		for k, id := range runs {
 			total := 0
 			for w := range workers {
