@@ -120,21 +120,10 @@ func testRunCreate(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		const n = 8
-		results := make([]store.RunCreateResult, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i], errs[i] = b.s.RunCreate(b.ctx, store.RunCreateParams{Tenant: ten.ID, IdempotencyKey: "same",
-					Events: []agentfleet.Event{{Type: agentfleet.EventQueued}}})
-			}()
-		}
-		close(start)
-		wg.Wait()
+		results, errs := atOnce(n, func(i int) (store.RunCreateResult, error) {
+			return b.s.RunCreate(b.ctx, store.RunCreateParams{Tenant: ten.ID, IdempotencyKey: "same",
+				Events: []agentfleet.Event{{Type: agentfleet.EventQueued}}})
+		})
 		created := 0
 		for i := range n {
 			require.NoError(t, errs[i])
@@ -329,20 +318,9 @@ func testSession(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		const n = 8
-		results := make([]store.RunCreateResult, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				results[i], errs[i] = b.s.RunCreate(b.ctx, store.RunCreateParams{Tenant: ten.ID, SessionID: "race"})
-			}()
-		}
-		close(start)
-		wg.Wait()
+		results, errs := atOnce(n, func(i int) (store.RunCreateResult, error) {
+			return b.s.RunCreate(b.ctx, store.RunCreateParams{Tenant: ten.ID, SessionID: "race"})
+		})
 		var head string
 		for i := range n {
 			require.NoError(t, errs[i])
@@ -741,20 +719,9 @@ func testModelReplyCharge(t *testing.T, newStore NewStore) {
 				for i := range holds {
 					holds[i] = b.reserve(t, ten.ID, 200, day)
 				}
-				results := make([]store.ModelReplyRecordResult, n)
-				errs := make([]error, n)
-				var wg sync.WaitGroup
-				start := make(chan struct{})
-				for i := range n {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						results[i], errs[i] = b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(holds[i], 100, 0)})
-					}()
-				}
-				close(start)
-				wg.Wait()
+				results, errs := atOnce(n, func(i int) (store.ModelReplyRecordResult, error) {
+					return b.s.ModelReplyRecord(b.ctx, store.ModelReplyRecordParams{ModelReply: reply(r.ID, 1), Charge: charge(holds[i], 100, 0)})
+				})
 				winner := -1
 				for i := range n {
 					require.NoError(t, errs[i])

@@ -236,6 +236,23 @@ var day = time.Date(2025, time.March, 14, 10, 30, 0, 0, time.UTC)
 
 func ptr[T any](v T) *T { return &v }
 
+// atOnce calls fn(i) for every i in [0, n) from n goroutines released
+// together, and returns what each call returned.
+func atOnce[T any](n int, fn func(i int) (T, error)) ([]T, []error) {
+	results, errs := make([]T, n), make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, errs
+}
+
 // concurrently runs fn(w) for every w in [0, n) at once and fails t with
 // the errors they return.
 func concurrently(t *testing.T, n int, fn func(w int) error) {

@@ -3,7 +3,6 @@ package storetest
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -360,20 +359,9 @@ func testMigrate(t *testing.T, opener Opener) {
 		o := open(t)
 		ctx := context.Background()
 		const n = 4
-		stores := make([]store.Store, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				stores[i], errs[i] = o(ctx)
-			}()
-		}
-		close(start)
-		wg.Wait()
+		stores, errs := atOnce(n, func(i int) (store.Store, error) {
+			return o(ctx)
+		})
 		for i := range n {
 			require.NoError(t, errs[i], "open %d", i)
 			defer stores[i].Close()

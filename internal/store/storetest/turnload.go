@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,23 +64,17 @@ func testTurnLoad(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		r := b.run(t, store.RunCreateParams{Tenant: ten.ID, Message: "task"})
-		var wg sync.WaitGroup
-		var mu sync.Mutex
+		results, errs := atOnce(8, func(int) (store.TurnLoadResult, error) {
+			return b.s.TurnLoad(b.ctx, store.TurnLoadParams{RunID: r.ID, Turn: 1})
+		})
 		started := 0
-		for range 8 {
-			wg.Go(func() {
-				res, err := b.s.TurnLoad(b.ctx, store.TurnLoadParams{RunID: r.ID, Turn: 1})
-				if !(err == nil && res.Run.Status == agentfleet.StatusRunning) {
-					t.Errorf("TurnLoad: %v, status %s", err, res.Run.Status)
-				}
-				if res.Started {
-					mu.Lock()
-					started++
-					mu.Unlock()
-				}
-			})
+		for i, res := range results {
+			require.NoError(t, errs[i])
+			require.Equal(t, agentfleet.StatusRunning, res.Run.Status)
+			if res.Started {
+				started++
+			}
 		}
-		wg.Wait()
 		require.Equal(t, 1, started, "exactly one load starts the run")
 	})
 	t.Run("LeavesEndedAndCancelledRuns", func(t *testing.T) {

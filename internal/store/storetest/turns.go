@@ -3,7 +3,6 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -117,20 +116,9 @@ func testTurnCommit(t *testing.T, newStore NewStore) {
 		for round := range 5 {
 			r := b.started(t, ten.ID)
 			const n = 6
-			results := make([]store.RunChangeResult, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					results[i], errs[i] = b.s.TurnCommit(b.ctx, commitParams(r.ID, 1, agentfleet.StatusRunning, fmt.Sprint("w", i)))
-				}()
-			}
-			close(start)
-			wg.Wait()
+			results, errs := atOnce(n, func(i int) (store.RunChangeResult, error) {
+				return b.s.TurnCommit(b.ctx, commitParams(r.ID, 1, agentfleet.StatusRunning, fmt.Sprint("w", i)))
+			})
 			winner := -1
 			for i := range n {
 				if errs[i] == nil {
