@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -295,8 +296,7 @@ func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.Tur
 	err := s.pipelined(ctx, pipeOrderRun+p.RunID, func(b *pgx.Batch) {
 		b.Queue(turnLoadSQL, p.RunID, p.Turn, now)
 		if p.Turn > 1 {
-			b.Queue(`SELECT `+stepCols+` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`,
-				p.RunID, p.HistoryFrom, p.Turn)
+			b.Queue(stepsSQL, p.RunID, p.HistoryFrom, p.Turn)
 		}
 	}, func(br pgx.BatchResults) error {
 		res = store.TurnLoadResult{}
@@ -662,6 +662,9 @@ func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (stor
 
 const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
 
+// stepsSQL lists a run's steps of turns [$2, $3) in order.
+const stepsSQL = `SELECT ` + stepCols + ` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`
+
 func scanStep(sc scanner) (agentfleet.Step, error) {
 	var x agentfleet.Step
 	err := sc.Scan(&x.RunID, &x.Turn, &x.Index, &x.Kind, &x.Content, &x.Model, &x.Usage.PromptTokens, &x.Usage.CompletionTokens, &x.CreatedAt)
@@ -670,7 +673,7 @@ func scanStep(sc scanner) (agentfleet.Step, error) {
 }
 
 func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	steps, err := queryAll(ctx, s, `SELECT `+stepCols+` FROM steps WHERE run_id = $1 AND turn >= $2 ORDER BY turn, idx`, scanStep, p.RunID, p.FromTurn)
+	steps, err := queryAll(ctx, s, stepsSQL, scanStep, p.RunID, p.FromTurn, math.MaxInt32)
 	if err != nil {
 		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
 	}

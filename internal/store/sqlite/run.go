@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
@@ -193,8 +194,7 @@ func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.Tur
 	}
 	res.Run = row.Run
 	if p.Turn > 1 && row.Turn == p.Turn-1 {
-		rows, err := s.rd.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? AND turn < ? ORDER BY turn, idx`,
-			p.RunID, p.HistoryFrom, p.Turn)
+		rows, err := s.rd.QueryContext(ctx, stepsSQL, p.RunID, p.HistoryFrom, p.Turn)
 		if err != nil {
 			return store.TurnLoadResult{}, fmt.Errorf("load history of run %s: %w", p.RunID, mapErr(err))
 		}
@@ -678,6 +678,9 @@ func (s *Store) commitLost(ctx context.Context, tx *wtx, p store.TurnCommitParam
 
 const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
 
+// stepsSQL lists a run's steps of turns [?2, ?3) in order.
+const stepsSQL = `SELECT ` + stepCols + ` FROM steps WHERE run_id = ? AND turn >= ? AND turn < ? ORDER BY turn, idx`
+
 func scanStep(sc interface{ Scan(...any) error }) (agentfleet.Step, error) {
 	var x agentfleet.Step
 	var created int64
@@ -687,7 +690,7 @@ func scanStep(sc interface{ Scan(...any) error }) (agentfleet.Step, error) {
 }
 
 func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+stepCols+` FROM steps WHERE run_id = ? AND turn >= ? ORDER BY turn, idx`, p.RunID, p.FromTurn)
+	rows, err := s.rd.QueryContext(ctx, stepsSQL, p.RunID, p.FromTurn, math.MaxInt32)
 	if err != nil {
 		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
 	}
