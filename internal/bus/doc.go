@@ -43,7 +43,8 @@
 // to another worker while this one still intends to run it. The consumer is
 // one durable pull consumer shared by every worker (AckExplicit, AckWait,
 // MaxDeliver unlimited). A worker keeps a long turn alive with
-// Delivery.KeepAlive (InProgress every AckWait/3), retries with
+// Delivery.KeepAlive (InProgress every AckWait/3, from one goroutine of
+// the Bus for all kept deliveries), retries with
 // NakWithDelay (the consumer has no BackOff: the caller knows why it failed
 // and how long to wait), and acks only after the turn is committed and its
 // continuation published.
