@@ -501,31 +501,50 @@ func (s *Store) readTx(ctx context.Context, fn func(q queryer) error) error {
 	if err != nil {
 		return mapErr(err)
 	}
-	defer func() { _ = sqltx.Rollback() }() // a read transaction has nothing to commit
-	return mapErr(fn(rtx{tx: sqltx, r: s.rd}))
+	t := &rtx{tx: sqltx, r: s.rd}
+	err = fn(t)
+	_ = sqltx.Rollback() // a read transaction has nothing to commit
+	// The connection is back in the pool: cache what the transaction
+	// had to prepare for itself.
+	for _, q := range t.missed {
+		_, _ = s.rd.stmt(ctx, q)
+	}
+	return mapErr(err)
 }
 
 // rtx is a read transaction whose statements come from the read pool's
-// cache.
+// cache. A statement not cached yet is prepared on the transaction's own
+// connection and cached after it ends: preparing it on the pool would
+// need a second connection, and with every connection held by such
+// transactions none would come.
 type rtx struct {
-	tx *sql.Tx
-	r  reader
+	tx     *sql.Tx
+	r      reader
+	missed []string
 }
 
-func (t rtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st, err := t.r.stmt(ctx, q)
+func (t *rtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := t.r.s.rstmts.Load(q); ok {
+		return t.tx.StmtContext(ctx, st.(*sql.Stmt)), nil
+	}
+	t.missed = append(t.missed, q)
+	return t.tx.PrepareContext(ctx, q)
+}
+
+func (t *rtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	return st.QueryContext(ctx, args...)
 }
 
-func (t rtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	st, err := t.r.stmt(ctx, q)
+func (t *rtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return t.tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
 	}
-	return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	return st.QueryRowContext(ctx, args...)
 }
 
 // queryer is what reads need: the read pool, or a write transaction that
