@@ -391,23 +391,12 @@ func ledgerSum(ctx context.Context, q rowQuerier, tenant string, from, to time.T
 	return n, err
 }
 
-// startLimited is the ledger of an unlimited tenant given a limit at now:
-// used and the minute's count from the usage ledger.
+// startLimited is the ledger of an unlimited tenant given a limit at now
+// (rules.Ledger.StartLimited), read from its usage ledger.
 func startLimited(ctx context.Context, q rowQuerier, l rules.Ledger, now time.Time) (rules.Ledger, error) {
-	start, end, err := l.OpenWindow(now, nextUse(ctx, q, l.Tenant))
-	if err != nil {
-		return l, err
-	}
-	used, err := ledgerSum(ctx, q, l.Tenant, start, end)
-	if err != nil {
-		return l, err
-	}
-	minute := rules.MinuteOf(now)
-	minuteUsed, err := ledgerSum(ctx, q, l.Tenant, minute, minute.Add(time.Minute))
-	if err != nil {
-		return l, err
-	}
-	return l.StartLimited(now, start, end, used, minuteUsed), nil
+	return l.StartLimited(now, nextUse(ctx, q, l.Tenant), func(from, to time.Time) (int64, error) {
+		return ledgerSum(ctx, q, l.Tenant, from, to)
+	})
 }
 
 func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {

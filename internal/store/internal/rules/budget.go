@@ -220,15 +220,28 @@ func (l Ledger) LedgerState(start, end time.Time, open bool, used int64) agentfl
 
 // StartLimited is what TenantUpdate writes to the row of a tenant that was
 // unlimited and is given a limit at now: used is what the ledger charged
-// in the current window (windowUsed, over the bounds LedgerWindow found,
-// or the window a use at now opens when none is open), the minute's
-// count is what it charged in the current minute, and reservations are
-// kept.
-func (l Ledger) StartLimited(now time.Time, start, end time.Time, windowUsed, minuteUsed int64) Ledger {
+// in the current window (the one the ledger has open, else the one a use
+// at now opens), the minute's count is what it charged in the current
+// minute, and reservations are kept. charged reads the usage ledger: what
+// it charged the tenant in [from, to).
+func (l Ledger) StartLimited(now time.Time, next NextUse, charged func(from, to time.Time) (int64, error)) (Ledger, error) {
+	start, end, err := l.OpenWindow(now, next)
+	if err != nil {
+		return l, err
+	}
+	used, err := charged(start, end)
+	if err != nil {
+		return l, err
+	}
+	minute := MinuteOf(now)
+	minuteUsed, err := charged(minute, minute.Add(time.Minute))
+	if err != nil {
+		return l, err
+	}
 	l.WindowStart, l.WindowEnd = start, end
-	l.Used = windowUsed
-	l.MinuteStart, l.MinuteUsed = MinuteOf(now), minuteUsed
-	return l
+	l.Used = used
+	l.MinuteStart, l.MinuteUsed = minute, minuteUsed
+	return l, nil
 }
 
 // OpenWindow is the window an unlimited tenant given a limit at now starts
