@@ -136,11 +136,7 @@ func TestRunEventsDataShape(t *testing.T) {
 // after done.
 func TestRunEventsLive(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	key := e.tenant("acme")
-	run := e.createRun(key, map[string]any{"message": "m"})
-	s := e.openEvents(key, "/v1/runs/"+run.ID+"/events")
-	require.Equal(t, agentfleet.EventQueued, s.frame().Type)
+	e, _, run, s := watchNewRun(t)
 
 	// A worker starts the run: store first, then NATS.
 	ch, err := e.store.RunTransition(e.ctx, store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusRunning,
@@ -178,11 +174,7 @@ func TestRunEventsLive(t *testing.T) {
 // lost still reaches the client, from the store.
 func TestRunEventsStoreOnly(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	key := e.tenant("acme")
-	run := e.createRun(key, map[string]any{"message": "m"})
-	s := e.openEvents(key, "/v1/runs/"+run.ID+"/events")
-	require.Equal(t, agentfleet.EventQueued, s.frame().Type)
+	e, _, run, s := watchNewRun(t)
 
 	_, err := e.store.RunCancel(e.ctx, store.RunCancelParams{ID: run.ID, Reason: "test",
 		Events: []agentfleet.Event{{Type: agentfleet.EventCancelled}, {Type: agentfleet.EventDone}}})
@@ -196,11 +188,7 @@ func TestRunEventsStoreOnly(t *testing.T) {
 // cancellation the API makes, and the end.
 func TestRunEventsFollowCancel(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	key := e.tenant("acme")
-	run := e.createRun(key, map[string]any{"message": "m"})
-	s := e.openEvents(key, "/v1/runs/"+run.ID+"/events")
-	require.Equal(t, agentfleet.EventQueued, s.frame().Type)
+	e, key, run, s := watchNewRun(t)
 	decode[agentfleet.Run](t, e.do("POST", "/v1/runs/"+run.ID+"/cancel", key, nil), http.StatusAccepted)
 	require.Equal(t, []agentfleet.EventType{agentfleet.EventCancelled, agentfleet.EventDone}, eventTypes(s.frames(2)))
 	s.requireEnd()
@@ -218,4 +206,16 @@ func TestRunEventsWithoutNATS(t *testing.T) {
 	s := e.openEvents(key, "/v1/runs/"+run.ID+"/events")
 	require.Equal(t, []int64{1, 2, 3, 4, 5}, seqs(s.frames(5)))
 	s.requireEnd()
+}
+
+// watchNewRun creates a run for a new tenant and follows its events past
+// the first, queued.
+func watchNewRun(t *testing.T) (e *env, key string, run agentfleet.Run, s *sseStream) {
+	t.Helper()
+	e = newEnv(t)
+	key = e.tenant("acme")
+	run = e.createRun(key, map[string]any{"message": "m"})
+	s = e.openEvents(key, "/v1/runs/"+run.ID+"/events")
+	require.Equal(t, agentfleet.EventQueued, s.frame().Type)
+	return e, key, run, s
 }
