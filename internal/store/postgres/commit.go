@@ -58,16 +58,21 @@ var commitSQL = `WITH c AS (
 	)
 	SELECT ord, last_seq, ` + runCols + ` FROM u`
 
-// noSeqScanSQL tells the planner, for the rest of a commit batch's
-// transaction, that scanning a table is the last resort. Every statement of
-// the batch finds its rows by key, and its plan must not depend on the
-// table statistics: with autovacuum off, or before its first ANALYZE,
-// they describe the nearly empty table the first plans were made for, and
-// the connection keeps those plans (a scan of runs, cheapest for a tiny
-// table) while the table grows, so every batch read the whole table.
+// keyPlansSQL tells the planner, for the rest of a transaction, to find
+// rows by key and to plan each statement once. Every statement of a
+// commit batch (and of merged turn loads) finds its rows by key, and its
+// plan must not depend on the table statistics: with autovacuum off, or
+// before its first ANALYZE, they describe the nearly empty table the first
+// plans were made for, and the connection keeps those plans (a scan of
+// runs, cheapest for a tiny table) while the table grows, so every batch
+// read the whole table. And the statements take arrays, whose lengths a
+// custom plan knows: Postgres found the custom plans of some cheaper than
+// their generic plan and planned them again on every execution (headsSQL
+// spent twice as long being planned as running). A generic plan is made
+// once per connection, and with scans ruled out it is the key lookup.
 // set_config, not SET LOCAL: a pipeline runs in an implicit transaction,
 // where SET LOCAL has no effect.
-const noSeqScanSQL = `SELECT set_config('enable_seqscan', 'off', true)`
+const keyPlansSQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // lockRunsSQL locks a batch's runs in id order before anything updates
 // them, so two batches sharing runs queue up instead of deadlocking.
@@ -151,7 +156,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 	heads := map[[2]string]rules.RunRow{}
 	err := s.withBatch(ctx, func() *pgx.Batch {
 		b := &pgx.Batch{}
-		b.Queue(noSeqScanSQL)
+		b.Queue(keyPlansSQL)
 		if len(ids) > 1 {
 			b.Queue(lockRunsSQL, ids)
 		}

@@ -47,6 +47,10 @@ func SharedPipelines(s *Store) (pipelines, calls int64) {
 	return s.pipe.shared.Load(), s.pipe.sharedCalls.Load()
 }
 
+// MergedCalls reports how many calls shared set-based statements in a
+// committed pipeline.
+func MergedCalls(s *Store) int64 { return s.pipe.merged.Load() }
+
 // HoldPipeline sends a call that sleeps on the server for d through s's
 // pipeline, so calls made meanwhile queue up behind it.
 func HoldPipeline(ctx context.Context, s *Store, d time.Duration) error {

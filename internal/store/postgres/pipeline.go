@@ -31,6 +31,9 @@ type pipeline struct {
 	// shared counts the pipelines that carried more than one call, and
 	// the calls they carried (tests read them).
 	shared, sharedCalls atomic.Int64
+	// merged counts the calls that shared set-based statements in a
+	// committed pipeline (tests read it).
+	merged atomic.Int64
 }
 
 // pipeCall is one call's part of a pipeline: the statements it queues
@@ -42,7 +45,63 @@ type pipeCall struct {
 	order string
 	queue func(b *pgx.Batch)
 	read  func(br pgx.BatchResults) error
+	// merge, when set, lets this call share set-based statements with
+	// the other calls of its pipeline that have the same merger; arg is
+	// what the merger reads and fills. queue and read stay the call's
+	// own, for a pipeline it is alone in and for its run alone.
+	merge *pipeMerger
+	arg   any
 	err   error
+}
+
+// pipeMerger runs several calls of one kind as set-based statements: one
+// statement over arrays costs Postgres far less than one per call, even
+// in one round trip. Its read fails the whole pipeline (which then runs
+// every call alone) for any outcome it does not handle itself, such as a
+// missing row.
+type pipeMerger struct {
+	// key names the row a call works on: of calls with one key, only
+	// the first is merged, and the others run by their own statements
+	// after it (two loads of one run, say, must not both start it).
+	key   func(c *pipeCall) string
+	queue func(b *pgx.Batch, calls []*pipeCall)
+	read  func(br pgx.BatchResults, calls []*pipeCall) error
+}
+
+// pipeUnit is what a pipeline queues and reads as one: a call, or calls
+// merged.
+type pipeUnit struct {
+	calls []*pipeCall
+	merge *pipeMerger // nil: calls holds one call, run by its own statements
+}
+
+// pipeUnits groups the sorted calls of a pipeline into units. A merged
+// unit sits where the first of its calls did: mergeable calls lock rows
+// of one kind, so the store's lock order holds.
+func pipeUnits(calls []*pipeCall) []pipeUnit {
+	units := make([]pipeUnit, 0, len(calls))
+	at := map[*pipeMerger]int{}
+	keys := map[string]bool{}
+	for _, c := range calls {
+		if c.merge == nil || keys[c.merge.key(c)] {
+			units = append(units, pipeUnit{calls: []*pipeCall{c}})
+			continue
+		}
+		keys[c.merge.key(c)] = true
+		i, ok := at[c.merge]
+		if !ok {
+			at[c.merge] = len(units)
+			units = append(units, pipeUnit{calls: []*pipeCall{c}, merge: c.merge})
+			continue
+		}
+		units[i].calls = append(units[i].calls, c)
+	}
+	for i, u := range units {
+		if u.merge != nil && len(u.calls) == 1 {
+			units[i].merge = nil
+		}
+	}
+	return units
 }
 
 // Order keys of pipelined calls: by the rows they lock, run rows first.
@@ -65,7 +124,13 @@ const pipelineTimeout = 30 * time.Second
 // pipeline ahead of it to finish, even past its ctx: the pipeline it is
 // in may already have landed, and its caller must know.
 func (s *Store) pipelined(ctx context.Context, order string, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
-	c := &pipeCall{ctx: ctx, order: order, queue: queue, read: read}
+	return s.pipelinedMerge(ctx, order, queue, read, nil, nil)
+}
+
+// pipelinedMerge is pipelined for a call that merge may run together with
+// others of its kind, as set-based statements over their args.
+func (s *Store) pipelinedMerge(ctx context.Context, order string, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error, merge *pipeMerger, arg any) error {
+	c := &pipeCall{ctx: ctx, order: order, queue: queue, read: read, merge: merge, arg: arg}
 	s.pipe.calls.Do(c, pipelineMax, s.runPipeline)
 	return c.err
 }
@@ -101,21 +166,33 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 	// committed: the commit was sent, so the pipeline's outcome (landed,
 	// or unknown when the commit failed) is every call's.
 	committed := false
+	merged := 0
 	err := s.withConn(ctx, func(conn *pgx.Conn) error {
 		// An explicit transaction, committed only once every reader
 		// has its results: a reader that fails leaves nothing behind,
 		// even when its statement succeeded.
+		units := pipeUnits(live)
+		merged = 0
 		b := &pgx.Batch{}
 		b.Queue("begin")
-		for _, c := range live {
-			c.queue(b)
+		for _, u := range units {
+			if u.merge != nil {
+				merged += len(u.calls)
+				u.merge.queue(b, u.calls)
+			} else {
+				u.calls[0].queue(b)
+			}
 		}
 		br := conn.SendBatch(ctx, b)
 		_, err := br.Exec()
-		for i := 0; err == nil && i < len(live); i++ {
+		for i := 0; err == nil && i < len(units); i++ {
 			// After a failed reader the results no longer line up
 			// with theirs: stop reading.
-			err = live[i].read(br)
+			if u := units[i]; u.merge != nil {
+				err = u.merge.read(br, u.calls)
+			} else {
+				err = u.calls[0].read(br)
+			}
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -134,6 +211,7 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 		if err == nil {
 			s.pipe.shared.Add(1)
 			s.pipe.sharedCalls.Add(int64(len(live)))
+			s.pipe.merged.Add(int64(merged))
 		}
 		for _, c := range live {
 			c.err = mapErr(err)

@@ -130,3 +130,87 @@ func TestPipelineFailureIsTheCallersAlone(t *testing.T) {
 	pipes, _ := postgres.SharedPipelines(s)
 	require.Zero(t, pipes, "the failed pipeline did not commit")
 }
+
+// Turn loads in one pipeline share two statements (the runs, and the
+// histories of those past turn 1), and each load gets what it would get
+// alone: its run, whether it started it, and its history only if the run
+// stands where the load's turn says. Of two loads of one queued run only
+// the first is merged, and exactly one of them starts it.
+func TestPipelineMergesTurnLoads(t *testing.T) {
+	t.Parallel()
+	ctx, s, runs := pipelineFixture(t, 12)
+	// runs[0:8] have committed turn 1 with two steps, and turn 2 for
+	// runs[0:2] as well; runs[8:12] stay queued.
+	for i, r := range runs[:8] {
+		ld, err := s.TurnLoad(ctx, store.TurnLoadParams{RunID: r.ID, Turn: 1})
+		require.NoError(t, err)
+		require.True(t, ld.Started)
+		for turn := 1; turn <= 1+boolInt(i < 2); turn++ {
+			_, err = s.TurnCommit(ctx, store.TurnCommitParams{RunID: r.ID, Turn: turn, Status: agentfleet.StatusRunning,
+				Args: []byte(`{}`), Steps: []agentfleet.Step{
+					{Kind: agentfleet.StepModel, Content: fmt.Sprintf("reply %d.%d", i, turn), Model: "m"},
+					{Kind: agentfleet.StepObservation, Content: fmt.Sprintf("observed %d.%d", i, turn)},
+				}})
+			require.NoError(t, err)
+		}
+	}
+	type load struct {
+		p   store.TurnLoadParams
+		res store.TurnLoadResult
+		err error
+	}
+	var loads []*load
+	add := func(p store.TurnLoadParams) { loads = append(loads, &load{p: p}) }
+	add(store.TurnLoadParams{RunID: runs[0].ID, Turn: 3, HistoryFrom: 2}) // turn 2's steps only
+	add(store.TurnLoadParams{RunID: runs[1].ID, Turn: 2})                 // the run is past turn 2: no history
+	for _, r := range runs[2:8] {
+		add(store.TurnLoadParams{RunID: r.ID, Turn: 2})
+	}
+	for _, r := range runs[8:12] {
+		add(store.TurnLoadParams{RunID: r.ID, Turn: 1})
+	}
+	add(store.TurnLoadParams{RunID: runs[8].ID, Turn: 1}) // the same queued run twice
+	var calls []func()
+	for _, l := range loads {
+		calls = append(calls, func() { l.res, l.err = s.TurnLoad(ctx, l.p) })
+	}
+	behind(t, ctx, s, calls...)
+
+	started := map[string]int{}
+	for i, l := range loads {
+		require.NoError(t, l.err, "load %d", i)
+		require.Equal(t, l.p.RunID, l.res.Run.ID, "load %d", i)
+		got, err := s.RunGetByID(ctx, store.RunGetByIDParams{ID: l.p.RunID})
+		require.NoError(t, err)
+		if l.res.Started {
+			started[l.p.RunID]++
+			require.Equal(t, got, l.res.Run, "load %d: the run as stored", i)
+		}
+		if l.p.Turn == 1 {
+			require.False(t, l.res.HistoryLoaded, "load %d", i)
+			continue
+		}
+		require.False(t, l.res.Started, "load %d: a running run is not started", i)
+		if l.res.Run.Turn != l.p.Turn-1 {
+			require.False(t, l.res.HistoryLoaded, "load %d: the run is not where the load's turn says", i)
+			require.Nil(t, l.res.Steps)
+			continue
+		}
+		require.True(t, l.res.HistoryLoaded, "load %d", i)
+		want, err := s.StepListByRun(ctx, store.StepListByRunParams{RunID: l.p.RunID, FromTurn: l.p.HistoryFrom})
+		require.NoError(t, err)
+		require.Equal(t, want, l.res.Steps, "load %d", i)
+		require.NotEmpty(t, l.res.Steps, "load %d", i)
+	}
+	for _, r := range runs[8:12] {
+		require.Equal(t, 1, started[r.ID], "run %s started exactly once", r.ID)
+	}
+	require.Equal(t, int64(len(loads)-1), postgres.MergedCalls(s), "every load but the second of one run shared statements")
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

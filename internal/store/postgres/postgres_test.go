@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
@@ -108,4 +109,70 @@ func TestPool(t *testing.T) {
 	_, err = s.TenantGetByID(ctx, "after-restart")
 	require.Error(t, err, "a call after Close")
 	require.False(t, errors.Is(err, store.ErrNotFound))
+}
+
+// A run's steps, events and model replies have no foreign key to it (their
+// checks were most of a turn commit's cost); a trigger deletes them with
+// the run instead, whatever the deleting session's search_path, and a
+// deletion that cascades from a tenant reaches them too.
+func TestRunDeletionTakesItsChildren(t *testing.T) {
+	t.Parallel()
+	url, schema := pgtest.Schema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+	require.NoError(t, err)
+	defer s.Close()
+	runOf := map[string]string{}
+	for _, ten := range []string{"gone", "kept"} {
+		_, err := s.TenantCreate(ctx, store.TenantCreateParams{ID: ten})
+		require.NoError(t, err)
+		for range 2 {
+			r, err := s.RunCreate(ctx, store.RunCreateParams{Tenant: ten, Message: "task",
+				Events: []agentfleet.Event{{Type: agentfleet.EventQueued}}})
+			require.NoError(t, err)
+			_, err = s.TurnLoad(ctx, store.TurnLoadParams{RunID: r.Run.ID, Turn: 1})
+			require.NoError(t, err)
+			_, err = s.ModelReplyRecord(ctx, store.ModelReplyRecordParams{ModelReply: store.ModelReply{
+				RunID: r.Run.ID, Turn: 1, Content: "reply", Model: "m"}})
+			require.NoError(t, err)
+			_, err = s.TurnCommit(ctx, store.TurnCommitParams{RunID: r.Run.ID, Turn: 1, Status: agentfleet.StatusRunning,
+				Args: []byte(`{}`), Steps: []agentfleet.Step{{Kind: agentfleet.StepModel, Content: "reply", Model: "m"}},
+				Events: []agentfleet.Event{{Type: agentfleet.EventModelCall}}})
+			require.NoError(t, err)
+			runOf[r.Run.ID] = ten
+		}
+	}
+
+	// Another session, on another search_path, deletes one tenant.
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `SET search_path = public`)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `DELETE FROM `+pgx.Identifier{schema, "tenants"}.Sanitize()+` WHERE id = 'gone'`)
+	require.NoError(t, err)
+
+	for _, table := range []string{"steps", "events", "model_replies"} {
+		rows, err := conn.Query(ctx, `SELECT run_id, count(*) FROM `+pgx.Identifier{schema, table}.Sanitize()+` GROUP BY run_id`)
+		require.NoError(t, err)
+		counts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct {
+			run string
+			n   int64
+		}, error) {
+			var x struct {
+				run string
+				n   int64
+			}
+			return x, r.Scan(&x.run, &x.n)
+		})
+		require.NoError(t, err)
+		left := map[string]bool{}
+		for _, c := range counts {
+			require.Equal(t, "kept", runOf[c.run], "%s: a row of run %s is left", table, c.run)
+			require.Positive(t, c.n)
+			left[c.run] = true
+		}
+		require.Len(t, left, 2, "%s: the kept tenant's runs keep theirs", table)
+	}
 }
