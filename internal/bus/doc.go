@@ -17,7 +17,7 @@
 //
 //	what            stream     subjects                          retention  notes
 //	turn queue      AF_RUNQ    <p>.runq.<tenant>.<run>           WorkQueue  every turn to execute; msg id <run>/turn/<n>[/w<wake>]
-//	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler; workers pull here
+//	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler, and by workers after a Direct turn; workers pull here
 //	events          AF_EVENTS  <p>.events.<tenant>.<run>.<type>  Limits     MaxAge Config.EventsMaxAge (7d); msg id <run>/ev/<seq>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth

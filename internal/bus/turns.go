@@ -14,8 +14,9 @@ import (
 )
 
 // Turn is the envelope of one turn to execute, the payload of every message
-// on the turn queues: {"run_id","tenant","turn","wake"}. Everything else
-// about the run is in the store; the message only says which turn is due.
+// on the turn queues: {"run_id","tenant","turn","wake"}, and "direct" on
+// some in AF_WORK. Everything else about the run is in the store; the
+// message only says which turn is due.
 type Turn struct {
 	RunID  string `json:"run_id"`
 	Tenant string `json:"tenant"`
@@ -25,6 +26,11 @@ type Turn struct {
 	// resumed. It makes a resumed turn's message id differ from the
 	// parked one, which the duplicate window would otherwise drop.
 	Wake int `json:"wake"`
+	// Direct is set by the scheduler on a turn it forwarded while no
+	// other tenant's turn waited for the workers: the turn after it may
+	// skip the scheduler and go straight to AF_WORK (see ContinueTurn).
+	// The message id does not include it.
+	Direct bool `json:"direct,omitempty"`
 }
 
 // MsgID is the JetStream message id of the turn: "<run>/turn/<n>", plus
@@ -65,6 +71,22 @@ func (b *Bus) EnqueueTurn(ctx context.Context, t Turn) error {
 // stored once.
 func (b *Bus) ForwardTurn(ctx context.Context, t Turn) error {
 	return b.publishTurn(ctx, QueueWork, t)
+}
+
+// ContinueTurn publishes next, the turn after prev, where prev's message
+// says: straight to AF_WORK when the scheduler marked prev Direct, to
+// AF_RUNQ otherwise. next itself is never Direct, so a run that keeps
+// going passes through the scheduler at least every other turn, and a
+// tenant that arrives while another's turns skip it waits behind at most
+// one skipped turn per turn then in flight. It reports whether next went
+// straight to AF_WORK. A redelivered prev publishes next where the first
+// delivery did, so the message id deduplicates it.
+func (b *Bus) ContinueTurn(ctx context.Context, prev, next Turn) (direct bool, err error) {
+	next.Direct = false
+	if prev.Direct {
+		return true, b.publishTurn(ctx, QueueWork, next)
+	}
+	return false, b.publishTurn(ctx, QueueRunQ, next)
 }
 
 // ForwardTurns publishes turns to AF_WORK at once and waits for every

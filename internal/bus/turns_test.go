@@ -381,3 +381,42 @@ func TestResetRedeliversHeldTurnsAtOnce(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"run0": true, "run1": true}, got)
 }
+
+// ContinueTurn sends the next turn straight to the workers' queue only
+// after a turn the scheduler marked Direct, never marks the next turn
+// itself, and a repeat after a redelivery is stored once.
+func TestContinueTurnSkipsTheSchedulerOnlyAfterADirectTurn(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	runq, err := s.b.TurnSource(s.ctx, bus.QueueRunQ, "scheduler")
+	require.NoError(t, err)
+	work, err := s.b.TurnSource(s.ctx, bus.QueueWork, "workers")
+	require.NoError(t, err)
+
+	prev := bus.Turn{Tenant: "acme", RunID: "run1", Turn: 1, Direct: true}
+	next := bus.Turn{Tenant: "acme", RunID: "run1", Turn: 2, Direct: true}
+	for range 2 { // the second time as after a redelivery of prev
+		direct, err := s.b.ContinueTurn(s.ctx, prev, next)
+		require.NoError(t, err)
+		require.True(t, direct)
+	}
+	d, err := work.Next(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, bus.Turn{Tenant: "acme", RunID: "run1", Turn: 2}, d.Turn, "not marked Direct itself")
+	require.NoError(t, d.Ack(s.ctx))
+	more, err := work.Fetch(s.ctx, 10, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.Empty(t, more, "the repeat was deduplicated")
+	more, err = runq.Fetch(s.ctx, 10, 200*time.Millisecond)
+	require.NoError(t, err)
+	require.Empty(t, more, "nothing went through the scheduler's queue")
+
+	// The turn after a turn that came through the scheduler unmarked
+	// goes back through it.
+	direct, err := s.b.ContinueTurn(s.ctx, d.Turn, bus.Turn{Tenant: "acme", RunID: "run1", Turn: 3})
+	require.NoError(t, err)
+	require.False(t, direct)
+	d, err = runq.Next(s.ctx)
+	require.NoError(t, err)
+	require.Equal(t, bus.Turn{Tenant: "acme", RunID: "run1", Turn: 3}, d.Turn)
+}

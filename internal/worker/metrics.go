@@ -13,6 +13,7 @@ type Metrics struct {
 	turns        *prometheus.CounterVec
 	turnSeconds  *prometheus.HistogramVec
 	committed    *prometheus.CounterVec
+	continued    *prometheus.CounterVec
 	carriedBytes prometheus.Counter
 }
 
@@ -29,11 +30,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		committed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentfleet_worker_turns_committed_total", Help: "Turns committed, by tenant and outcome.",
 		}, []string{"tenant", "outcome"}),
+		continued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_worker_turns_continued_total",
+			Help: "Next turns published after a commit, by path: direct (straight to the workers' queue) or scheduler.",
+		}, []string{"path"}),
 		carriedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentfleet_data_bytes_carried_total", Help: "Carried bytes kept out of prompts, net of digests.",
 		}),
 	}
-	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.carriedBytes)
+	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes)
 	return m
 }
 
@@ -51,4 +56,15 @@ func (m *Metrics) turnCommitted(tenant string, res loop.TurnResult) {
 	}
 	m.committed.WithLabelValues(tenant, res.Outcome.String()).Inc()
 	m.carriedBytes.Add(float64(res.DataBytesCarried))
+}
+
+func (m *Metrics) turnContinued(direct bool) {
+	if m == nil {
+		return
+	}
+	path := "scheduler"
+	if direct {
+		path = "direct"
+	}
+	m.continued.WithLabelValues(path).Inc()
 }

@@ -345,7 +345,7 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	switch {
 	case t.Turn <= run.Turn:
 		// Redelivered after its commit: finish what the commit owed.
-		return w.republish(ctx, run, t.Turn)
+		return w.republish(ctx, t, run, t.Turn)
 	case t.Turn > run.Turn+1:
 		log.Error("turn message ahead of the run; dropping it", "committed", run.Turn)
 		return actAck, nil
@@ -363,11 +363,11 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	case t.Turn > 1 && !ld.HistoryLoaded:
 		return actRetry, fmt.Errorf("run %s: history of turn %d not loaded", run.ID, t.Turn)
 	}
-	return w.execute(ctx, run, ld, d.NumDelivered == 1)
+	return w.execute(ctx, t, run, ld, d.NumDelivered == 1)
 }
 
-// execute runs one turn of a run TurnLoad read, and commits it.
-func (w *Worker) execute(ctx context.Context, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
+// execute runs turn t of a run TurnLoad read, and commits it.
+func (w *Worker) execute(ctx context.Context, t bus.Turn, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
 	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
@@ -390,7 +390,7 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run, ld store.TurnL
 	})
 	switch cause := context.Cause(turnCtx); {
 	case errors.Is(err, loop.ErrStale):
-		return w.reloadAndRepublish(ctx, run.ID, run.Turn+1)
+		return w.reloadAndRepublish(ctx, t, run.ID, run.Turn+1)
 	case errors.Is(cause, errAbandoned):
 		return 0, cause
 	case errors.Is(cause, errHandBack):
@@ -410,7 +410,7 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run, ld store.TurnL
 		Events: res.Events,
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return w.reloadAndRepublish(ctx, run.ID, res.Turn)
+		return w.reloadAndRepublish(ctx, t, run.ID, res.Turn)
 	}
 	if err != nil {
 		return actRetry, fmt.Errorf("commit turn: %w", err)
@@ -422,7 +422,7 @@ func (w *Worker) execute(ctx context.Context, run agentfleet.Run, ld store.TurnL
 		if ch.Run.CancelRequested {
 			return w.cancelRun(ctx, ch.Run)
 		}
-		if err := w.enqueue(ctx, ch.Run, ch.Run.Turn+1); err != nil {
+		if err := w.continueRun(ctx, t, ch.Run); err != nil {
 			return actRetry, err
 		}
 	}
@@ -446,6 +446,20 @@ func (w *Worker) afterChange(ctx context.Context, ch store.RunChangeResult) erro
 	return nil
 }
 
+// continueRun publishes the turn after prev, which run has just
+// committed: past the scheduler when prev's message allows it.
+func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}
+	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
+	if err != nil {
+		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
+	}
+	w.cfg.Metrics.turnContinued(direct)
+	return nil
+}
+
 func (w *Worker) enqueue(ctx context.Context, run agentfleet.Run, turn int) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
@@ -455,7 +469,7 @@ func (w *Worker) enqueue(ctx context.Context, run agentfleet.Run, turn int) erro
 	return nil
 }
 
-func (w *Worker) reloadAndRepublish(ctx context.Context, runID string, turn int) (action, error) {
+func (w *Worker) reloadAndRepublish(ctx context.Context, prev bus.Turn, runID string, turn int) (action, error) {
 	run, err := w.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: runID})
 	if err != nil {
 		return actRetry, fmt.Errorf("reload run after a lost fence: %w", err)
@@ -465,13 +479,13 @@ func (w *Worker) reloadAndRepublish(ctx context.Context, runID string, turn int)
 		// rather than to another commit of this turn.
 		return actAck, nil
 	}
-	return w.republish(ctx, run, turn)
+	return w.republish(ctx, prev, run, turn)
 }
 
 // republish re-sends what the commit of turn owed: its events, and the
 // next turn or the session's next run. Every publish is deduplicated by
 // message id, so repeating one that already went out is harmless.
-func (w *Worker) republish(ctx context.Context, run agentfleet.Run, turn int) (action, error) {
+func (w *Worker) republish(ctx context.Context, prev bus.Turn, run agentfleet.Run, turn int) (action, error) {
 	evs, err := w.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: run.ID})
 	if err != nil {
 		return actRetry, fmt.Errorf("load events to republish: %w", err)
@@ -494,7 +508,7 @@ func (w *Worker) republish(ctx context.Context, run agentfleet.Run, turn int) (a
 		return actRetry, err
 	}
 	if run.Status == agentfleet.StatusRunning && run.Turn == turn {
-		if err := w.enqueue(ctx, run, turn+1); err != nil {
+		if err := w.continueRun(ctx, prev, run); err != nil {
 			return actRetry, err
 		}
 	}
