@@ -330,6 +330,18 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	if d.NumDelivered > uint64(w.cfg.MaxDeliver) {
 		return w.deadLetter(ctx, d)
 	}
+	// The turn can be cancelled from here on: a cancel that arrives
+	// while the run is being loaded must still reach its script.
+	turnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.mu.Lock()
+	w.inflight[t.RunID] = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.inflight, t.RunID)
+		w.mu.Unlock()
+	}()
 	// One store round trip: the run, started if this is its first turn,
 	// and the history this turn needs.
 	ld, err := w.cfg.Store.TurnLoad(ctx, store.TurnLoadParams{RunID: t.RunID, Turn: t.Turn, HistoryFrom: w.cfg.Engine.HistoryFrom(t.Turn)})
@@ -363,26 +375,16 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	case t.Turn > 1 && !ld.HistoryLoaded:
 		return actRetry, fmt.Errorf("run %s: history of turn %d not loaded", run.ID, t.Turn)
 	}
-	return w.execute(ctx, t, run, ld, d.NumDelivered == 1)
+	return w.execute(ctx, turnCtx, t, run, ld, d.NumDelivered == 1)
 }
 
-// execute runs turn t of a run TurnLoad read, and commits it.
-func (w *Worker) execute(ctx context.Context, t bus.Turn, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
+// execute runs turn t of a run TurnLoad read, and commits it. turnCtx is
+// the turn's own context, which a cancel of the run (or a drain) ends.
+func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
 	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
 	}
-
-	turnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w.mu.Lock()
-	w.inflight[run.ID] = cancel
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.inflight, run.ID)
-		w.mu.Unlock()
-	}()
 
 	res, err := w.cfg.Engine.Step(turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: ld.Steps, Secrets: w.cfg.Secrets,
