@@ -16,7 +16,7 @@ import (
 )
 
 // pipelineFixture is a store with one tenant and n queued runs.
-func pipelineFixture(t *testing.T, n int) (context.Context, *postgres.Store, []agentfleet.Run) {
+func pipelineFixture(t testing.TB, n int) (context.Context, *postgres.Store, []agentfleet.Run) {
 	t.Helper()
 	url, schema := pgtest.Schema(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
