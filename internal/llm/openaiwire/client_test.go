@@ -629,3 +629,27 @@ func TestConfigValidation(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.name)
 	}
 }
+
+// A refusal is the answer when there is no content; a 200 whose body is
+// not a completion, or has no choice, is retried like a transport error.
+func TestCompleteReadsRefusalsAndRetriesBrokenReplies(t *testing.T) {
+	t.Parallel()
+	replies := []string{
+		`<html>bad gateway</html>`,
+		`{"id":"x","object":"chat.completion","model":"m","choices":[]}`,
+		`{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"finish_reason":"stop",` +
+			`"message":{"role":"assistant","content":null,"refusal":"I cannot help with that."}}],"usage":null}`,
+	}
+	var n atomic.Int64
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(replies[min(int(n.Add(1))-1, len(replies)-1)]))
+	})
+	resp, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+	require.NoError(t, err)
+	require.Equal(t, "I cannot help with that.", resp.Content)
+	require.Equal(t, "m", resp.Model)
+	require.False(t, resp.UsageReported, "usage null: estimated")
+	require.Positive(t, resp.Usage.PromptTokens)
+	require.EqualValues(t, 3, b.hits.Load(), "the broken replies were retried")
+}
