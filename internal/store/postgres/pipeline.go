@@ -111,6 +111,13 @@ const (
 	pipeOrderTenant = "2 "
 )
 
+// pipelineLinger is how long a pipeline waits for more calls when they
+// come fast (group.Queue.Linger). A pipeline's round trip is short, so
+// waiting only for the one ahead gathered few calls at a worker's pace:
+// production bench, 3 alternating pairs, PostgreSQL CPU per turn 280-298
+// -> 242-273 us with 1 ms, and 2 ms gained little more.
+const pipelineLinger = time.Millisecond
+
 // pipelineMax bounds the calls in one pipeline, so its transaction stays
 // short.
 const pipelineMax = 64

@@ -150,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
 	}
 	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	s.pipe.calls.Linger = pipelineLinger
 	if err := s.migrate(ctx); err != nil {
 		s.pool.Close()
 		return nil, err

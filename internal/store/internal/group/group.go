@@ -4,16 +4,31 @@
 // group is running waits, and the next group carries every call that
 // queued meanwhile. A lone call runs at once: no timer, no added latency
 // when idle. Groups run one at a time, each led by the caller at the head
-// of the queue.
+// of the queue. A Queue with a Linger also waits a little for company when
+// calls come fast (see Queue.Linger).
 package group
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Queue groups calls of type C. The zero value is ready to use.
 type Queue[C any] struct {
+	// Linger, when positive, makes a leader wait that long for more
+	// calls before it runs its group, but only while calls arrive more
+	// than one per Linger/2 on average: a group is then sure to carry
+	// more than it would at once, and a lone call still runs at once
+	// when calls are far apart. Set it before the first Do.
+	Linger time.Duration
+
 	mu    sync.Mutex
 	queue []*waiter[C]
 	busy  bool // a caller is leading a group
+	// gap is the moving average of the time between calls, last when the
+	// latest arrived; kept only with a Linger.
+	gap  time.Duration
+	last time.Time
 }
 
 type waiter[C any] struct {
@@ -31,6 +46,15 @@ type waiter[C any] struct {
 func (q *Queue[C]) Do(call C, limit int, run func(calls []C)) {
 	w := &waiter[C]{call: call, signal: make(chan bool, 1)}
 	q.mu.Lock()
+	if q.Linger > 0 {
+		now := time.Now()
+		if q.last.IsZero() {
+			q.gap = q.Linger
+		} else {
+			q.gap += (now.Sub(q.last) - q.gap) / 8
+		}
+		q.last = now
+	}
 	q.queue = append(q.queue, w)
 	lead := !q.busy
 	q.busy = true
@@ -41,6 +65,11 @@ func (q *Queue[C]) Do(call C, limit int, run func(calls []C)) {
 	// Leading: w is at the head of the queue (the queue was empty, or
 	// the previous leader handed over to its head).
 	q.mu.Lock()
+	if q.Linger > 0 && q.gap < q.Linger/2 && len(q.queue) < limit {
+		q.mu.Unlock()
+		time.Sleep(q.Linger)
+		q.mu.Lock()
+	}
 	n := min(len(q.queue), max(limit, 1))
 	batch := q.queue[:n:n]
 	q.queue = q.queue[n:]

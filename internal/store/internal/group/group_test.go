@@ -92,3 +92,48 @@ func TestQueueLoneCall(t *testing.T) {
 		t.Fatalf("ran %v in %d groups", c.ran.Load(), groups)
 	}
 }
+
+// With a Linger, calls far apart each run at once, alone; calls that come
+// fast (here four a millisecond, each group taking no time) share groups
+// they would not have shared without it.
+func TestQueueLingersOnlyWhenCallsComeFast(t *testing.T) {
+	t.Parallel()
+	q := group.Queue[*call]{Linger: 2 * time.Millisecond}
+	var mu sync.Mutex
+	var sizes []int
+	run := func(calls []*call) {
+		mu.Lock()
+		sizes = append(sizes, len(calls))
+		mu.Unlock()
+	}
+	var took []time.Duration
+	for i := range 10 {
+		start := time.Now()
+		q.Do(&call{id: i}, 64, run)
+		took = append(took, time.Since(start))
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i, d := range took {
+		if d >= q.Linger {
+			t.Errorf("sparse call %d took %s: it lingered", i, d)
+		}
+	}
+
+	mu.Lock()
+	sizes = nil
+	mu.Unlock()
+	var wg sync.WaitGroup
+	const n = 400
+	for i := range n {
+		wg.Go(func() { q.Do(&call{id: i}, 64, run) })
+		if i%4 == 3 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if avg := float64(n) / float64(len(sizes)); avg < 4 {
+		t.Errorf("frequent calls: %d groups for %d calls (%.1f a group), want at least 4 a group", len(sizes), n, avg)
+	}
+}
