@@ -21,8 +21,9 @@ import (
 // second hands over one or two in that time, so most batches held one
 // turn and paid a whole transaction for it. When commits arrive faster
 // than one per lingerGap on average, the committer also lingers up to
-// lingerMax for more before it writes. An idle worker's commits are far
-// apart and never wait.
+// lingerMax for a batch of lingerBatch before it writes. An idle worker's
+// commits are far apart and never wait, and a batch that large already
+// goes at once.
 type committer struct {
 	store store.Store
 	max   int
@@ -33,12 +34,14 @@ type committer struct {
 	last time.Time
 }
 
-// lingerMax bounds how long a commit waits for company; lingerGap is the
-// average time between commits under which it does (two or more others
-// are then due within lingerMax).
+// lingerMax bounds how long a commit waits for company, and lingerBatch
+// is the batch it waits for: one that large already goes at once.
+// lingerGap is the average time between commits under which it waits
+// (two or more others are then due within lingerMax).
 const (
-	lingerMax = 2 * time.Millisecond
-	lingerGap = lingerMax / 2
+	lingerMax   = 2 * time.Millisecond
+	lingerBatch = 16
+	lingerGap   = lingerMax / 2
 )
 
 type commitReq struct {
@@ -102,7 +105,7 @@ func (c *committer) run(ctx context.Context) {
 				break fill
 			}
 		}
-		if len(batch) < c.max && c.gap < lingerGap {
+		if len(batch) < min(c.max, lingerBatch) && c.gap < lingerGap {
 			c.linger(ctx, &batch)
 		}
 		for _, r := range batch {
@@ -135,11 +138,11 @@ func (c *committer) run(ctx context.Context) {
 }
 
 // linger adds to batch the commits that arrive within lingerMax, until it
-// is full.
+// holds lingerBatch.
 func (c *committer) linger(ctx context.Context, batch *[]commitReq) {
 	t := time.NewTimer(lingerMax)
 	defer t.Stop()
-	for len(*batch) < c.max {
+	for len(*batch) < min(c.max, lingerBatch) {
 		select {
 		case req := <-c.reqs:
 			c.arrived(time.Now())

@@ -15,11 +15,13 @@ import (
 
 // Queue groups calls of type C. The zero value is ready to use.
 type Queue[C any] struct {
-	// Linger, when positive, makes a leader wait that long for more
-	// calls before it runs its group, but only while calls arrive more
-	// than one per Linger/2 on average: a group is then sure to carry
-	// more than it would at once, and a lone call still runs at once
-	// when calls are far apart. Set it before the first Do.
+	// Linger, when positive, makes a leader whose group holds fewer than
+	// LingerGroup calls wait up to Linger for that many, but only while
+	// calls arrive more than one per Linger/2 on average: the group is
+	// then sure to carry more than it would at once. A lone call still
+	// runs at once when calls are far apart, and a group that is large
+	// already (callers pile up faster than groups run) goes at once.
+	// Set it before the first Do.
 	Linger time.Duration
 
 	mu    sync.Mutex
@@ -29,7 +31,13 @@ type Queue[C any] struct {
 	// latest arrived; kept only with a Linger.
 	gap  time.Duration
 	last time.Time
+	// filled, while a leader lingers, is closed when the queue reaches
+	// LingerGroup calls.
+	filled chan struct{}
 }
+
+// LingerGroup is the group size a lingering leader waits for.
+const LingerGroup = 16
 
 type waiter[C any] struct {
 	call C
@@ -56,6 +64,10 @@ func (q *Queue[C]) Do(call C, limit int, run func(calls []C)) {
 		q.last = now
 	}
 	q.queue = append(q.queue, w)
+	if q.filled != nil && len(q.queue) >= LingerGroup {
+		close(q.filled)
+		q.filled = nil
+	}
 	lead := !q.busy
 	q.busy = true
 	q.mu.Unlock()
@@ -65,10 +77,20 @@ func (q *Queue[C]) Do(call C, limit int, run func(calls []C)) {
 	// Leading: w is at the head of the queue (the queue was empty, or
 	// the previous leader handed over to its head).
 	q.mu.Lock()
-	if q.Linger > 0 && q.gap < q.Linger/2 && len(q.queue) < limit {
+	if q.Linger > 0 && q.gap < q.Linger/2 && len(q.queue) < min(limit, LingerGroup) {
+		filled := make(chan struct{})
+		q.filled = filled
 		q.mu.Unlock()
-		time.Sleep(q.Linger)
+		t := time.NewTimer(q.Linger)
+		select {
+		case <-filled:
+		case <-t.C:
+		}
+		t.Stop()
 		q.mu.Lock()
+		if q.filled == filled {
+			q.filled = nil
+		}
 	}
 	n := min(len(q.queue), max(limit, 1))
 	batch := q.queue[:n:n]

@@ -137,3 +137,40 @@ func TestQueueLingersOnlyWhenCallsComeFast(t *testing.T) {
 		t.Errorf("frequent calls: %d groups for %d calls (%.1f a group), want at least 4 a group", len(sizes), n, avg)
 	}
 }
+
+// A leader whose group is large already runs it at once: callers that
+// pile up faster than groups run are not kept waiting for more.
+func TestQueueDoesNotLingerWithAFullGroup(t *testing.T) {
+	t.Parallel()
+	q := group.Queue[*call]{Linger: 50 * time.Millisecond}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var started []time.Time
+	var sizes []int
+	run := func(calls []*call) {
+		mu.Lock()
+		started = append(started, time.Now())
+		sizes = append(sizes, len(calls))
+		first := len(sizes) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { q.Do(&call{id: 0}, 64, run) })
+	time.Sleep(20 * time.Millisecond) // the first group is running
+	for i := range 2 * group.LingerGroup {
+		wg.Go(func() { q.Do(&call{id: i + 1}, 64, run) })
+	}
+	time.Sleep(20 * time.Millisecond) // they are queued
+	released := time.Now()
+	close(release)
+	wg.Wait()
+	if len(sizes) != 2 || sizes[1] != 2*group.LingerGroup {
+		t.Fatalf("groups %v, want [1 %d]", sizes, 2*group.LingerGroup)
+	}
+	if waited := started[1].Sub(released); waited >= q.Linger/2 {
+		t.Errorf("the second group started %s after the first ended: it lingered", waited)
+	}
+}
