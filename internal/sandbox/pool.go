@@ -37,14 +37,17 @@ type Pool struct {
 
 	// slots holds one token per running Execute: at most PoolSize.
 	slots chan struct{}
-	// idle holds started processes between turns. A process goes back
-	// to idle before its slot is released, so live processes never
-	// exceed PoolSize.
-	idle chan *child
-	done chan struct{} // closed by Close
+	done  chan struct{} // closed by Close
 
-	mu       sync.Mutex
-	closed   bool
+	mu     sync.Mutex
+	closed bool
+	// idle holds started processes between turns, the most recently
+	// used last: a turn takes the process that ran the turn before,
+	// whose thread, caches and heap are warm, and under light load the
+	// others stay asleep instead of each being woken in turn. A process
+	// goes back to idle before its slot is released, so live processes
+	// never exceed PoolSize.
+	idle     []*child
 	live     map[*child]struct{}
 	inflight sync.WaitGroup
 }
@@ -84,7 +87,6 @@ func New(cfg Config) (*Pool, error) {
 		guard:  g,
 		client: g.newHTTPClient(cfg.Network.MaxRedirects),
 		slots:  make(chan struct{}, cfg.PoolSize),
-		idle:   make(chan *child, cfg.PoolSize),
 		done:   make(chan struct{}),
 		live:   map[*child]struct{}{},
 	}
@@ -172,13 +174,16 @@ func (p *Pool) isClosed() bool {
 	return p.closed
 }
 
-// acquire takes an idle process or starts one.
+// acquire takes the most recently used idle process, or starts one.
 func (p *Pool) acquire() (*child, error) {
-	select {
-	case c := <-p.idle:
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
 		return c, nil
-	default:
 	}
+	p.mu.Unlock()
 	c, err := p.startChild()
 	if err != nil {
 		return nil, err
@@ -197,13 +202,10 @@ func (p *Pool) acquire() (*child, error) {
 // release returns a healthy process to idle, or destroys it.
 func (p *Pool) release(c *child, reusable bool) {
 	p.mu.Lock()
-	if reusable && !p.closed {
-		select {
-		case p.idle <- c:
-			p.mu.Unlock()
-			return
-		default:
-		}
+	if reusable && !p.closed && len(p.idle) < p.cfg.PoolSize {
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		return
 	}
 	delete(p.live, c)
 	p.mu.Unlock()
@@ -230,14 +232,12 @@ func (p *Pool) Close() error {
 		c.kill()
 	}
 	p.inflight.Wait()
-	for {
-		select {
-		case c := <-p.idle:
-			c.destroy()
-			continue
-		default:
-		}
-		break
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.destroy()
 	}
 	p.client.CloseIdleConnections()
 	return nil
