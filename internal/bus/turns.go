@@ -106,16 +106,11 @@ func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
 	stream := b.n.queueStream(QueueWork)
 	futures := make([]jetstream.PubAckFuture, len(ts))
 	for i, t := range ts {
-		if err := t.validate(); err != nil {
+		msg, err := b.turnMsg(QueueWork, t)
+		if err != nil {
 			errs[i] = fmt.Errorf("forward turn: %w", err)
 			continue
 		}
-		data, err := json.Marshal(t)
-		if err != nil {
-			errs[i] = fmt.Errorf("forward turn %s: %w", t.MsgID(), err)
-			continue
-		}
-		msg := &nats.Msg{Subject: b.n.queueSubject(QueueWork, t.Tenant, t.RunID), Data: data}
 		futures[i], errs[i] = b.js.PublishMsgAsync(msg, jetstream.WithMsgID(t.MsgID()), jetstream.WithExpectStream(stream))
 	}
 	for i, f := range futures {
@@ -133,15 +128,23 @@ func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
 	return errs
 }
 
-func (b *Bus) publishTurn(ctx context.Context, q Queue, t Turn) error {
+// turnMsg is the message of turn t on queue q.
+func (b *Bus) turnMsg(q Queue, t Turn) (*nats.Msg, error) {
 	if err := t.validate(); err != nil {
-		return fmt.Errorf("publish turn to %s: %w", q, err)
+		return nil, err
 	}
 	data, err := json.Marshal(t)
 	if err != nil {
-		return fmt.Errorf("publish turn %s: %w", t.MsgID(), err)
+		return nil, fmt.Errorf("turn %s: %w", t.MsgID(), err)
 	}
-	msg := &nats.Msg{Subject: b.n.queueSubject(q, t.Tenant, t.RunID), Data: data}
+	return &nats.Msg{Subject: b.n.queueSubject(q, t.Tenant, t.RunID), Data: data}, nil
+}
+
+func (b *Bus) publishTurn(ctx context.Context, q Queue, t Turn) error {
+	msg, err := b.turnMsg(q, t)
+	if err != nil {
+		return fmt.Errorf("publish turn to %s: %w", q, err)
+	}
 	if _, err := b.publish(ctx, msg, b.n.queueStream(q), t.MsgID()); err != nil {
 		return fmt.Errorf("publish turn %s to %s: %w", t.MsgID(), q, err)
 	}
@@ -675,8 +678,6 @@ func (d *Delivery) InProgress() error {
 	return nil
 }
 
-// Ack settles the turn as done and waits for the server to confirm, so a
-// nil error means the turn will not come back.
 // AckAsync acks without waiting for the server's confirmation. A lost
 // ack only means a redelivery, which every consumer of turns tolerates
 // (message ids dedupe the forwards, turn fences the commits); the
@@ -688,6 +689,8 @@ func (d *Delivery) AckAsync() error {
 	return nil
 }
 
+// Ack settles the turn as done and waits for the server to confirm, so a
+// nil error means the turn will not come back.
 func (d *Delivery) Ack(ctx context.Context) error {
 	ctx, cancel := d.src.b.opCtx(ctx)
 	defer cancel()

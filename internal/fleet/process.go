@@ -43,14 +43,6 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	return d.Run(ctx)
 }
 
-// RunWorker is the worker process: it joins the fleet's NATS server
-// (cfg.NATSURL is required) and store, serves /metrics and /healthz on
-// cfg.MetricsListen, and executes turns. The end of ctx (SIGTERM, in
-// cmd/worker) does not abandon the turns in flight, it drains: the worker
-// stops pulling, lets them finish within cfg.DrainTimeout, hands back the
-// rest and returns nil. During setup the end of ctx aborts at once. A
-// worker that must stop as a crash would is killed (SIGKILL).
-// cmd/worker and `agentctl __serve worker` are this function.
 // WorkerGCPercent is the garbage collector's target (GOGC) in a worker
 // process unless the environment sets GOGC. A worker's live heap is
 // small, its in-flight turns (about 180 KiB each), and it allocates fast
@@ -62,6 +54,14 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 // makes the collector work harder as the heap nears it, whatever GOGC.
 const WorkerGCPercent = 400
 
+// RunWorker is the worker process: it joins the fleet's NATS server
+// (cfg.NATSURL is required) and store, serves /metrics and /healthz on
+// cfg.MetricsListen, and executes turns. The end of ctx (SIGTERM, in
+// cmd/worker) does not abandon the turns in flight, it drains: the worker
+// stops pulling, lets them finish within cfg.DrainTimeout, hands back the
+// rest and returns nil. During setup the end of ctx aborts at once. A
+// worker that must stop as a crash would is killed (SIGKILL).
+// cmd/worker and `agentctl __serve worker` are this function.
 func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.NATSURL == "" {
 		return errors.New("AGENTFLEET_NATS_URL is not set: a worker joins a fleet's NATS server (for everything in one process, use agentctl dev)")

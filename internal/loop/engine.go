@@ -20,9 +20,9 @@
 //
 // Crash rules (DESIGN §2) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free
-// reservation from the Meter) and settled after it; the reply is recorded (fenced by the
-// turn number) before the script runs, and a turn that finds a recorded
-// reply reuses it instead of paying the model again.
+// reservation from the Meter) and settled after it; the reply is recorded
+// (fenced by the turn number) before the script runs, and a turn that
+// finds a recorded reply reuses it instead of paying the model again.
 package loop
 
 import (

@@ -40,19 +40,11 @@ func (s *batchCounter) record(n int) {
 
 func startCommitter(t *testing.T) (*committer, *batchCounter) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "store.db")})
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "store.db")})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
 	bc := &batchCounter{Store: st}
-	c := newCommitter(bc, 64)
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		_ = st.Close()
-	})
-	return c, bc
+	return newCommitter(bc, 64), bc
 }
 
 // commitOne commits a turn of a run the store does not have: the store
@@ -74,7 +66,7 @@ func TestCommitterDoesNotDelaySparseCommits(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	slices.Sort(took)
-	require.Less(t, took[len(took)/2], lingerMax/2, "median commit time %s", took[len(took)/2])
+	require.Less(t, took[len(took)/2], commitLinger/2, "median commit time %s", took[len(took)/2])
 	require.Equal(t, slices.Repeat([]int{1}, 20), bc.sizes)
 }
 

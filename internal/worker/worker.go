@@ -151,14 +151,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: open turn source: %w", err)
 	}
 	w.commits = newCommitter(w.cfg.Store, commitBatchMax)
-	commitCtx, stopCommits := context.WithCancel(context.WithoutCancel(ctx))
-	commitsDone := make(chan struct{})
-	go func() { defer close(commitsDone); w.commits.run(commitCtx) }()
-	defer func() {
-		w.wg.Wait()
-		stopCommits()
-		<-commitsDone
-	}()
+	defer w.wg.Wait()
 
 	unsubscribe, err := w.cfg.Bus.SubscribeControl(w.onControl)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agentfleet/agentfleet/internal/store/internal/group"
+	"github.com/agentfleet/agentfleet/internal/group"
 )
 
 // pipeline shares round trips between concurrent calls. A worker runs

@@ -23,9 +23,16 @@
 //     and the commit.
 //   - Concurrent calls share round trips and commits (pipeline.go): turn
 //     loads, reply records and sessionless run creations that arrive
-//     while a pipeline is on the wire go out together in the next one,
-//     as one transaction; turn commits are batched by their caller
-//     (TurnCommitMany).
+//     while a pipeline is on the wire (or, when calls come fast, within
+//     a millisecond) go out together in the next one, as one
+//     transaction, and the turn loads of a pipeline share one statement
+//     for the runs and one for their histories; turn commits are batched
+//     by their caller (TurnCommitMany).
+//   - A run's steps, events and model replies have no foreign key to the
+//     run: every insert of them is joined to the run's fenced UPDATE or
+//     reads the run in the same statement, and the key's per-row checks
+//     were most of a commit's cost. A trigger deletes them with their run
+//     (migration 0003).
 //   - Locks are always taken in one order: run rows (sorted by id), then
 //     session advisory locks (sorted by key); reservation rows before the
 //     tenant row. Settles lock the tenant row FOR NO KEY UPDATE, which

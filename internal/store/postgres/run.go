@@ -278,9 +278,7 @@ var turnLoadSQL = `WITH s AS (
 		UNION ALL
 		SELECT false, ` + runCols + ` FROM runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM s)
 	)
-	SELECT r.started,
-		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
-		` + runCols + ` FROM r`
+	` + turnLoadResultSQL
 
 // turnLoadManySQL is turnLoadSQL for the runs $1 at the turns $2 (the
 // same order): one row per run found, in no particular order.
@@ -297,7 +295,12 @@ var turnLoadManySQL = `WITH p AS (
 		SELECT false, ` + qualified("runs", runCols) + ` FROM runs JOIN p ON runs.id = p.p_id
 		WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = runs.id)
 	)
-	SELECT r.started,
+	` + turnLoadResultSQL
+
+// turnLoadResultSQL ends both turn load statements: from r (each run,
+// and whether this statement started it), the columns scanRun reads after
+// started and whether the run's tenant is unlimited.
+const turnLoadResultSQL = `SELECT r.started,
 		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
 		` + runCols + ` FROM r`
 
@@ -739,8 +742,8 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 		args = settleArgs(*p.Charge)
 	}
 	args = append(args, r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
-	// A charge locks its tenant's row (and key-shares the run's, as
-	// the insert does); without one only the run's row is key-shared.
+	// A charge locks its tenant's row; the insert only reads the run's
+	// (model_replies has no foreign key to runs, see migration 0003).
 	order := pipeOrderRun + r.RunID
 	if p.Charge != nil {
 		order = pipeOrderTenant + p.Charge.Tenant

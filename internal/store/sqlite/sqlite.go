@@ -45,8 +45,8 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/agentfleet/agentfleet/internal/group"
 	"github.com/agentfleet/agentfleet/internal/store"
-	"github.com/agentfleet/agentfleet/internal/store/internal/group"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 

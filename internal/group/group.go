@@ -1,11 +1,11 @@
-// Package group runs concurrent calls together, for the backends' units
-// of work that cost about the same for one call as for many (a SQLite
-// write transaction, a Postgres pipeline): a call that arrives while a
-// group is running waits, and the next group carries every call that
-// queued meanwhile. A lone call runs at once: no timer, no added latency
-// when idle. Groups run one at a time, each led by the caller at the head
-// of the queue. A Queue with a Linger also waits a little for company when
-// calls come fast (see Queue.Linger).
+// Package group runs concurrent calls together, for units of work that
+// cost about the same for one call as for many (a SQLite write
+// transaction, a Postgres pipeline, a worker's batch of turn commits): a
+// call that arrives while a group is running waits, and the next group
+// carries every call that queued meanwhile. A lone call runs at once: no
+// timer, no added latency when idle. Groups run one at a time, each led
+// by the caller at the head of the queue. A Queue with a Linger also
+// waits a little for company when calls come fast (see Queue.Linger).
 package group
 
 import (

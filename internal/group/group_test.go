@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentfleet/agentfleet/internal/store/internal/group"
+	"github.com/agentfleet/agentfleet/internal/group"
 )
 
 type call struct {
