@@ -11,9 +11,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -94,6 +96,8 @@ type testFleet struct {
 	workers    []*fleet.WorkerProcess
 	stopWorker []context.CancelFunc
 	workerDone []chan struct{}
+	// registries are the workers' metrics, one per worker.
+	registries []*prometheus.Registry
 	admin      *client.Client
 	tenant     *client.Client
 }
@@ -149,15 +153,17 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	for i := range o.workers {
 		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL(), MaxAttempts: o.modelAttempts})
 		require.NoError(t, err)
+		reg := fleet.NewRegistry()
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
-			Store: st, Bus: b, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
+			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
 		})
 		require.NoError(t, err)
 		wctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); _ = wp.Run(wctx) }()
 		f.workers = append(f.workers, wp)
+		f.registries = append(f.registries, reg)
 		f.stopWorker = append(f.stopWorker, stop)
 		f.workerDone = append(f.workerDone, done)
 	}
@@ -241,6 +247,104 @@ func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 		require.Equal(f.t, 1, perTurn[[2]int{turn, 1}], "run %s turn %d: observation steps", run.ID, turn)
 	}
 	require.Equal(f.t, 2*run.Turn, turnSteps)
+}
+
+// continued is the count of next turns worker i sent by path (in_place,
+// direct, scheduler).
+func (f *testFleet) continued(i int, path string) int {
+	f.t.Helper()
+	mfs, err := f.registries[i].Gather()
+	require.NoError(f.t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "agentfleet_worker_turns_continued_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "path" && l.GetValue() == path {
+					return int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// On a fleet where its tenant is alone, a run's turn that the scheduler
+// forwarded is followed by the next turn in the same worker slot; the
+// turn after that goes through the scheduler again. When the turn run in
+// place fails, the message of the turn before it comes back, and the
+// failed turn runs from a message of its own: the run completes with one
+// commit per turn.
+func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
+	var failed atomic.Bool
+	f := setupFleetWith(t, fleetOptions{workers: 1, modelAttempts: 1,
+		responder: func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+			if strings.Contains(r.FirstUser(), "compute 7") && assistantTurns(r) == 1 && failed.CompareAndSwap(false, true) {
+				return "", agentfleet.Usage{}, &fakeserver.StatusError{Status: http.StatusBadGateway, Message: "flaky upstream"}
+			}
+			return threeTurns(r)
+		}})
+
+	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 3"}).ID, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
+	require.JSONEq(t, `"result 7"`, string(run.Answer))
+	f.requireOneCommitPerTurn(run)
+	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 ran in place")
+	require.Equal(t, 1, f.continued(0, "scheduler"), "turn 3 went through the scheduler")
+	require.Equal(t, 0, f.continued(0, "direct"))
+
+	run = f.wait(f.submit(api.RunCreateRequest{Message: "compute 7"}).ID, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
+	require.JSONEq(t, `"result 15"`, string(run.Answer))
+	require.True(t, failed.Load())
+	f.requireOneCommitPerTurn(run)
+	require.EqualValues(t, 360+60, run.Usage.Total(), "usage counts each committed turn once")
+	require.Equal(t, 2, f.continued(0, "in_place"), "turn 2 was tried in place")
+	require.Equal(t, 1, f.continued(0, "direct"), "turn 1's redelivery published turn 2")
+	require.Equal(t, 2, f.continued(0, "scheduler"))
+	calls := 0
+	for _, r := range f.model.Received() {
+		if r.FirstUser() == "compute 7" && assistantTurns(r) == 1 {
+			calls++
+		}
+	}
+	require.Equal(t, 2, calls, "turn 2: the failed call in place and the one from its own message")
+}
+
+// A worker that ran a turn in place under the message of the turn before
+// it, committed it, and failed before publishing the turn after it, left
+// that message un-acked: its redelivery publishes the owed turn.
+func TestFleetRedeliveryAfterATurnInPlacePublishesTheNextTurn(t *testing.T) {
+	f := setupFleetWith(t, fleetOptions{workers: 1, responder: threeTurns})
+	// Turns 1 and 2 of "compute 7" as the failed worker committed them.
+	created, err := f.store.RunCreate(f.ctx, store.RunCreateParams{Tenant: "acme", Message: "compute 7"})
+	require.NoError(t, err)
+	id := created.Run.ID
+	for turn, n := range []int{7, 14} {
+		turn++
+		_, err := f.store.TurnLoad(f.ctx, store.TurnLoadParams{RunID: id, Turn: turn, HistoryFrom: 1})
+		require.NoError(t, err)
+		msgs := []agentfleet.ChatMessage{{Role: agentfleet.RoleUser, Content: "compute 7"}}
+		for range turn - 1 {
+			msgs = append(msgs, agentfleet.ChatMessage{Role: agentfleet.RoleAssistant})
+		}
+		reply, _, err := threeTurns(fakeserver.Request{Messages: msgs})
+		require.NoError(t, err)
+		_, err = f.store.TurnCommit(f.ctx, store.TurnCommitParams{
+			RunID: id, Turn: turn, Status: agentfleet.StatusRunning, Args: []byte(fmt.Sprintf(`{"n":%d}`, n)),
+			Steps: []agentfleet.Step{{Kind: agentfleet.StepModel, Content: reply}, {Kind: agentfleet.StepObservation, Content: "ok"}},
+		})
+		require.NoError(t, err)
+	}
+	// Turn 1's message comes back (the scheduler had marked it Direct).
+	require.NoError(t, f.bus.ForwardTurn(f.ctx, bus.Turn{RunID: id, Tenant: "acme", Turn: 1, Direct: true}))
+
+	run := f.wait(id, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
+	require.Equal(t, 3, run.Turn)
+	require.JSONEq(t, `"result 15"`, string(run.Answer))
+	require.Len(t, f.model.Received(), 1, "only turn 3 called the model")
 }
 
 func TestFleetRunsHundredRunsAndSurvivesAWorkerCrash(t *testing.T) {

@@ -366,8 +366,13 @@ type RunTransitionParams struct {
 // their seq, and, when the change ended the run and its session has a
 // queued run waiting, that run (now the session's head).
 type RunChangeResult struct {
-	Run         agentfleet.Run
-	Events      []agentfleet.Event
+	Run    agentfleet.Run
+	Events []agentfleet.Event
+	// Steps are the steps a TurnCommit stored, as StepListByRun would
+	// read them back (numbered, timestamped); nil for other changes. A
+	// worker that runs the run's next turn at once builds that turn's
+	// history from them instead of loading it.
+	Steps       []agentfleet.Step
 	SessionNext *agentfleet.Run
 }
 

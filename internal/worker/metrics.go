@@ -32,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"tenant", "outcome"}),
 		continued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentfleet_worker_turns_continued_total",
-			Help: "Next turns published after a commit, by path: direct (straight to the workers' queue) or scheduler.",
+			Help: "Next turns after a commit, by path: in_place (run at once by the same worker, in the same slot), direct (published straight to the workers' queue) or scheduler.",
 		}, []string{"path"}),
 		carriedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentfleet_data_bytes_carried_total", Help: "Carried bytes kept out of prompts, net of digests.",
@@ -58,13 +58,16 @@ func (m *Metrics) turnCommitted(tenant string, res loop.TurnResult) {
 	m.carriedBytes.Add(float64(res.DataBytesCarried))
 }
 
-func (m *Metrics) turnContinued(direct bool) {
+// Paths of a next turn (agentfleet_worker_turns_continued_total).
+const (
+	pathInPlace   = "in_place"
+	pathDirect    = "direct"
+	pathScheduler = "scheduler"
+)
+
+func (m *Metrics) turnContinued(path string) {
 	if m == nil {
 		return
-	}
-	path := "scheduler"
-	if direct {
-		path = "direct"
 	}
 	m.continued.WithLabelValues(path).Inc()
 }

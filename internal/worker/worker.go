@@ -1,8 +1,10 @@
 // Package worker executes turns: it pulls one turn message per free slot,
 // runs the turn through the engine, commits it to the store (fenced by the
 // turn number, batched across concurrent turns), publishes the turn's
-// events and the next turn, and only then acks. It holds no run state
-// between turns, so any worker can run any turn.
+// events and the next turn, and only then acks. When the scheduler marked
+// the turn Direct (its tenant was alone), the next turn is not published
+// but runs at once in the same slot, under the same message (see inPlace).
+// It holds no run state beyond that, so any worker can run any turn.
 //
 // Crash rules (DESIGN §2): a message whose turn is already committed
 // re-publishes what that commit owed (events, next turn, the session's
@@ -410,6 +412,7 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 	if err != nil {
 		return actRetry, fmt.Errorf("commit turn: %w", err)
 	}
+	w.cfg.Metrics.turnCommitted(run.Tenant, res)
 	if err := w.afterChange(ctx, ch); err != nil {
 		return actRetry, err
 	}
@@ -417,12 +420,50 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 		if ch.Run.CancelRequested {
 			return w.cancelRun(ctx, ch.Run)
 		}
+		if next, nld, ok := w.inPlace(turnCtx, t, firstAttempt, ch, ld); ok {
+			w.cfg.Metrics.turnContinued(pathInPlace)
+			return w.execute(ctx, turnCtx, next, ch.Run, nld, true)
+		}
 		if err := w.continueRun(ctx, t, ch.Run); err != nil {
 			return actRetry, err
 		}
 	}
-	w.cfg.Metrics.turnCommitted(run.Tenant, res)
 	return actAck, nil
+}
+
+// inPlace decides whether the turn after t, which ch has just committed,
+// runs at once in this slot under t's message instead of being published,
+// and if so returns that turn and its load. That saves the next turn its
+// trip through the queue (a stored message, a pull, an ack) and its load
+// from the store: the run and its history are at hand.
+//
+// Only when the scheduler marked t Direct (no other tenant's turn was
+// waiting), so it costs fairness what publishing straight to AF_WORK
+// costs, no more: the next turn is not Direct, so a run still passes
+// through the scheduler at least every other turn. Only on t's first
+// delivery: t's message stays un-acked (and kept alive) while the next
+// turn runs, so a crash or a failure of that turn redelivers t, whose
+// turn is committed by then: its redelivery publishes the next turn (see
+// republish), which then runs from its own message. The first delivery
+// rule keeps that one extra delivery of t within MaxDeliver, and means no
+// earlier attempt of the next turn can have called the model.
+func (w *Worker) inPlace(turnCtx context.Context, t bus.Turn, firstAttempt bool, ch store.RunChangeResult, ld store.TurnLoadResult) (bus.Turn, store.TurnLoadResult, bool) {
+	if !t.Direct || !firstAttempt || w.isDraining() || turnCtx.Err() != nil {
+		return bus.Turn{}, store.TurnLoadResult{}, false
+	}
+	run := ch.Run
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}
+	// The history TurnLoad would read: the steps of turns from
+	// HistoryFrom up to the one just committed.
+	from := w.cfg.Engine.HistoryFrom(next.Turn)
+	steps := make([]agentfleet.Step, 0, len(ld.Steps)+len(ch.Steps))
+	for _, s := range ld.Steps {
+		if s.Turn >= from {
+			steps = append(steps, s)
+		}
+	}
+	steps = append(steps, ch.Steps...)
+	return next, store.TurnLoadResult{Run: run, TenantUnlimited: ld.TenantUnlimited, Steps: steps, HistoryLoaded: true}, true
 }
 
 // afterChange publishes a change's events and starts the session's next
@@ -451,7 +492,11 @@ func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
 	}
-	w.cfg.Metrics.turnContinued(direct)
+	path := pathScheduler
+	if direct {
+		path = pathDirect
+	}
+	w.cfg.Metrics.turnContinued(path)
 	return nil
 }
 
@@ -502,8 +547,23 @@ func (w *Worker) republish(ctx context.Context, prev bus.Turn, run agentfleet.Ru
 	if err := w.afterChange(ctx, ch); err != nil {
 		return actRetry, err
 	}
-	if run.Status == agentfleet.StatusRunning && run.Turn == turn {
-		if err := w.continueRun(ctx, prev, run); err != nil {
+	if run.Status == agentfleet.StatusRunning {
+		owedBy := prev
+		switch {
+		case run.Turn == turn:
+		case run.Turn == turn+1 && prev.Direct && prev.Turn == turn:
+			// The turn after prev may have run in place under prev's
+			// message (see inPlace) and been committed, and then the
+			// worker failed before publishing the turn after it: this
+			// delivery owes that one. If the turn after prev ran from a
+			// message of its own instead, that message published the
+			// same turn to the same queue, and the message id drops
+			// this copy.
+			owedBy = bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn, Wake: run.Wake}
+		default:
+			return actAck, nil
+		}
+		if err := w.continueRun(ctx, owedBy, run); err != nil {
 			return actRetry, err
 		}
 	}

@@ -230,7 +230,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 		}
 		evs := prepared[i].Events
 		rules.Number(evs, w.row.Run, w.lastSeq)
-		results[i] = store.RunChangeResult{Run: w.row.Run, Events: evs}
+		results[i] = store.RunChangeResult{Run: w.row.Run, Events: evs, Steps: prepared[i].Steps}
 		if !w.row.Status.Terminal() || w.row.SessionID == "" {
 			continue
 		}

@@ -634,7 +634,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			steps = append(steps, p.Steps...)
 			rules.Number(p.Events, row.Run, row.EventSeq-int64(n))
 			evs = append(evs, p.Events...)
-			results[i] = store.RunChangeResult{Run: row.Run, Events: p.Events}
+			results[i] = store.RunChangeResult{Run: row.Run, Events: p.Events, Steps: p.Steps}
 			if results[i].SessionNext, err = sessionNext(ctx, tx, row); err != nil {
 				return err
 			}

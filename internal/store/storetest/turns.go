@@ -47,6 +47,15 @@ func testTurnCommit(t *testing.T, newStore NewStore) {
 			require.Equal(t, p.Steps[i].Usage, s.Usage)
 		}
 		require.Equal(t, "m1", steps[1].Model)
+		// The result holds the steps as they read back, for a worker
+		// that goes on to the next turn without loading its history.
+		require.Len(t, res.Steps, 2)
+		for i, s := range res.Steps {
+			stored := steps[1+i]
+			require.True(t, stored.CreatedAt.Equal(s.CreatedAt), "step %d created %s, stored %s", i, s.CreatedAt, stored.CreatedAt)
+			s.CreatedAt = stored.CreatedAt
+			require.Equal(t, stored, s, "step %d", i)
+		}
 
 		// A turn without new args keeps the carried state; usage adds up.
 		res, err = b.s.TurnCommit(b.ctx, store.TurnCommitParams{RunID: r.ID, Turn: 2, Status: agentfleet.StatusRunning,
