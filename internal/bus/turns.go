@@ -28,7 +28,8 @@ type Turn struct {
 	Wake int `json:"wake"`
 	// Direct is set by the scheduler on a turn it forwarded while no
 	// other tenant's turn waited for the workers: the turn after it may
-	// skip the scheduler and go straight to AF_WORK (see ContinueTurn).
+	// skip the scheduler, run at once by the same worker or sent straight
+	// to AF_WORK (see ContinueTurn).
 	// The message id does not include it.
 	Direct bool `json:"direct,omitempty"`
 }

@@ -25,9 +25,10 @@
 //   - A turn takes one extra hop (AF_RUNQ -> scheduler -> AF_WORK), well
 //     under a millisecond on a local server but a third of the NATS work
 //     of a turn. A turn forwarded while no other tenant has turns waiting
-//     is marked Direct, and the worker publishes the turn after it
-//     straight to AF_WORK (bus.ContinueTurn). That turn is not marked, so
-//     a run passes through here at least every other turn; a tenant that
+//     is marked Direct, and the worker runs the turn after it at once in
+//     the same slot (or, when it cannot, publishes it straight to
+//     AF_WORK: bus.ContinueTurn). That turn is not marked, so a run
+//     passes through here at least every other turn; a tenant that
 //     arrives while another's turns skip the hop waits, at worst, behind
 //     one skipped turn per turn then in flight: about one more turn's
 //     service time. With one tenant busy (a batch fanning out), half of
