@@ -5,8 +5,9 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the scheduler's Prometheus metrics; a nil *Metrics records
 // nothing.
 type Metrics struct {
-	queuedTurns *prometheus.GaugeVec
-	forwardedN  *prometheus.CounterVec
+	queuedTurns  *prometheus.GaugeVec
+	forwardedN   *prometheus.CounterVec
+	backlogReads prometheus.Counter
 }
 
 // NewMetrics registers the scheduler metrics with reg.
@@ -18,8 +19,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		forwardedN: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentfleet_scheduler_forwarded_turns_total", Help: "Turns handed to the workers' queue, by tenant.",
 		}, []string{"tenant"}),
+		backlogReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentfleet_scheduler_backlog_reads_total", Help: "Reads of the workers' queue backlog (a JetStream consumer info request each).",
+		}),
 	}
-	reg.MustRegister(m.queuedTurns, m.forwardedN)
+	reg.MustRegister(m.queuedTurns, m.forwardedN, m.backlogReads)
 	return m
 }
 
@@ -36,4 +40,11 @@ func (m *Metrics) forwarded(tenant string, left int) {
 	}
 	m.forwardedN.WithLabelValues(tenant).Inc()
 	m.queuedTurns.WithLabelValues(tenant).Set(float64(left))
+}
+
+func (m *Metrics) backlogRead() {
+	if m == nil {
+		return
+	}
+	m.backlogReads.Inc()
 }

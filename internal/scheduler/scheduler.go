@@ -64,9 +64,13 @@ const (
 	WorkersDefault     = "workers"
 	TenantTTLDefault   = 2 * time.Second
 	LeaseTTLDefault    = 10 * time.Second
-	// pollFull is how soon a full ready queue is checked for room again,
-	// pollBlocked how soon turns held back are reconsidered.
+	// A full ready queue is checked for room again after pollFull at
+	// first; the interval doubles while checks find it still full, up to
+	// pollFullMax, and drops back when one finds the workers idle (see
+	// nextPollInterval). pollBlocked is how soon turns held back are
+	// reconsidered.
 	pollFull    = 2 * time.Millisecond
+	pollFullMax = 16 * time.Millisecond
 	pollBlocked = 50 * time.Millisecond
 	// pullBatchMax bounds what one puller drains from the turn queue in
 	// a round trip.
@@ -225,14 +229,31 @@ func (s *Scheduler) lead(ctx context.Context) error {
 
 	st := &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}}
 	// credit is how many more turns the workers' queue can take by its
-	// last reported backlog.
+	// last reported backlog. When that backlog left no room, the next
+	// look waits until nextLook, however many turns arrive meanwhile.
 	credit := 0
+	lookEvery := pollFull
+	var nextLook time.Time
 	var retry *time.Timer
+	var retryAt time.Time
 	retryC := func() <-chan time.Time {
 		if retry == nil {
 			return nil
 		}
 		return retry.C
+	}
+	// retryIn makes the loop come round again within d.
+	retryIn := func(d time.Duration) {
+		at := time.Now().Add(d)
+		switch {
+		case retry == nil:
+			retry = time.NewTimer(d)
+		case at.Before(retryAt):
+			retry.Reset(d)
+		default:
+			return
+		}
+		retryAt = at
 	}
 	for {
 		select {
@@ -256,29 +277,58 @@ func (s *Scheduler) lead(ctx context.Context) error {
 			continue
 		}
 		// Asking the server for the workers' backlog is a JetStream API
-		// call; ask only when the room it last reported is used up.
+		// call; ask only when the room it last reported is used up, and
+		// after a look that found no room, not before nextLook: turns
+		// arriving meanwhile would otherwise each cost a look.
 		if credit <= 0 {
-			room, err := s.room(ctx, work)
+			if wait := time.Until(nextLook); wait > 0 {
+				retryIn(wait)
+				continue
+			}
+			room, bl, err := s.room(ctx, work)
 			if err != nil {
 				s.log.Warn("scheduler: read work queue backlog", "err", err)
 			}
 			credit = room
+			lookEvery = nextPollInterval(lookEvery, bl, room)
+			nextLook = time.Time{}
+			if room == 0 {
+				nextLook = time.Now().Add(lookEvery)
+			}
 		}
 		room := credit
 		n := s.dispatch(ctx, st, room)
 		credit -= n
-		if st.q.Len() == 0 || retry != nil {
+		if st.q.Len() == 0 {
 			continue
 		}
-		// Turns are left: the ready queue is full (look again very
-		// soon), or what is left is held back (a tenant at its max
-		// concurrent runs, a failed forward): look again later.
-		wait := pollBlocked
+		// Turns are left: the ready queue is full (look again soon), or
+		// what is left is held back (a tenant at its max concurrent
+		// runs, a failed forward): look again later.
 		if n == room {
-			wait = pollFull
+			retryIn(lookEvery)
+		} else {
+			retryIn(pollBlocked)
 		}
-		retry = time.NewTimer(wait)
 	}
+}
+
+// nextPollInterval adapts how soon a ready queue found full is looked at
+// again to how fast the workers drain it. A look that finds it still full
+// came too early: wait twice as long next time, up to pollFullMax. A look
+// that finds it empty with workers waiting came too late, as idle slots
+// show: go back to pollFull. Anything between was about right. At a
+// turn rate the cushion (ReadyDepth) covers for pollFullMax, the queue is
+// looked at a few times per interval rather than once per arriving turn
+// or every pollFull; at higher rates the interval stays near pollFull.
+func nextPollInterval(cur time.Duration, bl bus.Backlog, room int) time.Duration {
+	switch {
+	case room == 0:
+		return min(2*cur, pollFullMax)
+	case bl.Undelivered == 0 && bl.Waiting > 0:
+		return pollFull
+	}
+	return cur
 }
 
 // pull feeds the intake until ctx ends: one blocking pull for the next
@@ -352,12 +402,13 @@ func (s *Scheduler) start(ctx context.Context, d *bus.Delivery) (started bool, e
 
 // room is how many turns the workers' queue can take now: one per idle
 // worker slot, plus the cushion, minus what already waits there.
-func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, error) {
+func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, bus.Backlog, error) {
 	bl, err := work.Pending(ctx)
 	if err != nil {
-		return 0, err
+		return 0, bus.Backlog{}, err
 	}
-	return max(0, bl.Waiting+s.cfg.ReadyDepth-int(bl.Undelivered)), nil
+	s.cfg.Metrics.backlogRead()
+	return max(0, bl.Waiting+s.cfg.ReadyDepth-int(bl.Undelivered)), bl, nil
 }
 
 // dispatch forwards up to room turns in fair order and returns how many

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/budget"
@@ -15,20 +16,28 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 )
 
+// newTestScheduler is a scheduler on an embedded NATS server and SQLite,
+// with a context that ends with the test (or after 30 seconds).
+func newTestScheduler(t *testing.T, m *Metrics) (context.Context, *bus.Bus, *Scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	b := bustest.Connect(t, bustest.StartServer(t))
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "store.db")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	s, err := New(Config{Bus: b, Store: st, Metrics: m})
+	require.NoError(t, err)
+	return ctx, b, s
+}
+
 // A forwarded turn is marked Direct (its successor may skip the
 // scheduler) exactly when no other tenant's turn is left waiting: with
 // two tenants queued, only the very last turn forwarded is; with one
 // tenant, every turn is.
 func TestDispatchMarksTurnsDirectOnlyWhenNoOtherTenantWaits(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	b := bustest.Connect(t, bustest.StartServer(t))
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "store.db")})
-	require.NoError(t, err)
-	defer st.Close()
-	s, err := New(Config{Bus: b, Store: st})
-	require.NoError(t, err)
+	ctx, b, s := newTestScheduler(t, nil)
 	runq, err := b.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable)
 	require.NoError(t, err)
 	work, err := b.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
@@ -76,4 +85,74 @@ func TestDispatchMarksTurnsDirectOnlyWhenNoOtherTenantWaits(t *testing.T) {
 	for i, turn := range forward([]string{"c"}, 2, 1) {
 		require.True(t, turn.Direct, "turn %d (%s): one tenant alone", i, turn.RunID)
 	}
+}
+
+// While the workers' queue is full, turns keep arriving: the scheduler
+// looks at the queue's backlog (a JetStream API call each) a few times per
+// pollFullMax, not once per arriving turn or every pollFull. Once the
+// workers pull again, every held turn is forwarded.
+func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	ctx, b, s := newTestScheduler(t, NewMetrics(reg))
+	// The workers' consumer exists, but nobody pulls yet: the queue is
+	// full once ReadyDepth turns wait in it.
+	work, err := b.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
+	require.NoError(t, err)
+
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(sctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+
+	const turns = 100
+	start := time.Now()
+	for i := range turns {
+		require.NoError(t, b.EnqueueTurn(ctx, bus.Turn{Tenant: "acme", RunID: fmt.Sprintf("run-%d", i), Turn: 2}))
+		time.Sleep(3 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	elapsed := time.Since(start)
+	reads := counterValue(t, reg, "agentfleet_scheduler_backlog_reads_total")
+	require.Equal(t, float64(ReadyDepthDefault), counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total"), "the queue took its cushion")
+	// A look per arriving turn would be 100 or more; one every pollFull
+	// over this time about 250.
+	require.Less(t, reads, float64(elapsed/pollFullMax)+20, "%v of backlog reads in %s", reads, elapsed)
+	t.Logf("%v backlog reads in %s with the queue full and %d turns arriving", reads, elapsed.Round(time.Millisecond), turns)
+
+	for got := 0; got < turns; got++ {
+		d, err := work.Next(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack(ctx))
+	}
+}
+
+// counterValue sums the samples of the counter name in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
+}
+
+func TestNextPollInterval(t *testing.T) {
+	t.Parallel()
+	full := bus.Backlog{Undelivered: ReadyDepthDefault}
+	starved := bus.Backlog{Waiting: 3}
+	part := bus.Backlog{Undelivered: 1}
+	require.Equal(t, 2*pollFull, nextPollInterval(pollFull, full, 0), "still full: too early")
+	require.Equal(t, pollFullMax, nextPollInterval(pollFullMax, full, 0), "capped")
+	require.Equal(t, pollFull, nextPollInterval(pollFullMax, starved, 7), "workers waited: too late")
+	require.Equal(t, 8*time.Millisecond, nextPollInterval(8*time.Millisecond, part, 3), "about right")
 }
