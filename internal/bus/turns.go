@@ -581,6 +581,7 @@ func (s *TurnSource) decode(ctx context.Context, m jetstream.Msg) *Delivery {
 		d.NumDelivered = md.NumDelivered
 		d.StreamSeq = md.Sequence.Stream
 		d.Enqueued = md.Timestamp
+		d.Pending = md.NumPending
 	}
 	var bad error
 	if err := json.Unmarshal(m.Data(), &d.Turn); err != nil {
@@ -653,6 +654,11 @@ type Delivery struct {
 	StreamSeq uint64
 	// Enqueued is when the stream stored the message.
 	Enqueued time.Time
+	// Pending is how many messages were left undelivered on the
+	// consumer when the server sent this one: a caller with room for
+	// more can FetchReady them in one round trip rather than pull them
+	// one by one.
+	Pending uint64
 
 	msg jetstream.Msg
 	src *TurnSource

@@ -44,6 +44,7 @@ func TestNextPullsExactlyOne(t *testing.T) {
 	require.Equal(t, turns[0], d.Turn)
 	require.EqualValues(t, 1, d.NumDelivered)
 	require.Equal(t, bus.QueueRunQ, d.Queue)
+	require.EqualValues(t, 2, d.Pending, "what was left queued when it was sent")
 
 	// One call, one message leased: the other two are still the
 	// server's to hand out (nothing buffered in this process).
@@ -54,6 +55,7 @@ func TestNextPullsExactlyOne(t *testing.T) {
 	d2, err := src.Next(s.ctx)
 	require.NoError(t, err)
 	require.Equal(t, turns[1], d2.Turn)
+	require.EqualValues(t, 1, d2.Pending)
 	ackPending, pending, _ = consumerInfo(t, s, src)
 	require.Equal(t, 2, ackPending)
 	require.EqualValues(t, 1, pending)

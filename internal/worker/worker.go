@@ -1,5 +1,6 @@
-// Package worker executes turns: it pulls one turn message per free slot,
-// runs the turn through the engine, commits it to the store (fenced by the
+// Package worker executes turns: it pulls one turn message per free slot
+// (several in one round trip when the queue has more waiting, never more
+// than it has free slots), runs the turn through the engine, commits it to the store (fenced by the
 // turn number, batched across concurrent turns), publishes the turn's
 // events and the next turn, and only then acks. When the scheduler marked
 // the turn Direct (its tenant was alone), the next turn is not published
@@ -47,6 +48,9 @@ const (
 	publishTimeout    = 10 * time.Second
 	storeTimeout      = 15 * time.Second
 	pullRetryDelay    = 500 * time.Millisecond
+	// pullBatchMax bounds the turns taken in one round trip after a pull
+	// that found more queued.
+	pullBatchMax = 16
 )
 
 // Config configures a Worker.
@@ -192,18 +196,65 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		if w.isDraining() {
-			// Pulled while a drain began: hand it straight back.
-			_ = d.NakWithDelay(0)
-			<-w.slots
+		if !w.start(turnsCtx, d) {
 			return nil
 		}
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			defer func() { <-w.slots }()
-			w.handle(turnsCtx, d)
-		}()
+		// Turns left queued and slots free: take up to that many in one
+		// round trip rather than a pull request each.
+		if more := w.takeSlots(min(d.Pending, pullBatchMax)); more > 0 {
+			ds, err := src.FetchReady(ctx, more)
+			if err != nil && ctx.Err() == nil {
+				w.log.Debug("pull ready turns", "err", err)
+			}
+			for i, d := range ds {
+				if !w.start(turnsCtx, d) {
+					for _, rest := range ds[i+1:] {
+						_ = rest.NakWithDelay(0)
+					}
+					w.releaseSlots(more - i - 1)
+					return nil
+				}
+			}
+			w.releaseSlots(more - len(ds))
+		}
+	}
+}
+
+// start runs the turn d holds in a goroutine of its own, in a slot the
+// caller took for it, and reports true; or, when a drain has begun, hands
+// d straight back, frees the slot and reports false.
+func (w *Worker) start(ctx context.Context, d *bus.Delivery) bool {
+	if w.isDraining() {
+		_ = d.NakWithDelay(0)
+		<-w.slots
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.slots }()
+		w.handle(ctx, d)
+	}()
+	return true
+}
+
+// takeSlots takes up to n free slots without waiting and returns how
+// many it took.
+func (w *Worker) takeSlots(n uint64) int {
+	took := 0
+	for ; uint64(took) < n; took++ {
+		select {
+		case w.slots <- struct{}{}:
+		default:
+			return took
+		}
+	}
+	return took
+}
+
+func (w *Worker) releaseSlots(n int) {
+	for range n {
+		<-w.slots
 	}
 }
 
