@@ -1,11 +1,12 @@
 // Package worker executes turns: it pulls one turn message per free slot
 // (several in one round trip when the queue has more waiting, never more
-// than it has free slots), runs the turn through the engine, commits it to the store (fenced by the
-// turn number, batched across concurrent turns), publishes the turn's
-// events and the next turn, and only then acks. When the scheduler marked
-// the turn Direct (its tenant was alone), the next turn is not published
-// but runs at once in the same slot, under the same message (see inPlace).
-// It holds no run state beyond that, so any worker can run any turn.
+// than it has free slots), runs the turn through the engine, commits it to
+// the store (fenced by the turn number, batched across concurrent turns),
+// publishes the turn's events and the next turn, and only then acks. When
+// the scheduler marked the turn Direct (its tenant was alone), the next
+// turn is not published but runs at once in the same slot, under the same
+// message (see inPlace). It holds no run state beyond that, so any worker
+// can run any turn.
 //
 // Crash rules (DESIGN §2): a message whose turn is already committed
 // re-publishes what that commit owed (events, next turn, the session's
