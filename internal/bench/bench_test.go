@@ -112,6 +112,22 @@ func TestThroughput(t *testing.T) {
 	require.GreaterOrEqual(t, f.ModelCalls, 40)
 	require.NotNil(t, f.CPUPerTurn, "the fleet is this process: CPU is measured")
 	require.Positive(t, *f.CPUPerTurn)
+	require.NotNil(t, f.SwitchesPerTurn, "and its context switches")
+	require.Positive(t, *f.SwitchesPerTurnSelf)
+	require.Positive(t, *f.SwitchesPerTurnChildren, "the sandbox processes wake for every turn")
+	require.InDelta(t, *f.SwitchesPerTurn, *f.SwitchesPerTurnSelf+*f.SwitchesPerTurnChildren, 1e-9)
+}
+
+// A thread that sleeps gives up its CPU each time: the count of this
+// process's context switches grows.
+func TestThreadSwitchesCountsThisProcess(t *testing.T) {
+	before := bench.ThreadSwitches(os.Getpid())
+	for range 5 {
+		time.Sleep(2 * time.Millisecond)
+	}
+	after := bench.ThreadSwitches(os.Getpid())
+	require.GreaterOrEqual(t, after-before, int64(5), "before %d, after %d", before, after)
+	require.Zero(t, bench.ThreadSwitches(-1), "no such process")
 }
 
 // TestThroughputThroughModelFailures: the fleet's model client retries

@@ -38,6 +38,10 @@
 // CPU is getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) plus the
 // times of the live descendants read from /proc (RUSAGE_CHILDREN holds
 // only reaped children, and the sandbox processes live as long as the
-// fleet); memory is VmRSS of this process and its live descendants.
-// Both are Linux-only and cover only a fleet the bench runs.
+// fleet); context switches are counted the same way (getrusage, and the
+// threads of the live descendants from /proc/<pid>/task): where a
+// context switch is dear, as on some virtual machines, they explain CPU
+// per turn that the code alone does not. Memory is VmRSS of this process
+// and its live descendants. All are Linux-only and cover only a fleet
+// the bench runs.
 package bench

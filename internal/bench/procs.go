@@ -426,13 +426,27 @@ func (f *procFleet) startWorker(ctx context.Context) (*proc, error) {
 	return p, nil
 }
 
-// cpuByRole is the CPU time used so far by the fleet's live processes, by
-// role; "sandbox" is the workers' sandbox processes (live, and reaped).
-func (f *procFleet) cpuByRole() map[string]time.Duration {
+// roleUsage is what a role's processes have used so far: CPU time, and
+// context switches of their live threads.
+type roleUsage struct {
+	cpu      time.Duration
+	switches int64
+}
+
+// usageByRole is what the fleet's live processes have used so far, by
+// role; "sandbox" is the workers' sandbox processes (live, and for CPU
+// also reaped).
+func (f *procFleet) usageByRole() map[string]roleUsage {
 	f.mu.Lock()
 	procs := map[string][]*proc{"nats": {f.nats}, "dispatcher": {f.dispatcher}, "worker": f.workers}
 	f.mu.Unlock()
-	out := map[string]time.Duration{}
+	out := map[string]roleUsage{}
+	add := func(role string, cpu time.Duration, switches int64) {
+		u := out[role]
+		u.cpu += cpu
+		u.switches += switches
+		out[role] = u
+	}
 	for role, ps := range procs {
 		for _, p := range ps {
 			if p == nil || p.cmd.Process == nil {
@@ -442,11 +456,11 @@ func (f *procFleet) cpuByRole() map[string]time.Duration {
 			if !ok {
 				continue // exited
 			}
-			out[role] += st.own
+			add(role, st.own, threadSwitches(st.pid))
 			if role == "worker" {
-				out["sandbox"] += st.cpu - st.own
+				add("sandbox", st.cpu-st.own, 0) // reaped sandbox processes: CPU only
 				for _, d := range descendantsOf(st.pid) {
-					out["sandbox"] += d.cpu
+					add("sandbox", d.cpu, threadSwitches(d.pid))
 				}
 			}
 		}

@@ -109,6 +109,17 @@ type ThroughputFigures struct {
 	// CPUPerTurnPostgres is the local Postgres server's CPU per turn
 	// (all its processes), when the store is Postgres on this machine.
 	CPUPerTurnPostgres *Duration `json:"cpu_per_turn_postgres,omitempty"`
+	// SwitchesPerTurn is how often the threads of this process and of
+	// its descendants gave up a CPU (context switches, voluntary or not)
+	// over the measured window, per turn: the wake-ups a turn costs,
+	// which a virtual machine can make dear. SwitchesPerTurnSelf and
+	// SwitchesPerTurnChildren split it as CPUPerTurn's parts do, and
+	// SwitchesPerTurnByProcess as CPUPerTurnByProcess does (threads of
+	// live processes only).
+	SwitchesPerTurn          *float64           `json:"context_switches_per_turn,omitempty"`
+	SwitchesPerTurnSelf      *float64           `json:"context_switches_per_turn_self,omitempty"`
+	SwitchesPerTurnChildren  *float64           `json:"context_switches_per_turn_children,omitempty"`
+	SwitchesPerTurnByProcess map[string]float64 `json:"context_switches_per_turn_by_process,omitempty"`
 	// CPUUtilisation is CPUTotal over Wall, in cores.
 	CPUCores *float64 `json:"cpu_cores,omitempty"`
 	// ModelCalls is the replies the fake model served (one per turn,
@@ -292,6 +303,18 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// byRole lists a figure of each fleet role present in m, "role value",
+// in the order the fleet's processes start.
+func byRole[V any](m map[string]V, format func(V) string) string {
+	var parts []string
+	for _, role := range []string{"nats", "dispatcher", "worker", "sandbox"} {
+		if v, ok := m[role]; ok {
+			parts = append(parts, role+" "+format(v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
 func durPtr(d time.Duration) *Duration { v := Duration(d); return &v }
 
 // ErrChecksFailed is returned (wrapped) by Report.Err when a check failed.
@@ -357,16 +380,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 			row("CPU per turn", "%s = %s this process + %s its children (%s total, %.2f cores busy on average)",
 				*t.CPUPerTurn, *t.CPUPerTurnSelf, *t.CPUPerTurnChildren, *t.CPUTotal, *t.CPUCores)
 			if len(t.CPUPerTurnByProcess) > 0 {
-				var parts []string
-				for _, role := range []string{"nats", "dispatcher", "worker", "sandbox"} {
-					if d, ok := t.CPUPerTurnByProcess[role]; ok {
-						parts = append(parts, role+" "+d.String())
-					}
-				}
-				row("fleet CPU by process", "%s", strings.Join(parts, ", "))
+				row("fleet CPU by process", "%s", byRole(t.CPUPerTurnByProcess, Duration.String))
 			}
 			if t.CPUPerTurnPostgres != nil {
 				row("Postgres CPU per turn", "%s (the local server's processes)", *t.CPUPerTurnPostgres)
+			}
+			if t.SwitchesPerTurn != nil {
+				row("switches per turn", "%.1f context switches = %.1f this process + %.1f its children",
+					*t.SwitchesPerTurn, *t.SwitchesPerTurnSelf, *t.SwitchesPerTurnChildren)
+			}
+			if len(t.SwitchesPerTurnByProcess) > 0 {
+				row("switches by process", "%s", byRole(t.SwitchesPerTurnByProcess, func(v float64) string { return fmt.Sprintf("%.1f", v) }))
 			}
 		}
 		row("model calls", "%d", t.ModelCalls)

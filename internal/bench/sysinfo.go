@@ -220,6 +220,53 @@ func cpuTimes() (self, children time.Duration) {
 	return self, children
 }
 
+// contextSwitches is how often the threads of this process (self) and of
+// every process it started (children) have given up a CPU so far,
+// voluntarily (to wait) or not: getrusage's counts for this process and
+// for reaped children, plus the counts of every live thread of each live
+// descendant from /proc (threads that ended in a live descendant are not
+// counted; a Go process keeps its threads).
+func contextSwitches() (self, children int64) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		self = ru.Nvcsw + ru.Nivcsw
+	}
+	if syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru) == nil {
+		children = ru.Nvcsw + ru.Nivcsw
+	}
+	for _, d := range descendants() {
+		children += threadSwitches(d.pid)
+	}
+	return self, children
+}
+
+// threadSwitches sums the context switches of the live threads of pid.
+func threadSwitches(pid int) int64 {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + e.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.Lines(string(b)) {
+			v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:")
+			if !ok {
+				v, ok = strings.CutPrefix(line, "nonvoluntary_ctxt_switches:")
+			}
+			if ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
+
 // rssSampler reads the resident memory (VmRSS) of this process and of
 // every live descendant, in bytes. Pages shared between processes (the
 // sandbox processes run this same binary) count once per process, as RSS

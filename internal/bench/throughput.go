@@ -56,10 +56,15 @@ func (e *env) throughput(ctx context.Context) error {
 		f.CPUPerTurnChildren = durPtr(kids / turns)
 		cores := cpu.Seconds() / detected.Sub(start).Seconds()
 		f.CPUCores = &cores
+		n := float64(counts.Turns)
+		swSelf, swKids := float64(cpu1.switchesSelf-cpu0.switchesSelf)/n, float64(cpu1.switchesKids-cpu0.switchesKids)/n
+		f.SwitchesPerTurn, f.SwitchesPerTurnSelf, f.SwitchesPerTurnChildren = new(swSelf+swKids), new(swSelf), new(swKids)
 		if cpu1.roles != nil {
 			f.CPUPerTurnByProcess = map[string]Duration{}
-			for role, c := range cpu1.roles {
-				f.CPUPerTurnByProcess[role] = Duration((c - cpu0.roles[role]) / turns)
+			f.SwitchesPerTurnByProcess = map[string]float64{}
+			for role, u := range cpu1.roles {
+				f.CPUPerTurnByProcess[role] = Duration((u.cpu - cpu0.roles[role].cpu) / turns)
+				f.SwitchesPerTurnByProcess[role] = float64(u.switches-cpu0.roles[role].switches) / n
 			}
 		}
 		if e.rep.Parameters.Store == "postgres" && cpu1.postgres > cpu0.postgres {
@@ -83,18 +88,21 @@ func (e *env) throughput(ctx context.Context) error {
 }
 
 // cpuSample is the CPU time used so far by this process, its children,
-// the local PostgreSQL and, with spawned processes, each fleet role.
+// the local PostgreSQL and, with spawned processes, each fleet role; and
+// the context switches of this process and its children.
 type cpuSample struct {
-	self, kids, postgres time.Duration
-	roles                map[string]time.Duration
+	self, kids, postgres       time.Duration
+	switchesSelf, switchesKids int64
+	roles                      map[string]roleUsage
 }
 
 func (e *env) sampleCPU() cpuSample {
 	var c cpuSample
 	c.self, c.kids = cpuTimes()
+	c.switchesSelf, c.switchesKids = contextSwitches()
 	c.postgres = postgresCPU()
 	if e.procs != nil {
-		c.roles = e.procs.cpuByRole()
+		c.roles = e.procs.usageByRole()
 	}
 	return c
 }
