@@ -20,10 +20,16 @@ const (
 	FetchTimeoutDefault  = 10 * time.Second
 	TurnTimeoutDefault   = 2 * time.Minute
 	MaxRedirectsDefault  = 5
-	// ChildProcsDefault is the GOMAXPROCS of a sandbox process: a script
-	// is single-threaded, the second P serves the protocol reader, the
-	// heap watcher and the GC.
-	ChildProcsDefault = 2
+	// ChildProcsDefault is the GOMAXPROCS of a sandbox process. A script
+	// is single-threaded, and a process that sleeps between requests pays
+	// for a second P on every wake-up (the runtime starts a second thread
+	// looking for work, and parks it again): with two Ps the production
+	// bench counted 16-17 context switches per turn in the sandbox
+	// processes, with one 11. The heap watcher, the CPU limit's timer,
+	// cancels and the GC's background work share the one P with the
+	// script; the runtime preempts a script that runs 10ms, so they wait
+	// that long at most.
+	ChildProcsDefault = 1
 )
 
 // Lower bounds below which a limit cannot work (the child's own runtime
