@@ -22,7 +22,7 @@ Progress goes to stderr, the figures to stdout (a table, or one JSON object
 with --json). Exits 1 when a run failed or was lost, or another check failed.
 
 Scenarios (defaults: runs x turns, model latency, workers x slots):
-  throughput  2000 x 2, 0,      1 x 64  turns/s, runs/s, CPU per turn
+  throughput  2000 x 2, 0,      1 x 64  turns/s, runs/s, CPU and context switches per turn
   latency      100 x 2, 0,      2 x 8   runs one at a time: per-step latency percentiles
   scale       5000 x 2, 2s,     1 x runs  all in flight at once: completion, RSS per turn
   fairness     300 x 2, 100ms,  2 x 4   tenant B's 4 runs against tenant A's backlog
