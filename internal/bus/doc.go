@@ -17,7 +17,7 @@
 //
 //	what            stream     subjects                          retention  notes
 //	turn queue      AF_RUNQ    <p>.runq.<tenant>.<run>           WorkQueue  every turn to execute; msg id <run>/turn/<n>[/w<wake>]
-//	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler, and by workers after a Direct turn; workers pull here
+//	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler, and by workers after a Direct turn they could not follow in place; workers pull here
 //	events          AF_EVENTS  <p>.events.<tenant>.<run>.<type>  Limits     MaxAge Config.EventsMaxAge (7d); msg id <run>/ev/<seq>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
@@ -36,11 +36,14 @@
 // # Pull one at a time
 //
 // TurnSource.Next issues a pull request for exactly one message, and only
-// when called. A worker calls it once per free slot, so a worker with 8 free
-// slots holds at most 8 un-acked messages and never a buffered one: the
-// AckWait clock of a message starts when the server delivers it, and a
-// message sitting in a client buffer behind a slow turn would be redelivered
-// to another worker while this one still intends to run it. The consumer is
+// when called. A worker calls it for a free slot; when the delivery says
+// more are queued (Delivery.Pending) and it has more free slots, it takes
+// up to that many with one FetchReady, which asks only for what is queued
+// now. So a worker with 8 free slots holds at most 8 un-acked messages and
+// never a buffered one: the AckWait clock of a message starts when the
+// server delivers it, and a message sitting in a client buffer behind a
+// slow turn would be redelivered to another worker while this one still
+// intends to run it. The consumer is
 // one durable pull consumer shared by every worker (AckExplicit, AckWait,
 // MaxDeliver unlimited). A worker keeps a long turn alive with
 // Delivery.KeepAlive (InProgress every AckWait/3, from one goroutine of

@@ -263,15 +263,8 @@ func (w *Worker) releaseSlots(n int) {
 func (w *Worker) next(ctx context.Context, src *bus.TurnSource) (*bus.Delivery, error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(pctx, func() {})
+	stop := context.AfterFunc(w.drainCtx, cancel)
 	defer stop()
-	go func() {
-		select {
-		case <-w.drainCtx.Done():
-			cancel()
-		case <-pctx.Done():
-		}
-	}()
 	return src.Next(pctx)
 }
 

@@ -202,11 +202,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
-			rows, err := br.Query()
-			if err != nil {
-				return err
-			}
-			hs, err := collectRows(rows, scanRunRow)
+			hs, err := collectBatch(br, scanRunRow)
 			if err != nil {
 				return err
 			}

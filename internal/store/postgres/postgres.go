@@ -397,6 +397,15 @@ func collect[T any](ctx context.Context, q querier, sql string, scan func(scanne
 	return collectRows(rows, scan)
 }
 
+// collectBatch reads the rows of a batch's next query with scan.
+func collectBatch[T any](br pgx.BatchResults, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return collectRows(rows, scan)
+}
+
 // collectRows scans every row and closes rows. No rows is a nil slice,
 // as in the SQLite backend.
 func collectRows[T any](rows pgx.Rows, scan func(scanner) (T, error)) ([]T, error) {

@@ -365,11 +365,7 @@ func (c *turnLoadCall) read(br pgx.BatchResults) error {
 	if c.p.Turn == 1 {
 		return nil
 	}
-	rows, err := br.Query()
-	if err != nil {
-		return err
-	}
-	steps, err := collectRows(rows, scanStep)
+	steps, err := collectBatch(br, scanStep)
 	if err != nil {
 		return err
 	}
@@ -455,11 +451,7 @@ var turnLoadMerger = pipeMerger{
 		if !history {
 			return nil
 		}
-		rows, err = br.Query()
-		if err != nil {
-			return err
-		}
-		steps, err := collectRows(rows, scanStep)
+		steps, err := collectBatch(br, scanStep)
 		if err != nil {
 			return err
 		}
