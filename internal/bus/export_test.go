@@ -1,6 +1,10 @@
 package bus
 
-import "github.com/nats-io/nats.go/jetstream"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // Test hooks: the external tests inspect server state through the same
 // JetStream handle the Bus uses, and simulate a crashed process.
@@ -32,3 +36,11 @@ func (b *Bus) KillConnForTest() { b.nc.Close() }
 func (s *TurnSource) NamesForTest() (stream, durable string) { return s.stream, s.durable }
 
 func (b *Bus) LeaseBucketForTest(name string) string { return b.n.leaseBucket(name) }
+
+// SetClockForTest makes the tally read the time from now, so a test can
+// age announcements past SlotsTTL.
+func (t *SlotTally) SetClockForTest(now func() time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.now = now
+}

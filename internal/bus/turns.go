@@ -609,8 +609,9 @@ type Backlog struct {
 	AckPending int
 	// Redelivered counts un-acked messages delivered more than once.
 	Redelivered int
-	// Waiting is the number of pull requests parked at the server: idle
-	// worker slots.
+	// Waiting is the number of pull requests parked at the server. A
+	// worker parks one at a time whatever its free slots, so this counts
+	// idle workers; their slots are in their announcements (TallySlots).
 	Waiting int
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/internal/worker"
 )
 
 func TestMain(m *testing.M) {
@@ -547,4 +548,19 @@ func TestFleetDeadLettersATurnThatKeepsFailing(t *testing.T) {
 	require.Len(t, dead, 1)
 	require.Equal(t, run.ID, dead[0].RunID)
 	require.Contains(t, dead[0].Reason, "attempted 5 times")
+}
+
+// Workers tell the scheduler their slots (it feeds the work queue a turn
+// per idle slot): the tally hears both workers' 8 slots, and a stopped
+// worker's are gone at once rather than after the announcements' TTL.
+func TestFleetWorkersAnnounceTheirSlots(t *testing.T) {
+	f := setupFleetWith(t, fleetOptions{responder: threeTurns})
+	tally, err := f.bus.TallySlots(f.ctx, worker.DurableDefault)
+	require.NoError(t, err)
+	defer tally.Close()
+	require.Eventually(t, func() bool { return tally.Total() == 16 }, 5*time.Second, 10*time.Millisecond, "two workers of 8 slots")
+	f.crashWorker(1)
+	require.Eventually(t, func() bool { return tally.Total() == 8 }, time.Second, 10*time.Millisecond, "the stopped worker's slots")
+	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 3"}).ID, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
 }

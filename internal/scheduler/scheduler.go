@@ -211,6 +211,11 @@ func (s *Scheduler) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scheduler: open work queue: %w", err)
 	}
+	slots, err := s.cfg.Bus.TallySlots(ctx, s.cfg.WorkersDurable)
+	if err != nil {
+		return fmt.Errorf("scheduler: listen to the workers' slots: %w", err)
+	}
+	defer slots.Close()
 
 	intake := make(chan *bus.Delivery, 256)
 	pctx, stopPullers := context.WithCancel(ctx)
@@ -285,7 +290,7 @@ func (s *Scheduler) lead(ctx context.Context) error {
 				retryIn(wait)
 				continue
 			}
-			room, bl, err := s.room(ctx, work)
+			room, bl, err := s.room(ctx, work, slots)
 			if err != nil {
 				s.log.Warn("scheduler: read work queue backlog", "err", err)
 			}
@@ -401,14 +406,20 @@ func (s *Scheduler) start(ctx context.Context, d *bus.Delivery) (started bool, e
 }
 
 // room is how many turns the workers' queue can take now: one per idle
-// worker slot, plus the cushion, minus what already waits there.
-func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource) (int, bus.Backlog, error) {
+// worker slot, plus the cushion, minus what already waits there. The idle
+// slots are the slots the workers announced less the turns they hold
+// (delivered, not yet acked). A worker parks one pull request whatever
+// its free slots, so the parked requests alone would count idle workers,
+// not slots, and keep a worker of 64 slots fed a cushion at a time; they
+// are the floor for workers not heard from yet.
+func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource, slots *bus.SlotTally) (int, bus.Backlog, error) {
 	bl, err := work.Pending(ctx)
 	if err != nil {
 		return 0, bus.Backlog{}, err
 	}
 	s.cfg.Metrics.backlogRead()
-	return max(0, bl.Waiting+s.cfg.ReadyDepth-int(bl.Undelivered)), bl, nil
+	idle := max(bl.Waiting, slots.Total()-bl.AckPending)
+	return max(0, idle+s.cfg.ReadyDepth-int(bl.Undelivered)), bl, nil
 }
 
 // dispatch forwards up to room turns in fair order and returns how many

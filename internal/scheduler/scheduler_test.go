@@ -31,6 +31,22 @@ func newTestScheduler(t *testing.T, m *Metrics) (context.Context, *bus.Bus, *Sch
 	return ctx, b, s
 }
 
+// startScheduling opens the workers' consumer (so the scheduler has a
+// queue to fill) and runs s until the test ends.
+func startScheduling(t *testing.T, ctx context.Context, b *bus.Bus, s *Scheduler) *bus.TurnSource {
+	t.Helper()
+	work, err := b.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
+	require.NoError(t, err)
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(sctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-done)
+	})
+	return work
+}
+
 // A forwarded turn is marked Direct (its successor may skip the
 // scheduler) exactly when no other tenant's turn is left waiting: with
 // two tenants queued, only the very last turn forwarded is; with one
@@ -97,16 +113,7 @@ func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
 	ctx, b, s := newTestScheduler(t, NewMetrics(reg))
 	// The workers' consumer exists, but nobody pulls yet: the queue is
 	// full once ReadyDepth turns wait in it.
-	work, err := b.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
-	require.NoError(t, err)
-
-	sctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(sctx) }()
-	defer func() {
-		stop()
-		require.NoError(t, <-done)
-	}()
+	work := startScheduling(t, ctx, b, s)
 
 	const turns = 100
 	start := time.Now()
@@ -124,6 +131,78 @@ func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
 	t.Logf("%v backlog reads in %s with the queue full and %d turns arriving", reads, elapsed.Round(time.Millisecond), turns)
 
 	for got := 0; got < turns; got++ {
+		d, err := work.Next(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack(ctx))
+	}
+}
+
+// The workers' queue takes a turn per idle slot the workers announced,
+// plus the cushion: one worker of 10 slots that parks a single pull
+// request is fed 10 + ReadyDepth turns at once, not 1 + ReadyDepth. Turns
+// it holds un-acked use its slots; once it acks them, their slots take
+// turns again.
+func TestWorkQueueTakesATurnPerAnnouncedIdleSlot(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	ctx, b, s := newTestScheduler(t, NewMetrics(reg))
+	work := startScheduling(t, ctx, b, s)
+	// A worker of 10 slots, announcing until the test ends (the
+	// scheduler starts listening when it starts leading).
+	const slots = 10
+	actx, stopAnnouncing := context.WithCancel(ctx)
+	announced := make(chan struct{})
+	defer func() {
+		stopAnnouncing()
+		<-announced
+	}()
+	go func() {
+		defer close(announced)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = b.AnnounceSlots(s.cfg.WorkersDurable, "w1", slots)
+			select {
+			case <-tick.C:
+			case <-actx.Done():
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+
+	forwarded := func() float64 { return counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") }
+	// settled waits until forwarded reaches want and checks it stays there.
+	settled := func(want float64, why string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return forwarded() >= want }, 5*time.Second, 2*time.Millisecond, why)
+		time.Sleep(100 * time.Millisecond)
+		require.Equal(t, want, forwarded(), why)
+	}
+	const turns = 40
+	for i := range turns {
+		require.NoError(t, b.EnqueueTurn(ctx, bus.Turn{Tenant: "acme", RunID: fmt.Sprintf("run-%d", i), Turn: 2}))
+	}
+	settled(slots+ReadyDepthDefault, "every idle slot and the cushion")
+
+	// The worker takes 6 turns and runs them: 4 slots idle, 8 turns
+	// left waiting, so the queue takes nothing more.
+	var held []*bus.Delivery
+	for range 6 {
+		d, err := work.Next(ctx)
+		require.NoError(t, err)
+		held = append(held, d)
+	}
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, float64(slots+ReadyDepthDefault), forwarded(), "4 idle slots + 4 cushion - 8 waiting")
+
+	// It finishes them: 10 idle slots and the cushion, 8 waiting.
+	for _, d := range held {
+		require.NoError(t, d.Ack(ctx))
+	}
+	settled(slots+ReadyDepthDefault+6, "the slots the acks freed")
+
+	for got := 6; got < turns; got++ {
 		d, err := work.Next(ctx)
 		require.NoError(t, err)
 		require.NoError(t, d.Ack(ctx))

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/loop"
@@ -112,6 +114,7 @@ func (c *Config) validate() error {
 // Worker executes turns. Create it with New, start it with Run.
 type Worker struct {
 	cfg     Config
+	id      string // this worker's id in its slot announcements
 	log     *slog.Logger
 	commits *committer
 	agents  agentCache
@@ -133,6 +136,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg:      cfg,
+		id:       uuid.NewString(),
 		log:      cfg.Logger,
 		inflight: map[string]context.CancelCauseFunc{},
 		slots:    make(chan struct{}, cfg.Slots),
@@ -165,6 +169,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe to control: %w", err)
 	}
 	defer unsubscribe()
+	if w.cfg.Queue == bus.QueueWork {
+		defer w.announceSlots()()
+	}
 
 	// Each turn's context ends with ctx (abandon) or when the drain
 	// deadline hands it back.
@@ -218,6 +225,37 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			w.releaseSlots(more - len(ds))
 		}
+	}
+}
+
+// announceSlots tells the scheduler this worker's slots now and every
+// bus.SlotsAnnounceEvery, and that it has none once a drain begins or
+// the returned stop is called; stop returns when the announcer has.
+func (w *Worker) announceSlots() (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(bus.SlotsAnnounceEvery)
+		defer tick.Stop()
+		for {
+			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, cap(w.slots)); err != nil {
+				w.log.Debug("announce slots", "err", err)
+			}
+			select {
+			case <-tick.C:
+			case <-done:
+				_ = w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, 0)
+				return
+			case <-w.drainCtx.Done():
+				_ = w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, 0)
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
 	}
 }
 
