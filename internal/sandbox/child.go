@@ -129,12 +129,14 @@ func childMain(specStr string) int {
 		fmt.Fprintln(os.Stderr, "sandbox child: fds 3, 4 and 5 are not open; a sandbox process is started by sandbox.Pool")
 		return exitSetup
 	}
+	requests := &requestPipe{f: in, fd: in.Fd()}
 	s := &childServer{
-		spec:   spec,
-		limits: spec.limits(),
-		in:     bufio.NewReaderSize(in, 64<<10),
-		out:    out,
-		heap:   newHeapSamples(),
+		spec:     spec,
+		limits:   spec.limits(),
+		requests: requests,
+		in:       bufio.NewReaderSize(requests, 64<<10),
+		out:      out,
+		heap:     newHeapSamples(),
 	}
 	go s.cancelLoop(bufio.NewReaderSize(cancels, 64))
 	return s.serve()
@@ -143,16 +145,18 @@ func childMain(specStr string) int {
 // childServer runs turns one at a time on its main goroutine, which also
 // does all reading of requests and host replies and all writing, with
 // blocking system calls: a request wakes the very thread that will run
-// it, with no goroutine hand-off on the way. Cancels come on a pipe of
+// it, with no goroutine hand-off on the way (and, between turns, without
+// giving up its P: see requestPipe). Cancels come on a pipe of
 // their own, read by cancelLoop, so they reach a turn that is busy in
 // JavaScript.
 type childServer struct {
-	spec   childSpec
-	limits Limits
-	in     *bufio.Reader
-	out    *os.File
-	rbuf   []byte
-	enc    encoder
+	spec     childSpec
+	limits   Limits
+	requests *requestPipe
+	in       *bufio.Reader
+	out      *os.File
+	rbuf     []byte
+	enc      encoder
 	// cur is the turn in progress. cancelled holds the latest cancel as
 	// seq<<8 | reason, for a cancel that arrives before its turn starts.
 	cur       atomic.Pointer[turnCtl]
@@ -170,7 +174,9 @@ func (s *childServer) serve() int {
 	s.spare = s.newEnv()
 	max := maxFrame(s.spec.carry)
 	for {
+		s.requests.idle = true
 		typ, p, err := readFrame(s.in, &s.rbuf, max)
+		s.requests.idle = false
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				// The parent closed the pipe: the pool is closing or
@@ -207,6 +213,35 @@ func (s *childServer) serve() int {
 		// usually time to spare (the model is thinking).
 		s.spare = s.newEnv()
 	}
+}
+
+// requestPipe reads the request pipe: frames from the parent. While idle
+// (waiting for the next turn) it reads with idleRead, which on Linux
+// blocks in the kernel without telling the Go scheduler.
+//
+// Why: with one P, a normal blocking read leaves the P in a system call,
+// and the runtime's monitor thread (sysmon) takes it back 20µs later and
+// hands it to another thread, which finds nothing to do and sleeps; every
+// such take keeps the monitor polling every 20µs for the next
+// millisecond. Measured with perf (sched:sched_switch) on a sandbox
+// process in the production bench, that was about half of the process's
+// context switches: four sleeps of the monitor and two of the spare
+// threads per turn. While idle there is nothing else for the P to do:
+// the cancel reader only matters during a turn, no timer is armed
+// between turns, and a GC cycle that is under way simply resumes with
+// the next turn. During a turn (host replies) reads are normal, so the
+// heap watcher, the CPU timer and cancels keep running.
+type requestPipe struct {
+	f    *os.File
+	fd   uintptr
+	idle bool
+}
+
+func (p *requestPipe) Read(b []byte) (int, error) {
+	if p.idle {
+		return idleRead(p.f, p.fd, b)
+	}
+	return p.f.Read(b)
 }
 
 // write writes one frame. A failed write means the parent is gone.

@@ -3,9 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -73,4 +75,26 @@ func pipe() (r, w *os.File, err error) {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
 	return os.NewFile(uintptr(fds[0]), "sandbox-pipe-r"), os.NewFile(uintptr(fds[1]), "sandbox-pipe-w"), nil
+}
+
+// idleRead is read(2) on the blocking pipe fd through RawSyscall: the
+// calling goroutine keeps its P while blocked (see requestPipe). A
+// signal (the runtime's preemption signal) restarts the read; EOF is
+// io.EOF.
+func idleRead(_ *os.File, fd uintptr, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, errno := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno != 0:
+			return 0, &os.PathError{Op: "read", Path: "sandbox-requests", Err: errno}
+		case n == 0:
+			return 0, io.EOF
+		}
+		return int(n), nil
+	}
 }

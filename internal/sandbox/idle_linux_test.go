@@ -1,0 +1,76 @@
+package sandbox
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// A sandbox process waiting for its next turn keeps its P (requestPipe):
+// it neither makes the runtime's monitor take the P back and hand it to a
+// spare thread, nor keeps the monitor polling. Turns with gaps between
+// them, as a worker sends them, then cost the process about two context
+// switches each (wake for the request, sleep after the reply), not the
+// six or more of a plain blocking read.
+func TestIdleSandboxProcessSwitchesLittlePerTurn(t *testing.T) {
+	p := newPool(t, Config{PoolSize: 1})
+	req := agentfleet.ExecRequest{Script: `function run(args) { return {n: 1} }`}
+	execute(t, p, req) // start the process
+	pid := onlyChildPid(t, p)
+
+	const turns = 300
+	before := taskSwitches(t, pid)
+	for range turns {
+		execute(t, p, req)
+		time.Sleep(300 * time.Microsecond) // the worker's own work between turns
+	}
+	per := float64(taskSwitches(t, pid)-before) / turns
+	t.Logf("%.2f voluntary context switches per turn in the sandbox process", per)
+	if per > 4 {
+		t.Fatalf("%.2f voluntary context switches per turn in the sandbox process; an idle one that keeps its P makes about 2", per)
+	}
+}
+
+func onlyChildPid(t *testing.T, p *Pool) int {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.live) != 1 {
+		t.Fatalf("%d sandbox processes, want 1", len(p.live))
+	}
+	for c := range p.live {
+		return c.cmd.Process.Pid
+	}
+	return 0
+}
+
+// taskSwitches sums the voluntary context switches (a thread blocking or
+// sleeping) of every thread of process pid; involuntary ones depend on
+// what else the machine runs.
+func taskSwitches(t *testing.T, pid int) int64 {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task/", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("threads of the sandbox process: %v", err)
+	}
+	var n int64
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + e.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
