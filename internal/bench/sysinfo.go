@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agentfleet/agentfleet/internal/procstat"
 )
 
 // Machine describes where the figures were measured.
@@ -242,29 +244,8 @@ func contextSwitches() (self, children int64) {
 
 // threadSwitches sums the context switches of the live threads of pid.
 func threadSwitches(pid int) int64 {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, e := range ents {
-		b, err := os.ReadFile(dir + e.Name() + "/status")
-		if err != nil {
-			continue // the thread ended
-		}
-		for line := range strings.Lines(string(b)) {
-			v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:")
-			if !ok {
-				v, ok = strings.CutPrefix(line, "nonvoluntary_ctxt_switches:")
-			}
-			if ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			}
-		}
-	}
-	return n
+	v, i := procstat.ThreadSwitches(pid)
+	return v + i
 }
 
 // rssSampler reads the resident memory (VmRSS) of this process and of

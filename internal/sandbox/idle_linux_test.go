@@ -1,14 +1,11 @@
 package sandbox
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/procstat"
 )
 
 // A sandbox process waiting for its next turn keeps its P (requestPipe):
@@ -49,28 +46,14 @@ func onlyChildPid(t *testing.T, p *Pool) int {
 	return 0
 }
 
-// taskSwitches sums the voluntary context switches (a thread blocking or
+// taskSwitches is the voluntary context switches (a thread blocking or
 // sleeping) of every thread of process pid; involuntary ones depend on
 // what else the machine runs.
 func taskSwitches(t *testing.T, pid int) int64 {
 	t.Helper()
-	dir := fmt.Sprintf("/proc/%d/task/", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("threads of the sandbox process: %v", err)
+	v, _ := procstat.ThreadSwitches(pid)
+	if v == 0 {
+		t.Fatalf("no context switches read for the sandbox process %d", pid)
 	}
-	var n int64
-	for _, e := range ents {
-		b, err := os.ReadFile(dir + e.Name() + "/status")
-		if err != nil {
-			continue // the thread ended
-		}
-		for line := range strings.Lines(string(b)) {
-			if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
-				k, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += k
-			}
-		}
-	}
-	return n
+	return v
 }
