@@ -208,6 +208,95 @@ func TestPipelineMergesTurnLoads(t *testing.T) {
 	require.Equal(t, int64(len(loads)-1), postgres.MergedCalls(s), "every load but the second of one run shared statements")
 }
 
+// Reply records of tenants without limits, in one pipeline, share one
+// statement, and each gets what it would get alone: its reply, charged in
+// full once. A pipeline holding any record the statement would not
+// insert (a lost fence, a reply already there, a tenant with a limit by
+// now) runs every record alone instead, with the same outcomes as ever.
+func TestPipelineMergesUnlimitedReplyRecords(t *testing.T) {
+	t.Parallel()
+	ctx, s, runs := pipelineFixture(t, 12)
+	_, err := s.TenantCreate(ctx, store.TenantCreateParams{ID: "capped", TokenLimit: 25, Window: agentfleet.WindowDay})
+	require.NoError(t, err)
+	capped, err := s.RunCreate(ctx, store.RunCreateParams{Tenant: "capped", Message: "task"})
+	require.NoError(t, err)
+	for _, r := range append(runs, capped.Run) {
+		_, err := s.TurnLoad(ctx, store.TurnLoadParams{RunID: r.ID, Turn: 1})
+		require.NoError(t, err)
+	}
+	type rec struct {
+		p   store.ModelReplyRecordParams
+		res store.ModelReplyRecordResult
+		err error
+	}
+	record := func(tenant, runID string, turn int, tokens int64) *rec {
+		u := agentfleet.Usage{PromptTokens: 10, CompletionTokens: tokens}
+		return &rec{p: store.ModelReplyRecordParams{
+			ModelReply: store.ModelReply{RunID: runID, Turn: turn, Content: fmt.Sprintf("reply %s %d", runID, tokens), Model: "m", Usage: u, UsageReported: true},
+			// Unreserved: the tenant had no limits when its turn was
+			// loaded.
+			Charge: &store.BudgetSettleParams{Tenant: tenant, RunID: runID, Usage: u, Model: "m"},
+		}}
+	}
+	run := func(recs ...*rec) {
+		var calls []func()
+		for _, r := range recs {
+			calls = append(calls, func() { r.res, r.err = s.ModelReplyRecord(ctx, r.p) })
+		}
+		behind(t, ctx, s, calls...)
+	}
+	requireRecorded := func(r *rec, charged int64) {
+		t.Helper()
+		require.NoError(t, r.err)
+		require.False(t, r.res.Existed)
+		require.NoError(t, r.res.ChargeErr)
+		require.Equal(t, charged, r.res.Settled.Charged)
+		require.Equal(t, r.p.Usage.Total()-charged, r.res.Settled.Overage)
+		got, err := s.ModelReplyGet(ctx, r.p.RunID, r.p.Turn)
+		require.NoError(t, err)
+		require.Equal(t, r.res.Reply, got)
+		require.Equal(t, r.p.Content, got.Content)
+	}
+
+	var clean []*rec
+	var total int64
+	for i, r := range runs[:8] {
+		clean = append(clean, record("acme", r.ID, 1, int64(i)))
+		total += 10 + int64(i)
+	}
+	run(clean...)
+	for _, r := range clean {
+		requireRecorded(r, r.p.Usage.Total())
+	}
+	require.Equal(t, int64(len(clean)), postgres.MergedCalls(s), "the records shared one statement")
+
+	var fresh []*rec
+	for i, r := range runs[8:] {
+		fresh = append(fresh, record("acme", r.ID, 1, int64(100+i)))
+		total += 110 + int64(i)
+	}
+	again := record("acme", runs[0].ID, 1, 50)        // turn 1 of runs[0] has its reply
+	early := record("acme", runs[1].ID, 3, 60)        // runs[1] has not committed turn 2
+	limited := record("capped", capped.Run.ID, 1, 30) // 40 tokens against a limit of 25
+	run(append(fresh, again, early, limited)...)
+	for _, r := range fresh {
+		requireRecorded(r, r.p.Usage.Total())
+	}
+	require.NoError(t, again.err)
+	require.True(t, again.res.Existed)
+	require.Equal(t, clean[0].res.Reply, again.res.Reply, "the reply recorded first")
+	require.ErrorIs(t, early.err, store.ErrConflict)
+	requireRecorded(limited, 25)
+	require.Equal(t, int64(len(clean)), postgres.MergedCalls(s), "the mixed pipeline ran each record alone")
+
+	b, err := s.BudgetGet(ctx, "acme", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, total, b.Used, "each recorded reply charged once, nothing for the others")
+	b, err = s.BudgetGet(ctx, "capped", time.Now())
+	require.NoError(t, err)
+	require.Equal(t, int64(25), b.Used, "the capped tenant charged up to its limit")
+}
+
 func boolInt(b bool) int {
 	if b {
 		return 1
