@@ -21,6 +21,7 @@
 //	events          AF_EVENTS  <p>.events.<tenant>.<run>.<type>  Limits     MaxAge Config.EventsMaxAge (7d); msg id <run>/ev/<seq>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
+//	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)
 //	leases          KV_AF_LEASE_<name>  (KV bucket per lease)    KV, TTL    singleton roles such as the scheduler
 //
 // All streams use file storage and a duplicate window of Config.DedupWindow
