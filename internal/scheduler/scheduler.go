@@ -4,8 +4,8 @@
 // holds them in memory in per-tenant queues, and forwards them to the
 // workers' queue (AF_WORK) by weighted fair share (budget.FairQueue),
 // keeping that queue shallow: it forwards as many turns as worker slots
-// are idle (the pull requests waiting on the workers' consumer) plus a
-// small cushion, ReadyDepth. A tenant's new turn therefore waits behind at
+// are idle (the slots the workers announce, bus.TallySlots, less the
+// turns they hold un-acked) plus a small cushion, ReadyDepth. A tenant's new turn therefore waits behind at
 // most ReadyDepth turns plus its fair share of the slots that free up,
 // whatever another tenant's backlog: about one turn's service time.
 //

@@ -47,6 +47,26 @@ func startScheduling(t *testing.T, ctx context.Context, b *bus.Bus, s *Scheduler
 	return work
 }
 
+// enqueueTurns queues turn 2 of n runs of tenant acme, gap apart.
+func enqueueTurns(t *testing.T, ctx context.Context, b *bus.Bus, n int, gap time.Duration) {
+	t.Helper()
+	for i := range n {
+		require.NoError(t, b.EnqueueTurn(ctx, bus.Turn{Tenant: "acme", RunID: fmt.Sprintf("run-%d", i), Turn: 2}))
+		time.Sleep(gap)
+	}
+}
+
+// ackTurns pulls n turns from the workers' queue and acks them, as
+// workers that ran them would.
+func ackTurns(t *testing.T, ctx context.Context, work *bus.TurnSource, n int) {
+	t.Helper()
+	for range n {
+		d, err := work.Next(ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack(ctx))
+	}
+}
+
 // A forwarded turn is marked Direct (its successor may skip the
 // scheduler) exactly when no other tenant's turn is left waiting: with
 // two tenants queued, only the very last turn forwarded is; with one
@@ -117,10 +137,7 @@ func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
 
 	const turns = 100
 	start := time.Now()
-	for i := range turns {
-		require.NoError(t, b.EnqueueTurn(ctx, bus.Turn{Tenant: "acme", RunID: fmt.Sprintf("run-%d", i), Turn: 2}))
-		time.Sleep(3 * time.Millisecond)
-	}
+	enqueueTurns(t, ctx, b, turns, 3*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	elapsed := time.Since(start)
 	reads := counterValue(t, reg, "agentfleet_scheduler_backlog_reads_total")
@@ -130,11 +147,7 @@ func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
 	require.Less(t, reads, float64(elapsed/pollFullMax)+20, "%v of backlog reads in %s", reads, elapsed)
 	t.Logf("%v backlog reads in %s with the queue full and %d turns arriving", reads, elapsed.Round(time.Millisecond), turns)
 
-	for got := 0; got < turns; got++ {
-		d, err := work.Next(ctx)
-		require.NoError(t, err)
-		require.NoError(t, d.Ack(ctx))
-	}
+	ackTurns(t, ctx, work, turns)
 }
 
 // The workers' queue takes a turn per idle slot the workers announced,
@@ -180,9 +193,7 @@ func TestWorkQueueTakesATurnPerAnnouncedIdleSlot(t *testing.T) {
 		require.Equal(t, want, forwarded(), why)
 	}
 	const turns = 40
-	for i := range turns {
-		require.NoError(t, b.EnqueueTurn(ctx, bus.Turn{Tenant: "acme", RunID: fmt.Sprintf("run-%d", i), Turn: 2}))
-	}
+	enqueueTurns(t, ctx, b, turns, 0)
 	settled(slots+ReadyDepthDefault, "every idle slot and the cushion")
 
 	// The worker takes 6 turns and runs them: 4 slots idle, 8 turns
@@ -202,11 +213,7 @@ func TestWorkQueueTakesATurnPerAnnouncedIdleSlot(t *testing.T) {
 	}
 	settled(slots+ReadyDepthDefault+6, "the slots the acks freed")
 
-	for got := 6; got < turns; got++ {
-		d, err := work.Next(ctx)
-		require.NoError(t, err)
-		require.NoError(t, d.Ack(ctx))
-	}
+	ackTurns(t, ctx, work, turns-len(held))
 }
 
 // counterValue sums the samples of the counter name in reg.

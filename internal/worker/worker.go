@@ -238,20 +238,19 @@ func (w *Worker) announceSlots() (stop func()) {
 		defer close(stopped)
 		tick := time.NewTicker(bus.SlotsAnnounceEvery)
 		defer tick.Stop()
-		for {
+		for stop := false; !stop; {
 			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, cap(w.slots)); err != nil {
 				w.log.Debug("announce slots", "err", err)
 			}
 			select {
 			case <-tick.C:
 			case <-done:
-				_ = w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, 0)
-				return
+				stop = true
 			case <-w.drainCtx.Done():
-				_ = w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, 0)
-				return
+				stop = true
 			}
 		}
+		_ = w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, 0)
 	}()
 	return func() {
 		close(done)

@@ -816,6 +816,9 @@ type unlimitedRecordCall struct {
 	out    *recordedReply
 }
 
+// replyKey names the turn a reply belongs to.
+func replyKey(runID string, turn int) string { return runID + "/" + strconv.Itoa(turn) }
+
 // recordUnlimitedManySQL records replies and charges them to tenants
 // without limits, for calls of distinct turns in one statement: the
 // merged form of recordChargeUnreservedSQL's common case. A reply is
@@ -856,8 +859,8 @@ var recordUnlimitedManySQL = `WITH p AS (
 // were a fifth of PostgreSQL's time per turn (pg_stat_statements).
 var unlimitedRecordMerger = pipeMerger{
 	key: func(c *pipeCall) string {
-		rc := c.arg.(*unlimitedRecordCall)
-		return rc.reply.RunID + "/" + strconv.Itoa(rc.reply.Turn)
+		r := c.arg.(*unlimitedRecordCall).reply
+		return replyKey(r.RunID, r.Turn)
 	},
 	queue: func(b *pgx.Batch, calls []*pipeCall) {
 		n := len(calls)
@@ -883,7 +886,7 @@ var unlimitedRecordMerger = pipeMerger{
 		for _, pc := range calls {
 			c := pc.arg.(*unlimitedRecordCall)
 			*c.out = recordedReply{}
-			byTurn[c.reply.RunID+"/"+strconv.Itoa(c.reply.Turn)] = c
+			byTurn[replyKey(c.reply.RunID, c.reply.Turn)] = c
 		}
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -900,7 +903,7 @@ var unlimitedRecordMerger = pipeMerger{
 			if err != nil {
 				return err
 			}
-			c := byTurn[reply.RunID+"/"+strconv.Itoa(reply.Turn)]
+			c := byTurn[replyKey(reply.RunID, reply.Turn)]
 			if c == nil {
 				return fmt.Errorf("reply records: run %s turn %d was not asked for", reply.RunID, reply.Turn)
 			}
