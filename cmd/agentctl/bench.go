@@ -64,6 +64,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.PGRestartCmd, "pg-restart-cmd", "", `chaos: shell command that restarts Postgres, e.g. "pg_ctlcluster --skip-systemctl-redirect 15 main restart"`)
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "AckWait of the fleet's turns (default 30s; chaos 5s)")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", 0, "MaxWaiting of the workers' consumer (default: sized from the slots)")
+	fs.IntVar(&cfg.GOMAXPROCS, "gomaxprocs", 0, "with --spawn or chaos: GOMAXPROCS of each fleet process (default: the cores divided among the processes, at least 1; -1: Go's default)")
 	fs.IntVar(&cfg.ReadyDepth, "ready-depth", 0, "the scheduler's cushion of ready turns (AGENTFLEET_READY_DEPTH; default 4)")
 	fs.IntVar(&cfg.BRuns, "b-runs", 0, "fairness: tenant B's runs (default 4)")
 	fs.DurationVar(&cfg.FairnessBound, "b-bound", 0, "fairness: bound on each of B's runs' completion time (default 1.5s)")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,10 @@ type Config struct {
 	AckWait time.Duration
 	// MaxWaiting of the workers' consumer (zero: sized from the slots).
 	MaxWaiting int
+	// GOMAXPROCS of each process of a spawned fleet. Zero gives each its
+	// share of this machine's cores (SpawnGOMAXPROCS); a negative value
+	// leaves Go's default, every core for every process.
+	GOMAXPROCS int
 	// ReadyDepth is the scheduler's cushion of turns ready for the
 	// workers beyond their idle slots (zero: the fleet's default).
 	ReadyDepth int
@@ -210,6 +215,9 @@ func (c *Config) applyDefaults() error {
 			c.AckWait = ChaosAckWaitDefault
 		}
 	}
+	if c.GOMAXPROCS == 0 {
+		c.GOMAXPROCS = SpawnGOMAXPROCS(runtime.NumCPU(), c.Workers)
+	}
 	c.Model.Latency = c.ModelLatency
 	c.Model.Listen = c.ModelListen
 	var errs []error
@@ -287,6 +295,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case cfg.Spawn:
 		p.Mode, p.Store, p.NATS = "processes", "postgres", "process"
 		p.MaxWaiting = maxWaiting(cfg, cfg.Workers*cfg.Slots)
+		p.GOMAXPROCS = cfg.GOMAXPROCS
 		pf, err := startProcFleet(ctx, cfg, m.URL())
 		if err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -185,6 +186,7 @@ func TestChaos(t *testing.T) {
 		AckWait: 2 * time.Second, DatabaseURL: dbURL, Schema: schema, Executable: exe,
 	})
 	require.Equal(t, "processes", rep.Parameters.Mode)
+	require.Equal(t, bench.SpawnGOMAXPROCS(runtime.NumCPU(), 2), rep.Parameters.GOMAXPROCS)
 	c := rep.Figures.Chaos
 	require.NotNil(t, c)
 	require.Zero(t, c.DoubleCommits)
@@ -215,6 +217,17 @@ func TestConfigErrors(t *testing.T) {
 			var ce *bench.ConfigError
 			require.ErrorAs(t, err, &ce)
 		})
+	}
+}
+
+func TestSpawnGOMAXPROCSSharesTheCores(t *testing.T) {
+	for _, c := range []struct{ cpus, workers, want int }{
+		{2, 1, 1},  // NATS, dispatcher and a worker on 2 cores
+		{1, 4, 1},  // never below one
+		{16, 2, 4}, // 16 cores among 4 processes
+		{64, 1, 21},
+	} {
+		require.Equal(t, c.want, bench.SpawnGOMAXPROCS(c.cpus, c.workers), "%d cores, %d workers", c.cpus, c.workers)
 	}
 }
 

@@ -324,7 +324,7 @@ func (f *procFleet) commonEnv(name string) []string {
 		"AGENTFLEET_DATABASE_URL=" + f.dbURL,
 		"AGENTFLEET_DATA_DIR=" + filepath.Join(f.dir, name),
 	}
-	env = append(env, f.profileEnv(name)...)
+	env = append(env, f.procEnv(name)...)
 	if f.cfg.AckWait > 0 {
 		env = append(env, "AGENTFLEET_ACK_WAIT="+f.cfg.AckWait.String())
 	}
@@ -337,19 +337,36 @@ func (f *procFleet) commonEnv(name string) []string {
 	return env
 }
 
-// profileEnv asks a role for a CPU profile when the bench has a profile
-// directory.
-func (f *procFleet) profileEnv(name string) []string {
-	if f.cfg.ProfileDir == "" {
-		return nil
+// procEnv is what every process of the fleet gets: its GOMAXPROCS, and
+// a CPU profile when the bench has a profile directory.
+func (f *procFleet) procEnv(name string) []string {
+	var env []string
+	if f.cfg.GOMAXPROCS > 0 {
+		env = append(env, "GOMAXPROCS="+strconv.Itoa(f.cfg.GOMAXPROCS))
 	}
-	return []string{EnvRoleCPUProfile + "=" + filepath.Join(f.cfg.ProfileDir, name+".cpu")}
+	if f.cfg.ProfileDir != "" {
+		env = append(env, EnvRoleCPUProfile+"="+filepath.Join(f.cfg.ProfileDir, name+".cpu"))
+	}
+	return env
+}
+
+// SpawnGOMAXPROCS is the GOMAXPROCS a spawned fleet's processes get by
+// default: the machine's cores divided among them (the NATS server, the
+// dispatcher and the workers), at least one each, as if each ran in a
+// container with that CPU limit (Go sizes GOMAXPROCS from a container's
+// limit). Left at Go's default, every process of a fleet sharing a small
+// machine runs as many Ps as there are cores, and an idle P's thread is
+// woken to look for work whenever a goroutine becomes runnable: on 2
+// cores shared by 3 processes, the production bench spent a sixth more
+// CPU per turn that way (BENCHMARKS.md).
+func SpawnGOMAXPROCS(numCPU, workers int) int {
+	return max(1, numCPU/(2+workers))
 }
 
 func (f *procFleet) startNATS(ctx context.Context) error {
 	name := f.name("nats")
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), natsReadyLine,
-		[]string{RoleCommand, "nats", "--listen", "127.0.0.1:" + strconv.Itoa(f.natsPort), "--store-dir", f.natsDir}, f.profileEnv(name))
+		[]string{RoleCommand, "nats", "--listen", "127.0.0.1:" + strconv.Itoa(f.natsPort), "--store-dir", f.natsDir}, f.procEnv(name))
 	if err != nil {
 		return err
 	}

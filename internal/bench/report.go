@@ -34,15 +34,18 @@ type Parameters struct {
 	Mode string `json:"mode"`
 	// Store is "sqlite" or "postgres" ("" when driving a fleet by URL);
 	// NATS is "embedded", "process" or "external".
-	Store            string   `json:"store,omitempty"`
-	NATS             string   `json:"nats,omitempty"`
-	Runs             int      `json:"runs"`
-	Turns            int      `json:"turns"`
-	ModelLatency     Duration `json:"model_latency"`
-	Workers          int      `json:"workers,omitempty"`
-	Slots            int      `json:"slots,omitempty"`
-	Submitters       int      `json:"submitters,omitempty"`
-	MaxWaiting       int      `json:"max_waiting,omitempty"`
+	Store        string   `json:"store,omitempty"`
+	NATS         string   `json:"nats,omitempty"`
+	Runs         int      `json:"runs"`
+	Turns        int      `json:"turns"`
+	ModelLatency Duration `json:"model_latency"`
+	Workers      int      `json:"workers,omitempty"`
+	Slots        int      `json:"slots,omitempty"`
+	Submitters   int      `json:"submitters,omitempty"`
+	MaxWaiting   int      `json:"max_waiting,omitempty"`
+	// GOMAXPROCS of each process of a spawned fleet; negative: Go's
+	// default.
+	GOMAXPROCS       int      `json:"gomaxprocs,omitempty"`
 	ReadyDepth       int      `json:"ready_depth,omitempty"`
 	AckWait          Duration `json:"ack_wait,omitempty"`
 	PromptTokens     int      `json:"prompt_tokens,omitempty"`
@@ -368,6 +371,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("fleet", "%s", fleet)
 	if p.Workers > 0 {
 		row("workers", "%d x %d slots", p.Workers, p.Slots)
+	}
+	switch {
+	case p.GOMAXPROCS > 0:
+		row("fleet GOMAXPROCS", "%d per process", p.GOMAXPROCS)
+	case p.GOMAXPROCS < 0:
+		row("fleet GOMAXPROCS", "Go's default per process")
 	}
 	row("runs", "%d x %d turns, model latency %s", p.Runs, p.Turns, p.ModelLatency)
 	row("machine", "%s, GOMAXPROCS %d, %s %s/%s, load %.2f at start", m.CPUModel, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch, m.LoadAvg)
