@@ -113,7 +113,7 @@ func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(tu
 func startModel(cfg ModelConfig) (*model, error) {
 	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{}}
 	srv, err := fakeserver.Start(fakeserver.Config{
-		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency,
+		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: true,
 	})
 	if err != nil {
 		return nil, err

@@ -131,6 +131,9 @@ type Config struct {
 	// Key groups counted replies (CompletionsFor); nil means the first
 	// user message.
 	Key func(Request) string
+	// Forget keeps no requests for Received: a benchmark's hundreds of
+	// thousands of prompts would otherwise all stay in memory.
+	Forget bool
 }
 
 // Server is a running fake. Close it when done.
@@ -231,7 +234,8 @@ func (s *Server) CompletionsFor(key string) int {
 	return s.byKey[key]
 }
 
-// Received returns every well-formed request received, in order.
+// Received returns every well-formed request received, in order (none
+// with Config.Forget).
 func (s *Server) Received() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -248,7 +252,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.log = append(s.log, req)
+	if !s.cfg.Forget {
+		s.log = append(s.log, req)
+	}
 	var fault *Fault
 	if len(s.faults) > 0 {
 		fault = &s.faults[0]
@@ -561,11 +567,28 @@ func wireUsage(u agentfleet.Usage) *usageOut {
 // smaller, and a fake must not be an easy way to exhaust a test's memory.
 const maxRequestBody = 32 << 20
 
+// bodyBuffers holds request bodies while they are decoded; nothing
+// decoded points into them.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 func decodeRequest(r *http.Request) (Request, error) {
-	var wr wireRequest
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxRequestBody))
-	if err := dec.Decode(&wr); err != nil {
-		return Request{}, fmt.Errorf("request body is not a chat completion request: %w", err)
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		bodyBuffers.Put(buf)
+	}()
+	if r.ContentLength > 0 && r.ContentLength <= maxRequestBody {
+		buf.Grow(int(r.ContentLength))
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, maxRequestBody)); err != nil {
+		return Request{}, fmt.Errorf("read request body: %w", err)
+	}
+	wr, ok := decodePlain(buf.Bytes())
+	if !ok {
+		wr = wireRequest{}
+		if err := json.Unmarshal(buf.Bytes(), &wr); err != nil {
+			return Request{}, fmt.Errorf("request body is not a chat completion request: %w", err)
+		}
 	}
 	if wr.Model == "" {
 		return Request{}, errors.New("you must provide a model parameter")

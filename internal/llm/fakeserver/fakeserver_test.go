@@ -86,6 +86,19 @@ func TestCompletionIsServedAndCounted(t *testing.T) {
 	require.False(t, got.Stream)
 }
 
+func TestForgetfulServerStillServesAndCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, fakeserver.Config{Responder: fakeserver.Static("hi", agentfleet.Usage{PromptTokens: 5, CompletionTokens: 2}), Forget: true})
+	for range 2 {
+		resp, err := b.client.Complete(context.Background(), task("a"))
+		require.NoError(t, err)
+		require.Equal(t, "hi", resp.Content)
+	}
+	require.Equal(t, 2, b.srv.Requests())
+	require.Equal(t, 2, b.srv.CompletionsFor("a"))
+	require.Empty(t, b.srv.Received(), "a forgetful server keeps no requests")
+}
+
 func TestStreamingWithAndWithoutUsage(t *testing.T) {
 	t.Parallel()
 	reply := "Here is the plan.\n\n```javascript\nfunction run(args) { answer(42); }\n```\n"
