@@ -220,6 +220,7 @@ func (c *Config) applyDefaults() error {
 	}
 	c.Model.Latency = c.ModelLatency
 	c.Model.Listen = c.ModelListen
+	c.Model.keepRequests = c.Scenario == Chaos
 	var errs []error
 	if c.Runs < 1 || c.Turns < 1 || c.Workers < 1 || c.Slots < 1 || c.Submitters < 1 {
 		errs = append(errs, fmt.Errorf("--runs, --turns, --workers, --slots and --submitters must be at least 1"))

@@ -82,6 +82,10 @@ type ModelConfig struct {
 	Fail429    int
 	Fail500    int
 	RetryAfter string
+	// keepRequests keeps every request the model received, for the
+	// chaos scenario's count of repeated calls; other scenarios let the
+	// model forget them, or a long bench would hold every prompt.
+	keepRequests bool
 }
 
 // model is the OpenAI-wire fake model a bench drives its fleet with:
@@ -113,7 +117,7 @@ func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(tu
 func startModel(cfg ModelConfig) (*model, error) {
 	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{}}
 	srv, err := fakeserver.Start(fakeserver.Config{
-		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: true,
+		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: !cfg.keepRequests,
 	})
 	if err != nil {
 		return nil, err
