@@ -230,6 +230,15 @@ func (m *model) replyAt(task string, k int) (time.Time, bool) {
 // their number).
 func (m *model) served() int { return m.srv.Completions() }
 
+// loggedBytes is the prompt text the model keeps in its request log:
+// none unless it keeps its requests (chaos).
+func (m *model) loggedBytes() int64 {
+	if !m.cfg.keepRequests {
+		return 0
+	}
+	return m.bytesIn.Load()
+}
+
 func (m *model) inflight() int { return max(0, m.srv.Requests()-m.srv.Completions()) }
 
 // repeatedCalls counts model calls beyond one per (task, turn): what a

@@ -47,7 +47,7 @@ func (e *env) scale(ctx context.Context) error {
 	} else {
 		e.rep.note("memory is measured only for a fleet the bench runs (not with --url)")
 	}
-	served0, logBytes0 := e.model.served(), e.model.bytesIn.Load()
+	served0, logBytes0 := e.model.served(), e.model.loggedBytes()
 
 	var arrivedMu sync.Mutex
 	arrived := 0
@@ -132,11 +132,11 @@ func (e *env) scale(ctx context.Context) error {
 	wall := wallTime(start, last, detected)
 	f.Wall = Duration(wall)
 	f.TurnsPerSec = float64(counts.Turns) / wall.Seconds()
-	f.ModelLogBytes = e.model.bytesIn.Load() - logBytes0
+	f.ModelLogBytes = e.model.loggedBytes() - logBytes0
 	if local {
 		f.RSSPerInFlightTurn = (f.PeakRSS - f.IdleRSS) / int64(k)
 		e.rep.note("RSS is VmRSS of this process (fleet, fake model, bench client) and its descendants (sandbox or fleet processes), sampled every 100ms; shared pages count once per process")
-		e.rep.note("the fake model runs in this process: its server side of %d connections and its log of the %.1f MiB of prompts it received are in the peak", k, float64(f.ModelLogBytes)/(1<<20))
+		e.rep.note("the fake model runs in this process: its server side of %d connections and the requests it holds until it replies are in the peak", k)
 	}
 	if local {
 		idleHeap, idleStacks := f.idleHeap, f.idleStacks
