@@ -158,7 +158,6 @@ func TestScale(t *testing.T) {
 	require.LessOrEqual(t, s.PeakInFlight, 50)
 	require.Positive(t, s.IdleRSS)
 	require.GreaterOrEqual(t, s.PeakRSS, s.IdleRSS)
-	require.Zero(t, s.ModelLogBytes, "the scale scenario's model keeps no log")
 }
 
 func TestFairness(t *testing.T) {

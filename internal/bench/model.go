@@ -96,8 +96,7 @@ type model struct {
 	cfg ModelConfig
 	srv *fakeserver.Server
 
-	finals  atomic.Int64 // replies to a run's last turn
-	bytesIn atomic.Int64 // prompt bytes of the requests answered
+	finals atomic.Int64 // replies to a run's last turn
 
 	mu sync.Mutex
 	// finalsByTag counts last-turn replies by task tag.
@@ -163,9 +162,6 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 			k++
 		}
 	}
-	for _, msg := range r.Messages {
-		m.bytesIn.Add(int64(len(msg.Content)))
-	}
 	m.mu.Lock()
 	timing, gate := m.timing, m.gate
 	if timing {
@@ -229,15 +225,6 @@ func (m *model) replyAt(task string, k int) (time.Time, bool) {
 // answered only through Requests, so injected faults skew it upward by
 // their number).
 func (m *model) served() int { return m.srv.Completions() }
-
-// loggedBytes is the prompt text the model keeps in its request log:
-// none unless it keeps its requests (chaos).
-func (m *model) loggedBytes() int64 {
-	if !m.cfg.keepRequests {
-		return 0
-	}
-	return m.bytesIn.Load()
-}
 
 func (m *model) inflight() int { return max(0, m.srv.Requests()-m.srv.Completions()) }
 

@@ -357,8 +357,8 @@ func (f *procFleet) procEnv(name string) []string {
 // limit). Left at Go's default, every process of a fleet sharing a small
 // machine runs as many Ps as there are cores, and an idle P's thread is
 // woken to look for work whenever a goroutine becomes runnable: on 2
-// cores shared by 3 processes, the production bench spent a sixth more
-// CPU per turn that way (BENCHMARKS.md).
+// cores shared by 3 processes, one P each cut the production bench's CPU
+// per turn by 8–33% (BENCHMARKS.md).
 func SpawnGOMAXPROCS(numCPU, workers int) int {
 	return max(1, numCPU/(2+workers))
 }

@@ -166,10 +166,6 @@ type ScaleFigures struct {
 	PeakRSS int64 `json:"peak_rss_bytes"`
 	// RSSPerInFlightTurn = (PeakRSS - IdleRSS) / InFlightTarget.
 	RSSPerInFlightTurn int64 `json:"rss_per_in_flight_turn_bytes"`
-	// ModelLogBytes is the prompt text the fake model (in this
-	// process) keeps of the requests it received, part of PeakRSS: 0, as
-	// only the chaos scenario's model keeps its requests.
-	ModelLogBytes int64 `json:"model_log_bytes"`
 	// GoroutinesPeak is this process's goroutines at the peak;
 	// HeapObjectsPeak and StacksPeak its Go heap objects and goroutine
 	// stacks then (runtime/metrics), to tell where the memory went.
@@ -423,11 +419,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("in flight", "peak %d of %d model calls at once (%s)", s.PeakInFlight, s.InFlightTarget, ramp)
 		row("wall", "%s, %.0f turns/s", s.Wall, s.TurnsPerSec)
 		row("RSS idle / peak", "%s / %s (this process + its children)", mib(s.IdleRSS), mib(s.PeakRSS))
-		if s.ModelLogBytes > 0 {
-			row("RSS per in-flight turn", "%.1f KiB (fake model's request log included: %s)", float64(s.RSSPerInFlightTurn)/1024, mib(s.ModelLogBytes))
-		} else {
-			row("RSS per in-flight turn", "%.1f KiB", float64(s.RSSPerInFlightTurn)/1024)
-		}
+		row("RSS per in-flight turn", "%.1f KiB", float64(s.RSSPerInFlightTurn)/1024)
 		row("goroutines at peak", "%d", s.GoroutinesPeak)
 	}
 	if fa := f.Fairness; fa != nil {

@@ -47,7 +47,7 @@ func (e *env) scale(ctx context.Context) error {
 	} else {
 		e.rep.note("memory is measured only for a fleet the bench runs (not with --url)")
 	}
-	served0, logBytes0 := e.model.served(), e.model.loggedBytes()
+	served0 := e.model.served()
 
 	var arrivedMu sync.Mutex
 	arrived := 0
@@ -132,7 +132,6 @@ func (e *env) scale(ctx context.Context) error {
 	wall := wallTime(start, last, detected)
 	f.Wall = Duration(wall)
 	f.TurnsPerSec = float64(counts.Turns) / wall.Seconds()
-	f.ModelLogBytes = e.model.loggedBytes() - logBytes0
 	if local {
 		f.RSSPerInFlightTurn = (f.PeakRSS - f.IdleRSS) / int64(k)
 		e.rep.note("RSS is VmRSS of this process (fleet, fake model, bench client) and its descendants (sandbox or fleet processes), sampled every 100ms; shared pages count once per process")

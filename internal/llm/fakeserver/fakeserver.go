@@ -10,7 +10,8 @@
 // tests drive a client's retries and timeouts. The server counts requests
 // and the replies it served (what a provider would bill), in total and by
 // a key (the first user message by default), so tests can assert how often
-// the model was paid.
+// the model was paid, and keeps every request for Received unless its
+// Config says to forget them (benchmarks send hundreds of thousands).
 //
 // It speaks the wire format with its own small JSON types and does not
 // import openai-go: the fake must not share the client's decoder, or a

@@ -20,17 +20,7 @@ import (
 // errors, so this path only has to be right on what it accepts.
 func decodePlain(b []byte) (wr wireRequest, ok bool) {
 	p := plainParser{b: b}
-	if !p.consume('{') {
-		return wr, false
-	}
-	if p.consume('}') {
-		return wr, p.end()
-	}
-	for {
-		key, ok := p.str()
-		if !ok || !p.consume(':') {
-			return wr, false
-		}
+	ok = p.object(func(key string) bool {
 		switch key {
 		case "model":
 			wr.Model, ok = p.str()
@@ -47,18 +37,11 @@ func decodePlain(b []byte) (wr wireRequest, ok bool) {
 		case "stream":
 			wr.Stream, ok = p.boolean()
 		default:
-			ok = false
+			return false
 		}
-		if !ok {
-			return wr, false
-		}
-		if p.consume('}') {
-			return wr, p.end()
-		}
-		if !p.consume(',') {
-			return wr, false
-		}
-	}
+		return ok
+	})
+	return wr, ok && p.end()
 }
 
 type plainParser struct {
@@ -91,6 +74,29 @@ func (p *plainParser) consume(c byte) bool {
 func (p *plainParser) end() bool {
 	p.space()
 	return p.i == len(p.b)
+}
+
+// object reads an object, handing each key to field, which reads the
+// value and reports whether it could.
+func (p *plainParser) object(field func(key string) bool) bool {
+	if !p.consume('{') {
+		return false
+	}
+	if p.consume('}') {
+		return true
+	}
+	for {
+		key, ok := p.str()
+		if !ok || !p.consume(':') || !field(key) {
+			return false
+		}
+		if p.consume('}') {
+			return true
+		}
+		if !p.consume(',') {
+			return false
+		}
+	}
 }
 
 // str reads a string with no \u escapes and no control characters.
@@ -148,17 +154,7 @@ func (p *plainParser) messages() ([]wireMessage, bool) {
 }
 
 func (p *plainParser) message() (m wireMessage, ok bool) {
-	if !p.consume('{') {
-		return m, false
-	}
-	if p.consume('}') {
-		return m, true
-	}
-	for {
-		key, ok := p.str()
-		if !ok || !p.consume(':') {
-			return m, false
-		}
+	ok = p.object(func(key string) bool {
 		switch key {
 		case "role":
 			m.Role, ok = p.str()
@@ -167,18 +163,11 @@ func (p *plainParser) message() (m wireMessage, ok bool) {
 			s, ok = p.str()
 			m.Content = messageContent(s)
 		default:
-			ok = false
+			return false
 		}
-		if !ok {
-			return m, false
-		}
-		if p.consume('}') {
-			return m, true
-		}
-		if !p.consume(',') {
-			return m, false
-		}
-	}
+		return ok
+	})
+	return m, ok
 }
 
 // number returns the number that starts here, if it is one by JSON's
