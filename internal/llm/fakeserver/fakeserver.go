@@ -21,6 +21,7 @@ package fakeserver
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/agentfleet/agentfleet"
@@ -488,8 +490,10 @@ func (c *messageContent) UnmarshalJSON(b []byte) error {
 }
 
 // unquotePlain decodes the JSON string literal b (already validated by the
-// decoder) when its escapes are the common one-letter ones; ok is false
-// for any other (\u escapes), which the caller leaves to encoding/json.
+// decoder) when its escapes are the one-letter ones and \u escapes of
+// code points outside the surrogate range; ok is false for anything else
+// (a surrogate pair, invalid UTF-8), which the caller leaves to
+// encoding/json.
 func unquotePlain(b []byte) (s string, ok bool) {
 	b = b[1 : len(b)-1]
 	i := bytes.IndexByte(b, '\\')
@@ -518,6 +522,16 @@ func unquotePlain(b []byte) (s string, ok bool) {
 			out = append(out, '\b')
 		case 'f':
 			out = append(out, '\f')
+		case 'u':
+			r, ok := hex4(b[i+2:])
+			// A surrogate half needs its pair, or becomes U+FFFD;
+			// encoding/json does that, and no client of ours sends one
+			// (Go escapes only <, >, &, U+2028 and U+2029 this way).
+			if !ok || utf16.IsSurrogate(r) {
+				return "", false
+			}
+			out = utf8.AppendRune(out, r)
+			i += 4
 		default:
 			return "", false
 		}
@@ -611,4 +625,16 @@ func decodeRequest(r *http.Request) (Request, error) {
 		req.Messages[i] = agentfleet.ChatMessage{Role: m.Role, Content: string(m.Content)}
 	}
 	return req, nil
+}
+
+// hex4 reads the four hex digits of a \u escape at the start of b.
+func hex4(b []byte) (rune, bool) {
+	var h [2]byte
+	if len(b) < 4 {
+		return 0, false
+	}
+	if _, err := hex.Decode(h[:], b[:4]); err != nil {
+		return 0, false
+	}
+	return rune(h[0])<<8 | rune(h[1]), true
 }

@@ -19,8 +19,11 @@ var plainBodies = []string{
 	`{"model":"m","model":"n","messages":[{"role":"user","content":"dup keys: the last wins"}]}`,
 	`{"model":"m","messages":[{"role":"user","content":"trailing backslash \\"}]}`,
 	`{"model":"m","messages":[{"role":"user","content":"é 😀"}]}`,
-	// Left to encoding/json: other keys, escapes, parts, nulls.
-	`{"model":"m","messages":[{"role":"user","content":"\u00e9"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"\u00e9 \u003cT\u003e \u0026 \u2028 \u00E9"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"\u0000 \u001f"}]}`,
+	// Left to encoding/json: other keys, surrogate pairs, parts, nulls.
+	`{"model":"m","messages":[{"role":"user","content":"\ud83d\ude00"}]}`,
+	`{"model":"m","messages":[{"role":"user","content":"lone \ud83d"}]}`,
 	`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"parts"}]}]}`,
 	`{"model":"m","messages":[{"role":"user","content":null}]}`,
 	`{"model":"m","messages":[{"role":"user","content":"x","name":"n"}]}`,
@@ -43,6 +46,9 @@ var plainBodies = []string{
 	"{\"model\":\"line\nbreak\"}",
 	"{\"model\":\"bad \xff utf-8\"}",
 	`{"model":"m\x"}`,
+	`{"model":"\u00g1"}`,
+	`{"model":"\u12"}`,
+	`{"model":"\u"}`,
 	`{"model":"m\"}`,
 	`{"model":m}`,
 	`["model"]`,
@@ -66,7 +72,7 @@ func TestDecodePlainAgreesWithEncodingJSON(t *testing.T) {
 			require.Equal(t, want, got, body)
 		}
 	}
-	require.Equal(t, 9, fast, "the fleet's shapes take the one-pass path")
+	require.Equal(t, 11, fast, "the fleet's shapes take the one-pass path")
 }
 
 func FuzzDecodePlain(f *testing.F) {

@@ -35,6 +35,7 @@
 package openaiwire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,7 +221,7 @@ func (c *Client) Complete(ctx context.Context, req agentfleet.ModelRequest) (age
 	// encoded, and the reply decoded, here: the SDK's reflective
 	// encoder and its decoder (which keeps every field's raw JSON) cost
 	// more than the rest of the call (BenchmarkComplete).
-	body, err := json.Marshal(plainRequestOf(req, params))
+	body, err := encodeRequest(plainRequestOf(req, params))
 	if err != nil {
 		return agentfleet.ModelResponse{}, fmt.Errorf("model request: %w", err)
 	}
@@ -277,6 +278,20 @@ type plainMessage struct {
 
 type plainFormat struct {
 	Type string `json:"type"`
+}
+
+// encodeRequest encodes r as JSON without HTML escaping: json.Marshal
+// writes every <, > and & as a six-byte \u escape, and the prompt's
+// TypeScript declarations are full of them (Record<string, string>).
+// Nothing renders this body as HTML.
+func encodeRequest(r plainRequest) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // plainRequestOf is req as params (already checked) would send it.

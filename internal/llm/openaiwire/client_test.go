@@ -173,6 +173,31 @@ func TestCompleteSendsRequestAndReadsUsage(t *testing.T) {
 	require.Empty(t, b.sleep.recorded())
 }
 
+// The prompt's TypeScript declarations are full of <, > and &; the body
+// carries them as they are, not as json.Marshal's six-byte escapes.
+func TestCompleteSendsMarkupUnescaped(t *testing.T) {
+	t.Parallel()
+	var raw []byte
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		raw, err = io.ReadAll(r.Body)
+		require.NoError(t, err)
+		writeCompletion(w, "ok", true)
+	})
+	content := "declare const h: Record<string, string> & {n: 1}; // a < b > c \u2028 é\n"
+	_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{
+		Messages: []agentfleet.ChatMessage{{Role: "user", Content: content}},
+	})
+	require.NoError(t, err)
+	require.Contains(t, string(raw), "Record<string, string> & {n: 1}")
+	require.NotContains(t, string(raw), `\u003c`)
+	var body struct {
+		Messages []agentfleet.ChatMessage `json:"messages"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &body))
+	require.Equal(t, content, body.Messages[0].Content)
+}
+
 func TestCompleteRequestModelOverridesDefault(t *testing.T) {
 	t.Parallel()
 	var model any
