@@ -32,6 +32,9 @@ const (
 	WorkerSlotsDefault   = 8
 	MetricsListenDefault = "127.0.0.1:9464"
 	DrainTimeoutDefault  = 30 * time.Second
+	// SandboxProcessesDefaultMax bounds the default SandboxProcesses: an
+	// idle sandbox process holds about 20 MiB, so 64 hold about 1.3 GiB.
+	SandboxProcessesDefaultMax = 64
 )
 
 // Config is the environment of a fleet process.
@@ -75,6 +78,10 @@ type Config struct {
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
 	DatabaseMaxConns int
+	// SandboxProcesses caps a worker process's sandbox processes, hence
+	// its turns that can wait on fetch, http or ai at once; zero means
+	// its slots, at most SandboxProcessesDefaultMax.
+	SandboxProcesses int
 	Model            llm.Config
 }
 
@@ -98,6 +105,7 @@ func ConfigFromEnv() (Config, error) {
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
+	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
 	if v := os.Getenv("AGENTFLEET_DRAIN_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
@@ -146,6 +154,9 @@ func (c Config) Validate() error {
 	if c.DatabaseMaxConns < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATABASE_MAX_CONNS must not be negative (0: sized from AGENTFLEET_WORKER_SLOTS)"))
 	}
+	if c.SandboxProcesses < 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_PROCESSES must not be negative (0: the worker slots, at most %d)", SandboxProcessesDefaultMax))
+	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
 	}
@@ -189,4 +200,16 @@ func (c Config) databaseMaxConns() int {
 		return c.DatabaseMaxConns
 	}
 	return min(max(10, c.WorkerSlots/2), 32)
+}
+
+// sandboxProcesses caps the sandbox processes of a worker process running
+// workers workers: the configured number, or one per slot up to
+// SandboxProcessesDefaultMax. A turn holds its process while it waits on
+// a host call, so fewer processes than slots would leave slots idle
+// behind turns waiting on fetch or ai.
+func (c Config) sandboxProcesses(workers int) int {
+	if c.SandboxProcesses > 0 {
+		return c.SandboxProcesses
+	}
+	return min(max(1, workers)*c.WorkerSlots, SandboxProcessesDefaultMax)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -84,7 +85,8 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	}
 	d.Workers, err = NewWorkerProcess(WorkerConfig{
 		Workers: cfg.Workers, Slots: cfg.WorkerSlots, Model: cfg.Model, ModelClient: opts.ModelClient,
-		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
+		Sandbox: sandbox.Config{MaxProcesses: cfg.sandboxProcesses(cfg.Workers)},
+		Store:   d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 // RunDispatcher is the dispatcher process: it opens the store and the bus
@@ -82,6 +84,7 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	reg := NewRegistry()
 	wp, err := NewWorkerProcess(WorkerConfig{
 		Workers: 1, Slots: cfg.WorkerSlots, Model: cfg.Model, Store: st, Bus: b, Registry: reg, Logger: logger,
+		Sandbox: sandbox.Config{MaxProcesses: cfg.sandboxProcesses(1)},
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,10 @@ const (
 	// script; the runtime preempts a script that runs 10ms, so they wait
 	// that long at most.
 	ChildProcsDefault = 1
+	// MaxProcessesDefault times PoolSize is the default MaxProcesses. An
+	// idle sandbox process holds about 20 MiB of private memory.
+	MaxProcessesDefault = 4
+	IdleTimeoutDefault  = 30 * time.Second
 )
 
 // Lower bounds below which a limit cannot work (the child's own runtime
@@ -53,11 +57,22 @@ const startTimeout = 15 * time.Second
 
 // Config configures a Pool.
 type Config struct {
-	// PoolSize is the number of sandbox processes, hence of concurrent
-	// executions; Execute waits for a free one. Zero means
+	// PoolSize is how many scripts run JavaScript at once, and how many
+	// sandbox processes stay started between turns. A script waiting on
+	// a host call (fetch, http, ai) gives up its place until the call
+	// returns, so I/O-bound turns overlap beyond PoolSize. Zero means
 	// 2*GOMAXPROCS.
 	PoolSize int
-	Limits   Limits
+	// MaxProcesses caps the sandbox processes, hence the turns in an
+	// Execute at once: each holds its process from start to end,
+	// including its host calls. Execute waits for one beyond it. Zero
+	// means MaxProcessesDefault times PoolSize; less than PoolSize is
+	// raised to PoolSize.
+	MaxProcesses int
+	// IdleTimeout is how long a process beyond PoolSize is kept idle
+	// before it is stopped. Zero means IdleTimeoutDefault.
+	IdleTimeout time.Duration
+	Limits      Limits
 	// Policy decides each host primitive call (fetch, http, ai, aiJSON).
 	// Nil means DefaultPolicy.
 	Policy  Policy
@@ -125,6 +140,15 @@ func (c Config) withDefaults() Config {
 	if c.PoolSize == 0 {
 		c.PoolSize = 2 * runtime.GOMAXPROCS(0)
 	}
+	if c.MaxProcesses == 0 {
+		c.MaxProcesses = MaxProcessesDefault * c.PoolSize
+	}
+	if c.MaxProcesses > 0 {
+		c.MaxProcesses = max(c.MaxProcesses, c.PoolSize)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = IdleTimeoutDefault
+	}
 	if c.ChildProcs == 0 {
 		c.ChildProcs = ChildProcsDefault
 	}
@@ -167,7 +191,13 @@ func (l Limits) withDefaults() Limits {
 func (c Config) validate() error {
 	var errs []error
 	if c.PoolSize < 0 {
-		errs = append(errs, fmt.Errorf("PoolSize is %d; use a positive number of sandbox processes, or 0 for 2*GOMAXPROCS", c.PoolSize))
+		errs = append(errs, fmt.Errorf("PoolSize is %d; use a positive number of scripts running at once, or 0 for 2*GOMAXPROCS", c.PoolSize))
+	}
+	if c.MaxProcesses < 0 {
+		errs = append(errs, fmt.Errorf("MaxProcesses is %d; use a positive number of sandbox processes, or 0 for %d*PoolSize", c.MaxProcesses, MaxProcessesDefault))
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("IdleTimeout is %s; use a positive duration, or 0 for %s", c.IdleTimeout, IdleTimeoutDefault))
 	}
 	if c.ChildProcs < 0 {
 		errs = append(errs, fmt.Errorf("ChildProcs is %d; use a positive GOMAXPROCS for sandbox processes, or 0 for %d", c.ChildProcs, ChildProcsDefault))

@@ -31,11 +31,16 @@
 //
 // # The process pool
 //
-// A Pool has PoolSize processes at most (default 2*GOMAXPROCS), started
-// lazily by the first Execute that finds none idle and then reused turn
-// after turn; Execute waits (honouring its context) when all are busy. A
-// process that dies or is killed is reaped and replaced on demand; Close
-// kills and reaps them all. Each turn runs in a fresh goja runtime, built
+// A Pool runs JavaScript in PoolSize processes at once (default
+// 2*GOMAXPROCS), started lazily by the first Execute that finds none idle
+// and then reused turn after turn. A script waiting on a host call (fetch,
+// http, ai) keeps its process but gives up its place, and takes one again
+// when the call returns, so turns that mostly wait on the network overlap
+// in up to MaxProcesses processes while no more than PoolSize compute.
+// Execute waits (honouring its context) for a place and, beyond
+// MaxProcesses, for a process. Processes beyond PoolSize are stopped
+// after IdleTimeout idle. A process that dies or is killed is reaped and
+// replaced on demand; Close kills and reaps them all. Each turn runs in a fresh goja runtime, built
 // by the process between turns, so nothing a script does - globals,
 // patched prototypes, replaced builtins - is visible to any later turn,
 // run or tenant. Requests and results travel as compact binary frames, one

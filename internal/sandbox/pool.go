@@ -26,7 +26,9 @@ var ErrClosed = errors.New("sandbox: pool closed")
 var errWallTime = errors.New("sandbox: turn wall-clock limit")
 
 // Pool runs scripts in a pool of sandbox processes. It is safe for
-// concurrent use; Execute runs up to PoolSize scripts at once.
+// concurrent use. Up to PoolSize scripts run JavaScript at once; a script
+// waiting on a host call gives up its place meanwhile but keeps its
+// process, so up to MaxProcesses turns are in an Execute at once.
 type Pool struct {
 	cfg    Config
 	exe    string
@@ -35,9 +37,16 @@ type Pool struct {
 	client *http.Client
 	decls  string // declarations of the default set
 
-	// slots holds one token per running Execute: at most PoolSize.
-	slots chan struct{}
-	done  chan struct{} // closed by Close
+	// procs holds one token per Execute that has or will get a process:
+	// at most MaxProcesses. compute holds one per script running
+	// JavaScript: at most PoolSize. An Execute takes procs, then
+	// compute, and only then a process, so processes beyond PoolSize are
+	// started only while others wait in host calls; it gives compute
+	// back for each host call and takes it again after, while procs,
+	// held throughout, is never waited for by a holder of compute.
+	procs   chan struct{}
+	compute chan struct{}
+	done    chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	closed bool
@@ -45,10 +54,13 @@ type Pool struct {
 	// used last: a turn takes the process that ran the turn before,
 	// whose thread, caches and heap are warm, and under light load the
 	// others stay asleep instead of each being woken in turn. A process
-	// goes back to idle before its slot is released, so live processes
-	// never exceed PoolSize.
+	// goes back to idle before its procs token is released, so live
+	// processes never exceed MaxProcesses. Beyond PoolSize, idle ones
+	// are stopped after IdleTimeout, least recently used first, by
+	// trimIdle on the trim timer.
 	idle     []*child
 	live     map[*child]struct{}
+	trim     *time.Timer // pending trimIdle, nil when none
 	inflight sync.WaitGroup
 }
 
@@ -81,14 +93,15 @@ func New(cfg Config) (*Pool, error) {
 	}
 	g := newNetGuard(cfg.Network)
 	p := &Pool{
-		cfg:    cfg,
-		exe:    exe,
-		spec:   spec.String(),
-		guard:  g,
-		client: g.newHTTPClient(cfg.Network.MaxRedirects),
-		slots:  make(chan struct{}, cfg.PoolSize),
-		done:   make(chan struct{}),
-		live:   map[*child]struct{}{},
+		cfg:     cfg,
+		exe:     exe,
+		spec:    spec.String(),
+		guard:   g,
+		client:  g.newHTTPClient(cfg.Network.MaxRedirects),
+		procs:   make(chan struct{}, cfg.MaxProcesses),
+		compute: make(chan struct{}, cfg.PoolSize),
+		done:    make(chan struct{}),
+		live:    map[*child]struct{}{},
 	}
 	p.decls = declarations(1<<numPrims-1, cfg.Limits)
 	return p, nil
@@ -126,14 +139,19 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil
 	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return cancelledResult(start), nil
-	case <-p.done:
-		return agentfleet.ExecResult{}, ErrClosed
+	if err := p.take(ctx, p.procs); err != nil {
+		return cancelledOr(start, err)
 	}
-	defer func() { <-p.slots }()
+	defer func() { <-p.procs }()
+	if err := p.take(ctx, p.compute); err != nil {
+		return cancelledOr(start, err)
+	}
+	computing := true // false while run waits on a host call
+	defer func() {
+		if computing {
+			<-p.compute
+		}
+	}()
 	if !p.enter() {
 		return agentfleet.ExecResult{}, ErrClosed
 	}
@@ -143,10 +161,31 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if err != nil {
 		return agentfleet.ExecResult{}, err
 	}
-	res, reusable, err := p.run(ctx, c, &req, set)
+	res, reusable, err := p.run(ctx, c, &req, set, &computing)
 	p.release(c, reusable)
 	res.Duration = time.Since(start)
 	return res, err
+}
+
+// take puts a token into sem: ctx's error if ctx ends first, ErrClosed if
+// the pool closes.
+func (p *Pool) take(ctx context.Context, sem chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.done:
+		return ErrClosed
+	}
+}
+
+// cancelledOr is Execute's outcome when take failed with err.
+func cancelledOr(start time.Time, err error) (agentfleet.ExecResult, error) {
+	if errors.Is(err, ErrClosed) {
+		return agentfleet.ExecResult{}, err
+	}
+	return cancelledResult(start), nil
 }
 
 func cancelledResult(start time.Time) agentfleet.ExecResult {
@@ -202,14 +241,61 @@ func (p *Pool) acquire() (*child, error) {
 // release returns a healthy process to idle, or destroys it.
 func (p *Pool) release(c *child, reusable bool) {
 	p.mu.Lock()
-	if reusable && !p.closed && len(p.idle) < p.cfg.PoolSize {
+	if reusable && !p.closed {
+		c.idleSince = time.Now()
 		p.idle = append(p.idle, c)
+		if len(p.idle) > p.cfg.PoolSize && p.trim == nil {
+			p.trim = time.AfterFunc(p.cfg.IdleTimeout, p.trimIdle)
+		}
 		p.mu.Unlock()
 		return
 	}
 	delete(p.live, c)
 	p.mu.Unlock()
 	c.destroy()
+}
+
+// trimIdle stops the idle processes beyond PoolSize that have been idle
+// for IdleTimeout, least recently used first, and schedules itself again
+// while more than PoolSize are idle. A burst of turns waiting on host
+// calls starts processes beyond PoolSize; this gives their memory back.
+func (p *Pool) trimIdle() {
+	p.mu.Lock()
+	p.trim = nil
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	var stale []*child
+	now := time.Now()
+	for len(p.idle) > p.cfg.PoolSize {
+		c := p.idle[0]
+		if wait := p.cfg.IdleTimeout - now.Sub(c.idleSince); wait > 0 {
+			p.trim = time.AfterFunc(wait, p.trimIdle)
+			break
+		}
+		p.idle = p.idle[1:]
+		delete(p.live, c)
+		stale = append(stale, c)
+	}
+	if len(stale) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.inflight.Add(1) // Close waits for the reaping
+	p.mu.Unlock()
+	defer p.inflight.Done()
+	for _, c := range stale {
+		c.destroy()
+	}
+}
+
+// processes reports the started sandbox processes and how many of them
+// are idle.
+func (p *Pool) processes() (live, idle int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live), len(p.idle)
 }
 
 // Close kills every sandbox process, waits for running Executes to return
@@ -222,6 +308,9 @@ func (p *Pool) Close() error {
 	}
 	p.closed = true
 	close(p.done)
+	if p.trim != nil {
+		p.trim.Stop()
+	}
 	live := make([]*child, 0, len(p.live))
 	for c := range p.live {
 		live = append(live, c)
@@ -254,6 +343,8 @@ type child struct {
 	rbuf   []byte
 	seq    uint64
 	enc    encoder // request frames, used by the goroutine running the turn
+
+	idleSince time.Time // when it last went idle; guarded by Pool.mu
 
 	// killed is set when the parent kills the process, so that its
 	// SIGKILL is not mistaken for the kernel's OOM killer.
@@ -364,7 +455,11 @@ func (c *child) wait() {
 
 // run executes one turn on c. reusable is false when c must not serve
 // again (it died, was killed, or broke the protocol).
-func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet) (res agentfleet.ExecResult, reusable bool, err error) {
+//
+// computing is whether the turn holds a compute token; run gives it back
+// for each host call and takes it again after, and clears computing when
+// the turn ended (cancelled, or the pool closed) before it got it back.
+func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
 	lim := p.cfg.Limits
 	turnCtx, cancel := context.WithTimeoutCause(ctx, lim.TurnTimeout, errWallTime)
 	defer cancel()
@@ -403,7 +498,12 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 		switch typ {
 		case frameHostCall:
 			w.pause()
+			<-p.compute
+			*computing = false
 			hseq, status, data := p.hostCall(turnCtx, req, set, payload, &res.AIUsage)
+			// Without the token again, the script goes on only to be
+			// stopped: its turn was cancelled or the pool is closing.
+			*computing = p.take(turnCtx, p.compute) == nil
 			w.resume()
 			if hseq != seq {
 				w.finish()

@@ -397,7 +397,7 @@ func TestPoolWaitsForFreeProcess(t *testing.T) {
 		<-release
 		return agentfleet.AIResponse{Content: "done"}, nil
 	}
-	p := newPool(t, Config{PoolSize: 1})
+	p := newPool(t, Config{PoolSize: 1, MaxProcesses: 1})
 	first := make(chan agentfleet.ExecResult, 1)
 	go func() {
 		res, _ := p.Execute(context.Background(), agentfleet.ExecRequest{Script: `function run() { return ai("block") }`, AI: ai})

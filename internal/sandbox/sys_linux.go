@@ -68,7 +68,8 @@ func childSysProcAttr() *syscall.SysProcAttr {
 // blocking system calls rather than through the netpoller: the thread
 // waiting for a turn's result is woken directly by the kernel, which
 // takes tens of microseconds off every round trip. An Execute in
-// progress holds one thread; there are at most PoolSize of them.
+// progress holds one thread while it waits; there are at most
+// MaxProcesses of them.
 func pipe() (r, w *os.File, err error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
