@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -158,4 +161,38 @@ func childCPU(p *Pool) int64 {
 		total += (ut + st) * int64(10*time.Millisecond)
 	}
 	return total
+}
+
+// BenchmarkFetchBoundTurns runs 64 turns at a time whose scripts each
+// wait 20ms on fetch, as a 64-slot worker's fan-out agents do, on a pool
+// of 2 places with 2 processes (every turn holds its process through its
+// fetch) and with 64.
+func BenchmarkFetchBoundTurns(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	args := []byte(`{"url":"` + srv.URL + `"}`)
+	for _, procs := range []int{2, 64} {
+		b.Run(fmt.Sprintf("processes=%d", procs), func(b *testing.B) {
+			p, err := New(Config{PoolSize: 2, MaxProcesses: procs, Network: NetworkConfig{Allow: loopback}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			req := agentfleet.ExecRequest{Script: `function run(args) { return fetch(args.url).body; }`, Args: args, Tenant: "t"}
+			b.SetParallelism(64 / runtime.GOMAXPROCS(0))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					res, err := p.Execute(context.Background(), req)
+					if err != nil || res.Err != nil {
+						b.Errorf("%v %v", err, res.Err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "turns/s")
+		})
+	}
 }
