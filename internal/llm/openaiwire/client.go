@@ -201,7 +201,38 @@ func newTransport() http.RoundTripper {
 	}
 	t = t.Clone()
 	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
-	return t
+	return inMemoryBody{t}
+}
+
+// inMemoryBody sends a request's body from the bytes it was made of. The
+// SDK wraps every body in a reader of its own, and net/http writes the
+// headers of a body it cannot see is in memory in a system call of their
+// own, before the body: two writes per model call, and two reads on the
+// other side, for what fits in one.
+type inMemoryBody struct{ next http.RoundTripper }
+
+func (t inMemoryBody) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.GetBody == nil || r.ContentLength <= 0 {
+		return t.next.RoundTrip(r)
+	}
+	body, err := r.GetBody()
+	if err != nil {
+		return t.next.RoundTrip(r)
+	}
+	// A RoundTripper closes the body it was given and leaves the request
+	// as it was: send a shallow copy carrying the fresh body.
+	r.Body.Close()
+	fresh := *r
+	fresh.Body = body
+	return t.next.RoundTrip(&fresh)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the
+// transport.
+func (t inMemoryBody) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // Model is the model used when a request names none.

@@ -1,11 +1,13 @@
 package openaiwire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -196,6 +198,48 @@ func TestCompleteSendsMarkupUnescaped(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &body))
 	require.Equal(t, content, body.Messages[0].Content)
+}
+
+// A request's headers and body leave in one write, although the body
+// comes wrapped in a reader net/http cannot see is in memory (as the SDK
+// wraps it); without inMemoryBody they take two.
+func TestInMemoryBodyWritesRequestOnce(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		writeCompletion(w, "ok", true)
+	}))
+	t.Cleanup(srv.Close)
+	writes := func(wrap func(http.RoundTripper) http.RoundTripper) int64 {
+		var n atomic.Int64
+		tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return &writeCountingConn{Conn: c, n: &n}, err
+		}}
+		defer tr.CloseIdleConnections()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(bytes.Repeat([]byte("x"), 2000)))
+		require.NoError(t, err)
+		req.Body = struct{ io.ReadCloser }{req.Body} // opaque, like the SDK's wrapper
+		resp, err := (&http.Client{Transport: wrap(tr)}).Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return n.Load()
+	}
+	require.EqualValues(t, 1, writes(func(rt http.RoundTripper) http.RoundTripper { return inMemoryBody{rt} }))
+	require.EqualValues(t, 2, writes(func(rt http.RoundTripper) http.RoundTripper { return rt }))
+	_, ok := newTransport().(inMemoryBody)
+	require.True(t, ok, "the client's own transport sends bodies from memory")
+}
+
+type writeCountingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *writeCountingConn) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(p)
 }
 
 func TestCompleteRequestModelOverridesDefault(t *testing.T) {
