@@ -8,9 +8,11 @@
 // crosses its API: callers see agentfleet.ModelRequest/ModelResponse and
 // the errors declared here.
 //
-// The SDK sends requests, maps error replies and reads streams; a plain
-// completion's small JSON is encoded and decoded here, which halves the
-// client's cost of a call (see Complete). The retry policy is ours.
+// The SDK builds and sends streamed requests and reads streams. A plain
+// completion is encoded, sent and decoded here, with the URL and headers
+// the SDK would use, captured once per Client (sdkRequest): the SDK's
+// per-call work cost more than the rest of the call (see Complete). The
+// retry policy is ours, and so is the reading of error replies.
 // openai-go's own retries are disabled because they cannot be told apart
 // from the per-call timeout, they retry statuses we must not (408, 409),
 // and their sleeps cannot be injected into tests. Ours:
@@ -30,8 +32,9 @@
 // after that a retry would show the caller the same text twice.
 //
 // openai-go still applies its environment defaults underneath ours
-// (OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS); the base URL
-// and key are always set explicitly from Config.
+// (OPENAI_ORG_ID, OPENAI_PROJECT_ID, OPENAI_CUSTOM_HEADERS), to plain
+// completions too, as read when the Client was made; the base URL and key
+// are always set explicitly from Config.
 package openaiwire
 
 import (
@@ -40,6 +43,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -171,6 +175,10 @@ type Client struct {
 	oa   openai.Client
 	host string
 	http *http.Client
+	// completions is what the SDK would send a plain completion to, and
+	// completionHeader the headers it would send (see sdkRequest).
+	completions      string
+	completionHeader http.Header
 }
 
 // New returns a Client for cfg, or an error saying what to fix in cfg.
@@ -184,14 +192,45 @@ func New(cfg Config) (*Client, error) {
 		hc = &http.Client{Transport: newTransport()}
 	}
 	u, _ := url.Parse(cfg.BaseURL) // validated above
-	oa := openai.NewClient(
+	opts := []option.RequestOption{
 		option.WithBaseURL(cfg.BaseURL),
 		option.WithAPIKey(cfg.APIKey),
-		option.WithHTTPClient(hc),
 		option.WithMaxRetries(0),
-	)
-	return &Client{cfg: cfg, oa: oa, host: u.Host, http: hc}, nil
+	}
+	completions, header, err := sdkRequest(opts)
+	if err != nil {
+		return nil, fmt.Errorf("openai-wire client: %w", err)
+	}
+	oa := openai.NewClient(append(opts, option.WithHTTPClient(hc))...)
+	return &Client{cfg: cfg, oa: oa, host: u.Host, http: hc, completions: completions, completionHeader: header}, nil
 }
+
+// sdkRequest returns the URL and the headers the SDK, configured with
+// opts, sends a plain completion with: its own headers, the key, and the
+// environment's OPENAI_ORG_ID, OPENAI_PROJECT_ID and
+// OPENAI_CUSTOM_HEADERS. Complete sends its requests itself with these:
+// the SDK rebuilds them for every call, through a chain of options and
+// wrappers that cost a worker more CPU than the HTTP exchange it wraps
+// (BenchmarkComplete).
+func sdkRequest(opts []option.RequestOption) (url string, header http.Header, err error) {
+	var sent *http.Request
+	capture := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		sent = r
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
+	})}
+	oa := openai.NewClient(append(opts, option.WithHTTPClient(capture))...)
+	var reply []byte
+	if err := oa.Post(context.Background(), "chat/completions", nil, &reply, option.WithRequestBody("application/json", []byte("{}"))); err != nil || sent == nil {
+		return "", nil, fmt.Errorf("prepare requests: %v", err)
+	}
+	header = sent.Header.Clone()
+	header.Del("Content-Length")
+	return sent.URL.String(), header, nil
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func newTransport() http.RoundTripper {
 	t, ok := http.DefaultTransport.(*http.Transport)
@@ -248,19 +287,18 @@ func (c *Client) Complete(ctx context.Context, req agentfleet.ModelRequest) (age
 	if err != nil {
 		return agentfleet.ModelResponse{}, err
 	}
-	// The SDK sends the request and maps its errors, but the body is
-	// encoded, and the reply decoded, here: the SDK's reflective
-	// encoder and its decoder (which keeps every field's raw JSON) cost
-	// more than the rest of the call (BenchmarkComplete).
+	// The request is sent, and the reply decoded, here, with the URL
+	// and headers the SDK would use (sdkRequest): the SDK's reflective
+	// encoder, its decoder (which keeps every field's raw JSON) and its
+	// per-call request building cost more than the rest of the call
+	// (BenchmarkComplete).
 	body, err := encodeRequest(plainRequestOf(req, params))
 	if err != nil {
 		return agentfleet.ModelResponse{}, fmt.Errorf("model request: %w", err)
 	}
 	var out plainReply
 	err = c.retry(ctx, func(ctx context.Context, raw **http.Response) error {
-		var reply []byte
-		err := c.oa.Post(ctx, "chat/completions", nil, &reply,
-			option.WithRequestBody("application/json", body), option.WithResponseInto(raw))
+		reply, err := c.post(ctx, body, raw)
 		if err != nil {
 			return err
 		}
@@ -290,6 +328,30 @@ func (c *Client) Complete(ctx context.Context, req agentfleet.ModelRequest) (age
 		prompt, completion = u.PromptTokens, u.CompletionTokens
 	}
 	return c.response(req, params, content, out.Model, prompt, completion, out.Usage != nil), nil
+}
+
+// post sends one plain completion request and returns the reply's body.
+// A reply with an error status is left in *raw, its body read into
+// memory, for retry to classify; the error returned then only says that
+// it failed.
+func (c *Client) post(ctx context.Context, body []byte, raw **http.Response) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.completions, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = c.completionHeader.Clone()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		*raw = resp
+		return nil, fmt.Errorf("%s %s: status %d", req.Method, c.completions, resp.StatusCode)
+	}
+	return io.ReadAll(resp.Body)
 }
 
 // plainRequest is the body of a plain (not streamed) chat completion: the

@@ -242,6 +242,28 @@ func (c *writeCountingConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// Complete sends its requests itself, with what the SDK would send: its
+// headers and the environment's organization, project and custom headers.
+func TestCompleteSendsTheSDKsHeaders(t *testing.T) {
+	t.Setenv("OPENAI_ORG_ID", "org-7")
+	t.Setenv("OPENAI_PROJECT_ID", "proj-3")
+	t.Setenv("OPENAI_CUSTOM_HEADERS", "X-Gateway: g1\nX-Team: agents")
+	var hdr http.Header
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		hdr = r.Header.Clone()
+		writeCompletion(w, "ok", true)
+	})
+	_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+	require.NoError(t, err)
+	require.Equal(t, "org-7", hdr.Get("OpenAI-Organization"))
+	require.Equal(t, "proj-3", hdr.Get("OpenAI-Project"))
+	require.Equal(t, "g1", hdr.Get("X-Gateway"))
+	require.Equal(t, "agents", hdr.Get("X-Team"))
+	require.Equal(t, "Bearer sk-test", hdr.Get("Authorization"))
+	require.Equal(t, "application/json", hdr.Get("Content-Type"))
+	require.Contains(t, hdr.Get("User-Agent"), "OpenAI/Go")
+}
+
 func TestCompleteRequestModelOverridesDefault(t *testing.T) {
 	t.Parallel()
 	var model any
