@@ -498,8 +498,10 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 		switch typ {
 		case frameHostCall:
 			w.pause()
-			<-p.compute
-			*computing = false
+			if *computing { // not after a take below failed
+				<-p.compute
+				*computing = false
+			}
 			hseq, status, data := p.hostCall(turnCtx, req, set, payload, &res.AIUsage)
 			// Without the token again, the script goes on only to be
 			// stopped: its turn was cancelled or the pool is closing.

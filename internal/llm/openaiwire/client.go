@@ -212,7 +212,7 @@ func New(cfg Config) (*Client, error) {
 // the SDK rebuilds them for every call, through a chain of options and
 // wrappers that cost a worker more CPU than the HTTP exchange it wraps
 // (BenchmarkComplete).
-func sdkRequest(opts []option.RequestOption) (url string, header http.Header, err error) {
+func sdkRequest(opts []option.RequestOption) (endpoint string, header http.Header, err error) {
 	var sent *http.Request
 	capture := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		sent = r
@@ -220,8 +220,11 @@ func sdkRequest(opts []option.RequestOption) (url string, header http.Header, er
 	})}
 	oa := openai.NewClient(append(opts, option.WithHTTPClient(capture))...)
 	var reply []byte
-	if err := oa.Post(context.Background(), "chat/completions", nil, &reply, option.WithRequestBody("application/json", []byte("{}"))); err != nil || sent == nil {
-		return "", nil, fmt.Errorf("prepare requests: %v", err)
+	if err := oa.Post(context.Background(), "chat/completions", nil, &reply, option.WithRequestBody("application/json", []byte("{}"))); err != nil {
+		return "", nil, fmt.Errorf("prepare requests: %w", err)
+	}
+	if sent == nil {
+		return "", nil, errors.New("prepare requests: the SDK sent no request")
 	}
 	header = sent.Header.Clone()
 	header.Del("Content-Length")
@@ -244,10 +247,10 @@ func newTransport() http.RoundTripper {
 }
 
 // inMemoryBody sends a request's body from the bytes it was made of. The
-// SDK wraps every body in a reader of its own, and net/http writes the
-// headers of a body it cannot see is in memory in a system call of their
-// own, before the body: two writes per model call, and two reads on the
-// other side, for what fits in one.
+// SDK wraps every body in a reader of its own (streamed calls still go
+// through it), and net/http writes the headers of a body it cannot see is
+// in memory in a system call of their own, before the body: two writes
+// per call, and two reads on the other side, for what fits in one.
 type inMemoryBody struct{ next http.RoundTripper }
 
 func (t inMemoryBody) RoundTrip(r *http.Request) (*http.Response, error) {
