@@ -253,17 +253,23 @@ func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 // continued is the count of next turns worker i sent by path (in_place,
 // direct, scheduler).
 func (f *testFleet) continued(i int, path string) int {
+	return f.metric(i, "agentfleet_worker_turns_continued_total", "path", path)
+}
+
+// metric is the value of worker i's counter or gauge name with label=value
+// (0 when there is none).
+func (f *testFleet) metric(i int, name, label, value string) int {
 	f.t.Helper()
 	mfs, err := f.registries[i].Gather()
 	require.NoError(f.t, err)
 	for _, mf := range mfs {
-		if mf.GetName() != "agentfleet_worker_turns_continued_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "path" && l.GetValue() == path {
-					return int(m.GetCounter().GetValue())
+				if l.GetName() == label && l.GetValue() == value {
+					return int(m.GetCounter().GetValue() + m.GetGauge().GetValue())
 				}
 			}
 		}
@@ -294,6 +300,8 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 ran in place")
 	require.Equal(t, 1, f.continued(0, "scheduler"), "turn 3 went through the scheduler")
 	require.Equal(t, 0, f.continued(0, "direct"))
+	require.GreaterOrEqual(t, f.metric(0, "agentfleet_sandbox_processes", "state", "idle"), 1, "the turns' sandbox process waits for the next")
+	require.Equal(t, 0, f.metric(0, "agentfleet_sandbox_processes", "state", "busy"))
 
 	run = f.wait(f.submit(api.RunCreateRequest{Message: "compute 7"}).ID, 30*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)

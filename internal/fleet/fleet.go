@@ -275,6 +275,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 		return nil, err
 	}
 	wm := worker.NewMetrics(cfg.Registry)
+	registerSandboxGauges(cfg.Registry, pool)
 	wp := &WorkerProcess{Engine: engine, pool: pool, model: model}
 	var secrets []string
 	if cfg.Model.APIKey != "" {
@@ -297,6 +298,25 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 		wp.Workers = append(wp.Workers, w)
 	}
 	return wp, nil
+}
+
+// registerSandboxGauges exports the pool's processes as
+// agentfleet_sandbox_processes{state="busy"|"idle"}: a burst of turns
+// waiting on fetch or ai starts processes beyond the pool's size, and
+// they stop again once idle.
+func registerSandboxGauges(reg prometheus.Registerer, pool *sandbox.Pool) {
+	const help = "Sandbox processes of this worker process: running a turn (busy) or waiting for one (idle)."
+	for _, state := range []string{"busy", "idle"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "agentfleet_sandbox_processes", Help: help, ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 {
+			live, idle := pool.Processes()
+			if state == "idle" {
+				return float64(idle)
+			}
+			return float64(live - idle)
+		}))
+	}
 }
 
 // Run runs every worker until ctx ends (which abandons in-flight turns,

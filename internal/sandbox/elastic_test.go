@@ -93,11 +93,11 @@ func TestHostCallsOverlapBeyondPoolSize(t *testing.T) {
 	for _, res := range executeAll(t, p, 3, fetchScript, urlArgs(srv.URL)) {
 		require.Equal(t, `"together"`, ok(t, res), "all three fetches were in flight at once")
 	}
-	live, idle := p.processes()
+	live, idle := p.Processes()
 	require.Equal(t, 3, live)
 	require.Equal(t, 3, idle)
 	require.Eventually(t, func() bool {
-		live, idle := p.processes()
+		live, idle := p.Processes()
 		return live == 1 && idle == 1
 	}, 5*time.Second, 20*time.Millisecond, "idle processes beyond PoolSize are stopped after IdleTimeout")
 
@@ -116,7 +116,7 @@ func TestProcessesCappedAtMaxProcesses(t *testing.T) {
 		require.Equal(t, `"alone"`, ok(t, res))
 	}
 	require.Equal(t, 2, srv.mostInFlight())
-	live, _ := p.processes()
+	live, _ := p.Processes()
 	require.LessOrEqual(t, live, 2)
 }
 
@@ -129,7 +129,7 @@ func TestScriptsWithoutHostCallsUsePoolSizeProcesses(t *testing.T) {
 	for _, res := range executeAll(t, p, 4, spin, "") {
 		require.Equal(t, "true", ok(t, res))
 	}
-	live, _ := p.processes()
+	live, _ := p.Processes()
 	require.Equal(t, 1, live)
 }
 

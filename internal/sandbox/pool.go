@@ -290,9 +290,9 @@ func (p *Pool) trimIdle() {
 	}
 }
 
-// processes reports the started sandbox processes and how many of them
-// are idle.
-func (p *Pool) processes() (live, idle int) {
+// Processes reports the started sandbox processes and how many of them
+// are idle, waiting for a turn.
+func (p *Pool) Processes() (live, idle int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.live), len(p.idle)
