@@ -3,6 +3,7 @@ package sandbox
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -116,7 +117,11 @@ func TestCarriedArgsInvalid(t *testing.T) {
 // What the next turn could not read is refused when it is returned.
 func TestCarriedValueTooDeep(t *testing.T) {
 	t.Parallel()
-	p := sharedPool(t)
+	// Building and encoding 10,000 levels takes about 2s under -race; on
+	// a loaded machine that passed the parent's wall-clock backstop of
+	// the default CPU limit (5s plus a grace), which this test is not
+	// about.
+	p := newPool(t, Config{PoolSize: 1, Limits: Limits{CPUTime: time.Minute}})
 	deep := `function deep(n) { let v = 1; for (let i = 0; i < n; i++) v = i % 2 ? [v] : {v}; return v }
 `
 	res := run(t, p, deep+`function run() { return deep(10000) }`, "")
