@@ -6,6 +6,7 @@
 // Configuration is the environment of DESIGN §8: AGENTFLEET_NATS_URL
 // (required), AGENTFLEET_DATABASE_URL (unset: SQLite in
 // AGENTFLEET_DATA_DIR, for a single-host fleet), AGENTFLEET_WORKER_SLOTS,
+// AGENTFLEET_SANDBOX_PROCESSES (default: the slots, at most 64),
 // AGENTFLEET_METRICS_LISTEN, AGENTFLEET_MODEL, OPENAI_BASE_URL,
 // OPENAI_API_KEY, AGENTFLEET_MAX_WAITING (as the dispatcher's).
 //

@@ -14,10 +14,11 @@ import (
 // the fleet on the same cores, answered thousands a second with a third
 // of its CPU in that decoding.
 //
-// ok is false for anything else: another key, content parts, a \u escape,
-// a control character, malformed JSON. decodeRequest then decodes the body
-// with encoding/json, which accepts every valid request and words the
-// errors, so this path only has to be right on what it accepts.
+// ok is false for anything else: another key, content parts, a \u
+// escape of a surrogate, a control character, malformed JSON.
+// decodeRequest then decodes the body with encoding/json, which accepts
+// every valid request and words the errors, so this path only has to be
+// right on what it accepts.
 func decodePlain(b []byte) (wr wireRequest, ok bool) {
 	p := plainParser{b: b}
 	ok = p.object(func(key string) bool {
@@ -99,7 +100,8 @@ func (p *plainParser) object(field func(key string) bool) bool {
 	}
 }
 
-// str reads a string with no \u escapes and no control characters.
+// str reads a string with no control characters and no escapes that
+// unquotePlain leaves to encoding/json.
 func (p *plainParser) str() (string, bool) {
 	if !p.consume('"') {
 		return "", false
