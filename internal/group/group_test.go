@@ -95,10 +95,12 @@ func TestQueueLoneCall(t *testing.T) {
 
 // With a Linger, calls far apart each run at once, alone; calls that come
 // fast (here four a millisecond, each group taking no time) share groups
-// they would not have shared without it.
+// they would not have shared without it. The Linger is long enough that a
+// call descheduled on a loaded machine (5ms seen under -race in CI) is not
+// taken for one that lingered.
 func TestQueueLingersOnlyWhenCallsComeFast(t *testing.T) {
 	t.Parallel()
-	q := group.Queue[*call]{Linger: 2 * time.Millisecond}
+	q := group.Queue[*call]{Linger: 20 * time.Millisecond}
 	var mu sync.Mutex
 	var sizes []int
 	run := func(calls []*call) {
@@ -111,7 +113,7 @@ func TestQueueLingersOnlyWhenCallsComeFast(t *testing.T) {
 		start := time.Now()
 		q.Do(&call{id: i}, 64, run)
 		took = append(took, time.Since(start))
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(q.Linger + q.Linger/4) // apart: more than Linger/2
 	}
 	for i, d := range took {
 		if d >= q.Linger {
