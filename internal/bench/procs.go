@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/fleet"
+	"github.com/agentfleet/agentfleet/internal/procstat"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 )
@@ -469,15 +470,15 @@ func (f *procFleet) usageByRole() map[string]roleUsage {
 			if p == nil || p.cmd.Process == nil {
 				continue
 			}
-			st, ok := readProcStat(p.cmd.Process.Pid)
+			st, ok := procstat.Read(p.cmd.Process.Pid)
 			if !ok {
 				continue // exited
 			}
-			add(role, st.own, threadSwitches(st.pid))
+			add(role, st.CPU, threadSwitches(st.PID))
 			if role == "worker" {
-				add("sandbox", st.cpu-st.own, 0) // reaped sandbox processes: CPU only
-				for _, d := range descendantsOf(st.pid) {
-					add("sandbox", d.cpu, threadSwitches(d.pid))
+				add("sandbox", st.ReapedCPU, 0) // reaped sandbox processes: CPU only
+				for _, d := range descendantsOf(st.PID) {
+					add("sandbox", d.CPU+d.ReapedCPU, threadSwitches(d.PID))
 				}
 			}
 		}

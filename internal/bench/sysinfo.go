@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -108,45 +107,6 @@ func raiseNoFile() {
 	}
 }
 
-// clockTick is USER_HZ, the unit of /proc/<pid>/stat times; Linux fixes
-// it at 100 for user space on every architecture Go supports.
-const clockTick = 10 * time.Millisecond
-
-// procStat is what the bench reads of one process in /proc.
-type procStat struct {
-	pid, ppid int
-	comm      string
-	// cpu is user+system time of the process and of its reaped children;
-	// own is the process's alone.
-	cpu, own time.Duration
-}
-
-func readProcStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	// The command name may hold spaces and parentheses: fields start
-	// after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	j := bytes.IndexByte(b, '(')
-	if i < 0 || j < 0 || j > i {
-		return procStat{}, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
-	if len(f) < 15 {
-		return procStat{}, false
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	var ticks [4]int64
-	for k, s := range f[11:15] {
-		ticks[k], _ = strconv.ParseInt(s, 10, 64)
-	}
-	own := time.Duration(ticks[0]+ticks[1]) * clockTick
-	return procStat{pid: pid, ppid: ppid, comm: string(b[j+1 : i]), own: own, cpu: own + time.Duration(ticks[2]+ticks[3])*clockTick}, true
-}
-
 // postgresCPU is the CPU time of the processes named "postgres" on this
 // machine: a local server's postmaster and its live backends, with what
 // the postmaster's reaped backends used. Zero when there are none.
@@ -161,8 +121,8 @@ func postgresCPU() time.Duration {
 		if err != nil {
 			continue
 		}
-		if st, ok := readProcStat(pid); ok && st.comm == "postgres" {
-			total += st.cpu
+		if st, ok := procstat.Read(pid); ok && st.Comm == "postgres" {
+			total += st.CPU + st.ReapedCPU
 		}
 	}
 	return total
@@ -170,32 +130,32 @@ func postgresCPU() time.Duration {
 
 // descendants returns the live descendants of this process (sandbox
 // processes, spawned fleet processes and theirs).
-func descendants() []procStat { return descendantsOf(os.Getpid()) }
+func descendants() []procstat.Stat { return descendantsOf(os.Getpid()) }
 
 // descendantsOf returns the live descendants of pid.
-func descendantsOf(root int) []procStat {
+func descendantsOf(root int) []procstat.Stat {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]procStat{}
+	children := map[int][]procstat.Stat{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		if st, ok := readProcStat(pid); ok {
-			children[st.ppid] = append(children[st.ppid], st)
+		if st, ok := procstat.Read(pid); ok {
+			children[st.PPID] = append(children[st.PPID], st)
 		}
 	}
-	var out []procStat
+	var out []procstat.Stat
 	queue := []int{root}
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
 		for _, c := range children[p] {
 			out = append(out, c)
-			queue = append(queue, c.pid)
+			queue = append(queue, c.PID)
 		}
 	}
 	return out
@@ -217,7 +177,7 @@ func cpuTimes() (self, children time.Duration) {
 		children = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	for _, d := range descendants() {
-		children += d.cpu
+		children += d.CPU + d.ReapedCPU
 	}
 	return self, children
 }
@@ -237,7 +197,7 @@ func contextSwitches() (self, children int64) {
 		children = ru.Nvcsw + ru.Nivcsw
 	}
 	for _, d := range descendants() {
-		children += threadSwitches(d.pid)
+		children += threadSwitches(d.PID)
 	}
 	return self, children
 }
@@ -262,7 +222,7 @@ func (r *rssSampler) sample() int64 {
 	if time.Since(r.scanned) > time.Second {
 		r.pids = r.pids[:0]
 		for _, d := range descendants() {
-			r.pids = append(r.pids, d.pid)
+			r.pids = append(r.pids, d.PID)
 		}
 		r.scanned = time.Now()
 	}

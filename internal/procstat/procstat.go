@@ -1,13 +1,62 @@
-// Package procstat reads what Linux's /proc says about a process's
-// threads, for the figures the bench reports and the tests that check
-// them. Off Linux (no /proc) it reports zero.
+// Package procstat reads what Linux's /proc says about a process: its
+// CPU time, for the sandbox pool's kill backstop and the bench, and its
+// threads' context switches, for the bench. Off Linux (no /proc) it
+// reports nothing.
 package procstat
 
 import (
+	"bytes"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times; Linux fixes
+// it at 100 for user space on every architecture Go supports.
+const clockTick = 10 * time.Millisecond
+
+// Stat is what /proc/<pid>/stat says about a process. Times count whole
+// clock ticks (10ms).
+type Stat struct {
+	PID, PPID int
+	Comm      string
+	// CPU is the user and system time of the process's threads, live
+	// and ended; ReapedCPU is that of its children that exited and were
+	// reaped.
+	CPU, ReapedCPU time.Duration
+}
+
+// Read reads the stat of pid; false if the process is gone (or there is
+// no /proc).
+func Read(pid int) (Stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, false
+	}
+	// The command name may hold spaces and parentheses: fields start
+	// after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	j := bytes.IndexByte(b, '(')
+	if i < 0 || j < 0 || j > i {
+		return Stat{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime 14..17.
+	if len(f) < 15 {
+		return Stat{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	var ticks [4]int64
+	for k, s := range f[11:15] {
+		ticks[k], _ = strconv.ParseInt(s, 10, 64)
+	}
+	return Stat{
+		PID: pid, PPID: ppid, Comm: string(b[j+1 : i]),
+		CPU:       time.Duration(ticks[0]+ticks[1]) * clockTick,
+		ReapedCPU: time.Duration(ticks[2]+ticks[3]) * clockTick,
+	}, true
+}
 
 // ThreadSwitches sums the context switches of the live threads of pid:
 // voluntary ones (a thread blocked or slept) and involuntary ones (the

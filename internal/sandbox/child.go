@@ -170,6 +170,7 @@ func (s *childServer) serve() int {
 	s.enc.start(frameHello)
 	s.enc.uint(protoVersion)
 	s.enc.uint(uint64(os.Getpid()))
+	s.enc.uint(uint64(processCPU()))
 	s.write(s.enc.frame())
 	s.spare = s.newEnv()
 	max := maxFrame(s.spec.carry)

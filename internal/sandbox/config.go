@@ -46,8 +46,9 @@ const (
 	minFetchBytes  = 1 << 10
 )
 
-// killGrace is how long the parent waits past a deadline (CPU time,
-// cancellation) for a child to report before it kills it. A child in
+// killGrace is how long the parent waits past a deadline (CPU time past
+// the limit, wall time after a cancellation) for a child to report
+// before it kills it. A child in
 // JavaScript code stops within microseconds; one stuck in a long native
 // call (a huge sort, Array.prototype.fill over 1e10 slots) does not.
 const killGrace = time.Second
@@ -91,9 +92,10 @@ type Config struct {
 
 // Limits bound one execution (one turn).
 type Limits struct {
-	// CPUTime is how long the script may run JavaScript: wall time
-	// spent in the sandbox process, not counting time blocked in host
-	// calls (fetch, ai). A script past it is interrupted (kind timeout).
+	// CPUTime is how long the script may run JavaScript: the CPU time
+	// of its sandbox process, not counting host calls (fetch, ai). Time
+	// spent waiting for a core on a busy machine does not count. A
+	// script past it is interrupted (kind timeout).
 	CPUTime time.Duration
 	// TurnTimeout bounds the whole execution in wall time, host calls
 	// included (kind timeout).

@@ -50,12 +50,14 @@
 // # Limits (Limits)
 //
 //   - CPU time: the script may run JavaScript for Limits.CPUTime. This is
-//     time in the sandbox process, not counting time blocked in host calls
-//     (fetch, ai): a turn that waits ten seconds on a model has not used ten
-//     seconds of CPU. The process interrupts the script itself (kind
+//     the CPU time of the sandbox process (getrusage), not counting host
+//     calls (fetch, ai): a turn that waits ten seconds on a model has not
+//     used ten seconds of CPU, and neither has one that waited for a core
+//     on a busy worker. The process interrupts the script itself (kind
 //     timeout) and stays usable; if it fails to report within a grace
-//     period (a long native call such as a catastrophic regexp does not see
-//     interrupts) the parent kills it. Limits.TurnTimeout bounds the whole
+//     period of CPU time (a long native call such as a catastrophic
+//     regexp does not see interrupts) the parent, reading the process's
+//     CPU time from /proc, kills it. Limits.TurnTimeout bounds the whole
 //     turn in wall time, host calls included.
 //   - Memory: a process sets RLIMIT_AS to what it has mapped at start plus
 //     room for the turn's heap (Linux only), asks the GC to stay under

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
-	"time"
 
 	"github.com/dop251/goja"
 )
@@ -105,9 +104,7 @@ type turnState struct {
 	answer   []byte
 	limitMsg string // why answer() was refused (stopLimit)
 
-	cpuTimer *time.Timer
-	cpuStart time.Time
-	cpuUsed  time.Duration
+	cpu *cpuBudget
 }
 
 // throw raises a JS Error with the given name (empty: plain Error).
@@ -539,10 +536,12 @@ func (t *turnState) host(p prim, args []byte) []byte {
 	e.uint(t.ctl.seq)
 	e.byte(byte(p))
 	e.bytes(args)
-	t.pauseCPU()
+	t.cpu.pause()
 	s.write(e.frame())
 	status, data := s.readHostReply(t.ctl.seq)
-	t.resumeCPU()
+	if t.ctl.reason.Load() == 0 {
+		t.cpu.resume()
+	}
 	switch status {
 	case hostOK:
 		return data
@@ -557,23 +556,4 @@ func (t *turnState) host(p prim, args []byte) []byte {
 		t.throw("Error", string(data))
 	}
 	return nil
-}
-
-func (t *turnState) pauseCPU() {
-	if t.cpuTimer.Stop() {
-		t.cpuUsed += time.Since(t.cpuStart)
-	}
-}
-
-func (t *turnState) resumeCPU() {
-	if t.ctl.reason.Load() != 0 {
-		return
-	}
-	left := t.s.spec.cpu - t.cpuUsed
-	if left <= 0 {
-		t.ctl.stop(stopTimeout)
-		return
-	}
-	t.cpuStart = time.Now()
-	t.cpuTimer.Reset(left)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
@@ -81,7 +82,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, in, out)
 
-	res := resultMsg{seq: 7, answered: true, answer: []byte(`"x"`), ret: []byte("null"), logs: "l\n", errKind: kindCode("limit"), errMsg: "m"}
+	res := resultMsg{seq: 7, answered: true, answer: []byte(`"x"`), ret: []byte("null"), logs: "l\n", errKind: kindCode("limit"), errMsg: "m", cpu: 1234567 * time.Microsecond}
 	frame = encodeResult(&e, &res)
 	_, payload, err = readFrame(bufio.NewReader(bytes.NewReader(frame)), &buf, 1<<20)
 	require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/procstat"
 )
 
 // ErrClosed is returned by Execute once the pool is closed.
@@ -343,6 +344,9 @@ type child struct {
 	rbuf   []byte
 	seq    uint64
 	enc    encoder // request frames, used by the goroutine running the turn
+	// cpuMark is the process's CPU time at its hello or its last
+	// result: where the next turn's CPU time is counted from.
+	cpuMark time.Duration
 
 	idleSince time.Time // when it last went idle; guarded by Pool.mu
 
@@ -414,6 +418,11 @@ func (p *Pool) startChild() (*child, error) {
 		d := decoder{b: payload}
 		if v := d.uint(); d.err != nil || v != protoVersion {
 			err = fmt.Errorf("%w: child speaks version %d, want %d", errProtocol, v, protoVersion)
+		}
+		_ = d.uint() // pid
+		c.cpuMark = time.Duration(d.uint())
+		if err == nil && d.err != nil {
+			err = fmt.Errorf("hello: %w", d.err)
 		}
 	}
 	if err != nil {
@@ -527,6 +536,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 			if err != nil {
 				return p.broken(c, err, &res)
 			}
+			c.cpuMark = m.cpu
 			fillResult(&res, &m)
 			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
 				// The turn was cancelled (or ran out of wall time) but
@@ -650,9 +660,19 @@ func exitDescription(err error) string {
 }
 
 // turnWatch is the parent's hard deadline on a turn: if the child has not
-// reported within its CPU time plus a grace (the clock stopped during host
-// calls, as the child's is), or within a grace after a cancel, the process
-// is killed. It never fires for a child that interrupts itself in time.
+// reported once it has used its CPU time plus a grace, or within a grace
+// after a cancel, the process is killed. It never fires for a child that
+// interrupts itself in time.
+//
+// The budget is the child's CPU time, which the parent reads from /proc
+// (procstat). A timer sleeps for the budget left in wall time (the
+// clock stopped during host calls, when the child waits); when it fires
+// and the child, on a busy machine, has used less CPU than that, the
+// timer sleeps again for the rest. Where /proc cannot be read the
+// budget is that wall time. After a cancel the grace is wall time: the
+// turn must end. (A child that neither computes nor reports, which only
+// a bug would make, is ended that way too: by the turn's wall-clock
+// timeout and its grace.)
 type turnWatch struct {
 	c   *child
 	seq uint64
@@ -660,6 +680,7 @@ type turnWatch struct {
 	mu       sync.Mutex
 	timer    *time.Timer
 	gen      int           // invalidates callbacks of superseded timers
+	budget   time.Duration // CPU time the turn may use, grace included
 	left     time.Duration // budget left when the current segment began
 	segStart time.Time
 	paused   bool
@@ -669,7 +690,7 @@ type turnWatch struct {
 }
 
 func startWatch(c *child, seq uint64, budget time.Duration) *turnWatch {
-	w := &turnWatch{c: c, seq: seq, left: budget}
+	w := &turnWatch{c: c, seq: seq, budget: budget, left: budget}
 	w.mu.Lock()
 	w.arm()
 	w.mu.Unlock()
@@ -696,6 +717,14 @@ func (w *turnWatch) fire(gen int) {
 		w.mu.Unlock()
 		return
 	}
+	if w.stopped == stopNone {
+		if left := w.cpuLeft(); left > 0 {
+			w.left = max(left, minCPUCheck)
+			w.arm()
+			w.mu.Unlock()
+			return
+		}
+	}
 	w.killed = stopTimeout
 	if w.stopped != stopNone {
 		w.killed = w.stopped
@@ -703,6 +732,16 @@ func (w *turnWatch) fire(gen int) {
 	w.done = true
 	w.mu.Unlock()
 	w.c.kill()
+}
+
+// cpuLeft is the CPU time the child may still use this turn; zero when
+// it cannot be read (the process is gone, or there is no /proc).
+func (w *turnWatch) cpuLeft() time.Duration {
+	st, ok := procstat.Read(w.c.cmd.Process.Pid)
+	if !ok {
+		return 0
+	}
+	return w.budget - (st.CPU - w.c.cpuMark)
 }
 
 func (w *turnWatch) pause() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -22,9 +23,9 @@ import (
 // anyway (args, return, host-call arguments and replies).
 
 const (
-	protoVersion = 1
+	protoVersion = 2
 
-	frameHello    byte = 'h' // child -> parent: ready (version, pid)
+	frameHello    byte = 'h' // child -> parent: ready (version, pid, CPU time)
 	frameExec     byte = 'x' // parent -> child: run a turn
 	frameCancel   byte = 'c' // parent -> child: stop the turn (seq, reason)
 	frameHostCall byte = 'q' // child -> parent: run a host primitive
@@ -222,6 +223,9 @@ type resultMsg struct {
 	logs     string
 	errKind  byte // 0: no error
 	errMsg   string
+	// cpu is the process's CPU time when it sent the result: where the
+	// parent's count of the next turn's CPU time starts.
+	cpu time.Duration
 }
 
 func encodeResult(e *encoder, m *resultMsg) []byte {
@@ -237,6 +241,7 @@ func encodeResult(e *encoder, m *resultMsg) []byte {
 	e.str(m.logs)
 	e.byte(m.errKind)
 	e.str(m.errMsg)
+	e.uint(uint64(m.cpu))
 	return e.frame()
 }
 
@@ -255,5 +260,6 @@ func decodeResult(p []byte) (resultMsg, error) {
 	m.logs = d.str()
 	m.errKind = d.byte()
 	m.errMsg = d.str()
+	m.cpu = time.Duration(d.uint())
 	return m, d.err
 }

@@ -246,7 +246,7 @@ func TestTimeout(t *testing.T) {
 	require.Contains(t, msg, "CPU time limit of 300ms")
 	require.Contains(t, msg, "line 1:")
 	require.GreaterOrEqual(t, elapsed, cpu)
-	require.Less(t, elapsed, cpu+killGrace, "stopped by the child's own deadline, not the parent's kill")
+	require.NotContains(t, msg, "killed", "stopped by the child's own deadline, not the parent's kill")
 	// The process survives an interrupted script and serves again.
 	require.Equal(t, "7", ok(t, run(t, p, `function run() { return 7 }`, "")))
 }
@@ -255,6 +255,7 @@ func TestHardKillOnStuckNativeCall(t *testing.T) {
 	t.Parallel()
 	cpu := 100 * time.Millisecond
 	p := newPool(t, Config{PoolSize: 1, Limits: Limits{CPUTime: cpu}})
+	require.Equal(t, "1", ok(t, run(t, p, `function run() { return 1 }`, "")))
 	// A backtracking regexp (minutes at this length) runs in native code,
 	// where no interrupt is seen: only the parent's kill ends it.
 	start := time.Now()
@@ -262,7 +263,11 @@ func TestHardKillOnStuckNativeCall(t *testing.T) {
 	elapsed := time.Since(start)
 	msg := failed(t, res, agentfleet.ScriptTimeout)
 	require.Contains(t, msg, "sandbox process was killed")
-	require.Less(t, elapsed, cpu+killGrace+2*time.Second)
+	// The kill comes after cpu+killGrace of the process's CPU time,
+	// later in wall time on a loaded machine; the regexp alone would
+	// take minutes.
+	require.GreaterOrEqual(t, elapsed, cpu+killGrace)
+	require.Less(t, elapsed, 30*time.Second)
 	require.Equal(t, "8", ok(t, run(t, p, `function run() { return 8 }`, "")))
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -98,4 +99,15 @@ func idleRead(_ *os.File, fd uintptr, b []byte) (int, error) {
 		}
 		return int(n), nil
 	}
+}
+
+// processCPU is the user and system time this process has used: what a
+// turn's CPU budget counts.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		// Getrusage(RUSAGE_SELF) fails only on a bad pointer.
+		panic(fmt.Sprintf("getrusage: %v", err))
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"os"
 	"syscall"
+	"time"
 )
 
 // limitAddressSpace is a no-op off Linux: RLIMIT_AS is not enforced
@@ -20,3 +21,10 @@ func pipe() (r, w *os.File, err error) { return os.Pipe() }
 
 // idleRead is a plain read off Linux.
 func idleRead(f *os.File, _ uintptr, b []byte) (int, error) { return f.Read(b) }
+
+// processStart is when this process began, for processCPU.
+var processStart = time.Now()
+
+// processCPU is, off Linux, the wall time since the process started: a
+// turn's CPU budget counts wall time there. Production runs on Linux.
+func processCPU() time.Duration { return time.Since(processStart) }

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/dop251/goja"
 
@@ -38,16 +37,16 @@ func (s *childServer) runTurn(ctl *turnCtl, m *execMsg) resultMsg {
 	s.logs.reset(s.spec.logBytes)
 	env.restrict(m.prims)
 
-	t.cpuStart = time.Now()
-	t.cpuTimer = time.AfterFunc(s.spec.cpu, func() { ctl.stop(stopTimeout) })
+	t.cpu = startCPUBudget(s.spec.cpu, func() { ctl.stop(stopTimeout) })
 	stopHeap := s.watchHeap(ctl)
 	ctl.attach(env.vm)
 
 	res := t.run(m)
 
 	stopHeap()
-	t.cpuTimer.Stop()
+	t.cpu.stop()
 	res.seq = m.seq
+	res.cpu = processCPU()
 	res.logs = s.logs.String()
 	res.errMsg = t.red.str(capMessage(res.errMsg))
 	return res
