@@ -117,10 +117,9 @@ func TestCarriedArgsInvalid(t *testing.T) {
 // What the next turn could not read is refused when it is returned.
 func TestCarriedValueTooDeep(t *testing.T) {
 	t.Parallel()
-	// Building and encoding 10,000 levels takes about 2s under -race; on
-	// a loaded machine that passed the parent's wall-clock backstop of
-	// the default CPU limit (5s plus a grace), which this test is not
-	// about.
+	// Building and encoding 10,000 levels takes seconds of CPU under
+	// -race, not far from the default CPU limit of 5s, which this test
+	// is not about.
 	p := newPool(t, Config{PoolSize: 1, Limits: Limits{CPUTime: time.Minute}})
 	deep := `function deep(n) { let v = 1; for (let i = 0; i < n; i++) v = i % 2 ? [v] : {v}; return v }
 `
