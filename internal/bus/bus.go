@@ -454,7 +454,7 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 			MaxBytes:    -1,
 		}
 	}
-	limits := func(suffix, subject string, maxAge time.Duration, what string) jetstream.StreamConfig {
+	limits := func(suffix, subject string, maxAge, dedup time.Duration, what string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
 			Name:        b.n.stream(suffix),
 			Description: what,
@@ -464,7 +464,7 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 			MaxAge:      maxAge,
 			// The server requires the duplicate window to fit in MaxAge.
-			Duplicates: min(c.DedupWindow, maxAge),
+			Duplicates: min(dedup, maxAge),
 			Discard:    jetstream.DiscardOld,
 			MaxMsgs:    -1,
 			MaxBytes:   -1,
@@ -473,8 +473,8 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		queue(streamRunQ, QueueRunQ, "agentfleet: turns to execute"),
 		queue(streamWork, QueueWork, "agentfleet: turns dispatched to workers by the fair scheduler"),
-		limits(streamEvents, b.n.eventsAll(), c.EventsMaxAge, "agentfleet: run events"),
-		limits(streamDLQ, b.n.dlqAll(), c.DLQMaxAge, "agentfleet: dead-lettered turns"),
+		limits(streamEvents, b.n.eventsAll(), c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run events"),
+		limits(streamDLQ, b.n.dlqAll(), c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
 	}
 }
 

@@ -52,11 +52,15 @@ func streamInfo(t *testing.T, js jetstream.JetStream, name string) *jetstream.St
 
 func TestConnectEnsuresStreamsIdempotently(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	// The first process makes the events stream with a 30-minute
+	// duplicate window, as fleets did before EventsDedupWindow.
+	thirtyMinutes := func(c *bus.Config) { c.EventsDedupWindow = 30 * time.Minute }
+	s := setup(t, thirtyMinutes)
+	require.Equal(t, 30*time.Minute, streamInfo(t, s.js, "AF_EVENTS").Config.Duplicates)
 	// A second process connecting to the same server finds the streams
-	// and leaves them as they are; one with a different EventsMaxAge
-	// updates that stream in place.
-	_ = bustest.Connect(t, s.e)
+	// and leaves them as they are; one with a different EventsMaxAge and
+	// the default events window updates that stream in place.
+	_ = bustest.Connect(t, s.e, thirtyMinutes)
 	b3 := bustest.Connect(t, s.e, func(c *bus.Config) { c.EventsMaxAge = 48 * time.Hour })
 
 	cases := []struct {
@@ -68,7 +72,7 @@ func TestConnectEnsuresStreamsIdempotently(t *testing.T) {
 	}{
 		{"AF_RUNQ", "af.runq.>", jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
 		{"AF_WORK", "af.work.>", jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
-		{"AF_EVENTS", "af.events.>", jetstream.LimitsPolicy, 48 * time.Hour, 30 * time.Minute},
+		{"AF_EVENTS", "af.events.>", jetstream.LimitsPolicy, 48 * time.Hour, bus.EventsDedupWindowDefault},
 		{"AF_DLQ", "af.dlq.>", jetstream.LimitsPolicy, bus.DLQMaxAgeDefault, 30 * time.Minute},
 	}
 	for _, c := range cases {
@@ -108,6 +112,7 @@ func TestConfigValidation(t *testing.T) {
 		{"empty prefix token", bus.Config{URL: "nats://127.0.0.1:1", Prefix: "a..b"}, "Prefix"},
 		{"stream prefix with dot", bus.Config{URL: "nats://127.0.0.1:1", StreamPrefix: "A.F"}, "StreamPrefix"},
 		{"short dedup window", bus.Config{URL: "nats://127.0.0.1:1", DedupWindow: time.Minute}, "DedupWindow"},
+		{"tiny events dedup window", bus.Config{URL: "nats://127.0.0.1:1", EventsDedupWindow: time.Millisecond}, "EventsDedupWindow"},
 		{"negative max deliver", bus.Config{URL: "nats://127.0.0.1:1", MaxDeliver: -1}, "MaxDeliver"},
 		{"tiny ack wait", bus.Config{URL: "nats://127.0.0.1:1", AckWait: time.Millisecond}, "AckWait"},
 	}
