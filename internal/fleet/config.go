@@ -74,6 +74,15 @@ type Config struct {
 	// updated"), so raising it on a running fleet means deleting the
 	// workers' consumer (or the NATS store) first.
 	MaxWaiting int
+	// EventsMaxAge is how long the NATS events stream keeps run events
+	// (zero: the bus default, 7 days). The store keeps them regardless;
+	// the stream serves subscribers that replay a run from NATS. The
+	// server holds about 110 bytes of heap per stored event (its index
+	// of the stream's subjects, one per run and event type), so a fleet
+	// running many turns keeps fewer days. Every process of a fleet
+	// must use the same value: each one sets it on the stream when it
+	// connects.
+	EventsMaxAge time.Duration
 	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
@@ -119,6 +128,13 @@ func ConfigFromEnv() (Config, error) {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_ACK_WAIT=%q must be a duration of at least 1s, like \"30s\"", v))
 		}
 		c.AckWait = d
+	}
+	if v := os.Getenv("AGENTFLEET_EVENTS_MAX_AGE"); v != "" {
+		d, err := parseDays(v)
+		if err != nil || d < time.Minute {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_EVENTS_MAX_AGE=%q must be a duration of at least 1m, like \"24h\" or \"7d\"", v))
+		}
+		c.EventsMaxAge = d
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
@@ -171,6 +187,19 @@ func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "agentflee
 
 // NATSStoreDir is where the embedded NATS server keeps JetStream data.
 func (c Config) NATSStoreDir() string { return filepath.Join(c.DataDir, "nats") }
+
+// parseDays is time.ParseDuration that also takes a whole number of
+// days ("7d"), the unit retention is thought in.
+func parseDays(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "d"); ok {
+		days, err := strconv.Atoi(n)
+		if err != nil || days < 0 || days > 36500 {
+			return 0, fmt.Errorf("%q is not a number of days", v)
+		}
+		return time.Duration(days) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(v)
+}
 
 func envOr(key, def string) string {
 	if v, ok := os.LookupEnv(key); ok {

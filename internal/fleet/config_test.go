@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -29,5 +30,32 @@ func TestSandboxProcessesFromEnv(t *testing.T) {
 		}
 		require.NoError(t, err)
 		require.Equal(t, tc.want, cfg.sandboxProcesses(tc.workers), "slots %s, processes %q, workers %d", tc.slots, tc.procs, tc.workers)
+	}
+}
+
+func TestEventsMaxAgeFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		want time.Duration
+		err  bool
+	}{
+		{env: "", want: 0}, // the bus default, 7 days
+		{env: "24h", want: 24 * time.Hour},
+		{env: "7d", want: 7 * 24 * time.Hour},
+		{env: "90m", want: 90 * time.Minute},
+		{env: "30s", err: true},
+		{env: "0d", err: true},
+		{env: "1.5d", err: true},
+		{env: "-1d", err: true},
+		{env: "a week", err: true},
+	} {
+		t.Setenv("AGENTFLEET_EVENTS_MAX_AGE", tc.env)
+		cfg, err := ConfigFromEnv()
+		if tc.err {
+			require.ErrorContains(t, err, "AGENTFLEET_EVENTS_MAX_AGE", tc.env)
+			continue
+		}
+		require.NoError(t, err, tc.env)
+		require.Equal(t, tc.want, cfg.EventsMaxAge, tc.env)
 	}
 }

@@ -54,7 +54,7 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 // directory). The embedded server, when there is one, is returned for the
 // caller to shut down after closing the bus.
 func OpenBus(ctx context.Context, cfg Config, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
-	bcfg := bus.Config{URL: cfg.NATSURL, Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting, Logger: logger}
+	bcfg := bus.Config{URL: cfg.NATSURL, Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting, EventsMaxAge: cfg.EventsMaxAge, Logger: logger}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
 		if err != nil {
