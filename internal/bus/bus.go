@@ -480,11 +480,25 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 
 func (b *Bus) ensureStreams(ctx context.Context) error {
 	for _, sc := range b.streamConfigs() {
-		if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+		if err := b.applyStream(ctx, sc); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", sc.Name, err)
 		}
 	}
 	return nil
+}
+
+// applyStream creates the stream sc or updates it to sc; an Observer's
+// Bus leaves an existing stream as the fleet configured it.
+func (b *Bus) applyStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	if !b.cfg.Observer {
+		_, err := b.js.CreateOrUpdateStream(ctx, sc)
+		return err
+	}
+	_, err := b.js.CreateStream(ctx, sc)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
+	}
+	return err
 }
 
 // ensureStream (re)creates the one stream called name, for code that found
@@ -492,7 +506,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 func (b *Bus) ensureStream(ctx context.Context, name string) error {
 	for _, sc := range b.streamConfigs() {
 		if sc.Name == name {
-			if _, err := b.js.CreateOrUpdateStream(ctx, sc); err != nil {
+			if err := b.applyStream(ctx, sc); err != nil {
 				return fmt.Errorf("ensure stream %s: %w", name, err)
 			}
 			return nil

@@ -86,6 +86,24 @@ func TestConnectEnsuresStreamsIdempotently(t *testing.T) {
 	require.NoError(t, b3.Ready(s.ctx))
 }
 
+// An Observer creates the streams a fleet has not made yet, and leaves
+// those it has as it configured them.
+func TestObserverLeavesTheFleetsStreamsAlone(t *testing.T) {
+	t.Parallel()
+	e := bustest.StartServer(t)
+	observe := func(c *bus.Config) { c.Observer = true }
+	first := bustest.Connect(t, e, observe)
+	js := first.JetStreamForTest()
+	require.Equal(t, bus.EventsMaxAgeDefault, streamInfo(t, js, "AF_EVENTS").Config.MaxAge, "created with its defaults")
+
+	_ = bustest.Connect(t, e, func(c *bus.Config) { c.EventsMaxAge, c.EventsDedupWindow = 48*time.Hour, time.Minute })
+	_ = bustest.Connect(t, e, observe)
+	info := streamInfo(t, js, "AF_EVENTS")
+	require.Equal(t, 48*time.Hour, info.Config.MaxAge)
+	require.Equal(t, time.Minute, info.Config.Duplicates)
+	require.NoError(t, first.Ready(context.Background()))
+}
+
 func TestTwoFleetsShareAServer(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

@@ -65,6 +65,12 @@ type Config struct {
 	// DedupWindow is the turn queues' and the dead letters' duplicate
 	// window (default and minimum 30 minutes, see MinDedupWindow).
 	DedupWindow time.Duration
+	// Observer marks a client that watches a fleet rather than being part
+	// of it (the bench's subscriber): it creates the streams that are
+	// missing but leaves existing ones as the fleet's processes
+	// configured them, where every other client sets its own
+	// configuration (EventsMaxAge, the duplicate windows) on them.
+	Observer bool
 	// EventsDedupWindow is the events stream's duplicate window (default
 	// 2 minutes, at most EventsMaxAge). The server holds every message
 	// id for the window, about 150 bytes each, and a turn publishes
