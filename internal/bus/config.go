@@ -15,7 +15,7 @@ const (
 	EventsMaxAgeDefault = 7 * 24 * time.Hour
 	DLQMaxAgeDefault    = 30 * 24 * time.Hour
 	DedupWindowDefault  = 30 * time.Minute
-	// EventsDedupWindowDefault is four AckWaits (default): long enough
+	// EventsDedupWindowDefault is four times AckWaitDefault: long enough
 	// for a worker's retry, or a redelivered turn, to publish events
 	// again without storing them twice.
 	EventsDedupWindowDefault = 2 * time.Minute
@@ -65,12 +65,6 @@ type Config struct {
 	// DedupWindow is the turn queues' and the dead letters' duplicate
 	// window (default and minimum 30 minutes, see MinDedupWindow).
 	DedupWindow time.Duration
-	// Observer marks a client that watches a fleet rather than being part
-	// of it (the bench's subscriber): it creates the streams that are
-	// missing but leaves existing ones as the fleet's processes
-	// configured them, where every other client sets its own
-	// configuration (EventsMaxAge, the duplicate windows) on them.
-	Observer bool
 	// EventsDedupWindow is the events stream's duplicate window (default
 	// 2 minutes, at most EventsMaxAge). The server holds every message
 	// id for the window, about 150 bytes each, and a turn publishes
@@ -80,6 +74,12 @@ type Config struct {
 	// duplicate turn, which would run twice, is what the longer
 	// DedupWindow guards against.
 	EventsDedupWindow time.Duration
+	// Observer marks a client that watches a fleet rather than being part
+	// of it (the bench's subscriber): it creates the streams that are
+	// missing but leaves existing ones as the fleet's processes
+	// configured them, where every other client sets its own
+	// configuration (EventsMaxAge, the duplicate windows) on them.
+	Observer bool
 
 	// AckWait is how long a delivered turn may go without an Ack or an
 	// InProgress before the server redelivers it (default 30s).
