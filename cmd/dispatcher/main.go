@@ -6,9 +6,10 @@
 // Configuration is the environment of DESIGN §8: AGENTFLEET_LISTEN,
 // AGENTFLEET_ADMIN_TOKEN, AGENTFLEET_DATABASE_URL, AGENTFLEET_NATS_URL
 // (unset: an embedded NATS server listening on AGENTFLEET_NATS_LISTEN, for
-// a single-host fleet), AGENTFLEET_DATA_DIR, and AGENTFLEET_MAX_WAITING
-// (the workers' pull requests that may wait at once, default 4096; the
-// same value on every process of a fleet). The work is
+// a single-host fleet), AGENTFLEET_DATA_DIR, AGENTFLEET_MAX_WAITING
+// (the workers' pull requests that may wait at once, default 4096) and
+// AGENTFLEET_EVENTS_MAX_AGE (how long NATS keeps run events, default 7d),
+// each the same on every process of a fleet. The work is
 // fleet.RunDispatcher, which `agentctl __serve dispatcher` also runs.
 package main
 

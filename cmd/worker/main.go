@@ -8,7 +8,8 @@
 // AGENTFLEET_DATA_DIR, for a single-host fleet), AGENTFLEET_WORKER_SLOTS,
 // AGENTFLEET_SANDBOX_PROCESSES (default: the slots, at most 64),
 // AGENTFLEET_METRICS_LISTEN, AGENTFLEET_MODEL, OPENAI_BASE_URL,
-// OPENAI_API_KEY, AGENTFLEET_MAX_WAITING (as the dispatcher's).
+// OPENAI_API_KEY, AGENTFLEET_MAX_WAITING and AGENTFLEET_EVENTS_MAX_AGE
+// (as the dispatcher's).
 //
 // SIGTERM drains: the worker stops pulling, lets in-flight turns finish
 // within AGENTFLEET_DRAIN_TIMEOUT (default 30s), hands back the rest, and
