@@ -40,61 +40,119 @@ func validEvent(ev agentfleet.Event) error {
 // events again is safe. An event with V 0 is sent with the current schema
 // version.
 func (b *Bus) PublishEvents(ctx context.Context, evs []agentfleet.Event) error {
+	sent, err := b.SendEvents(evs)
+	if err != nil {
+		return err
+	}
+	return sent.Wait(ctx)
+}
+
+// SendEvents is the first half of PublishEvents: it sends evs and returns
+// without waiting for their acks, so the caller can go on with other work
+// while they come back. Wait then says whether the events are stored. The
+// stream stores a connection's messages in the order sent, so events sent
+// after these land after them, unless these fail: a caller that must keep
+// a run's events in seq order waits before it sends the run's next ones.
+func (b *Bus) SendEvents(evs []agentfleet.Event) (*EventsSent, error) {
 	if len(evs) == 0 {
-		return nil
+		return nil, nil
 	}
 	msgs := make([]*nats.Msg, len(evs))
 	for i, ev := range evs {
 		if err := validEvent(ev); err != nil {
-			return fmt.Errorf("publish event %d of %d: %w", i+1, len(evs), err)
+			return nil, fmt.Errorf("publish event %d of %d: %w", i+1, len(evs), err)
 		}
 		if ev.V == 0 {
 			ev.V = agentfleet.EventVersion
 		}
 		data, err := json.Marshal(ev)
 		if err != nil {
-			return fmt.Errorf("publish event %s: %w", eventMsgID(ev), err)
+			return nil, fmt.Errorf("publish event %s: %w", eventMsgID(ev), err)
 		}
 		msgs[i] = &nats.Msg{Subject: b.n.eventSubject(ev.Tenant, ev.RunID, string(ev.Type)), Data: data}
 	}
+	s := &EventsSent{b: b, msgs: msgs, evs: evs}
+	if s.sendErr = b.checkConn(); s.sendErr == nil {
+		s.futures, s.sendErr = b.sendEvents(msgs, evs)
+	}
+	return s, nil
+}
+
+// EventsSent is a batch of events SendEvents sent, whose acks may still
+// be on their way. A nil *EventsSent is an empty batch.
+type EventsSent struct {
+	b       *Bus
+	msgs    []*nats.Msg
+	evs     []agentfleet.Event
+	futures []jetstream.PubAckFuture
+	sendErr error
+
+	waited bool
+	err    error
+}
+
+// Wait waits for the batch's acks, within ctx and the bus's request
+// timeout when ctx has no deadline, and reports what PublishEvents would
+// have. When the stream vanished (a server restarted empty), it recreates
+// it and sends the batch again; ids make the repeats harmless. Waiting
+// again returns the first outcome, even when that was the end of ctx (an
+// ack taken off its future is not there to take again). Wait is not safe
+// for concurrent use.
+func (s *EventsSent) Wait(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
+	if s.waited {
+		return s.err
+	}
+	b := s.b
 	ctx, cancel := b.opCtx(ctx)
 	defer cancel()
-	err := opErr(ctx, b.publishAsync(ctx, msgs, evs))
+	err := opErr(ctx, awaitAcks(ctx, s.futures, s.sendErr))
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		// The stream vanished (a server restarted empty): recreate it
-		// and send the batch again; ids make the repeats harmless.
 		stream := b.n.stream(streamEvents)
 		if eerr := b.ensureStream(ctx, stream); eerr != nil {
-			return fmt.Errorf("publish events: %w (and %w)", err, eerr)
+			err = fmt.Errorf("%w (and %w)", err, eerr)
+		} else {
+			err = opErr(ctx, b.publishAsync(ctx, s.msgs, s.evs))
 		}
-		err = opErr(ctx, b.publishAsync(ctx, msgs, evs))
 	}
 	if err != nil {
-		return fmt.Errorf("publish %d events of run %s: %w", len(evs), evs[0].RunID, err)
+		err = fmt.Errorf("publish %d events of run %s: %w", len(s.evs), s.evs[0].RunID, err)
 	}
-	return nil
+	s.waited, s.err = true, err
+	return err
 }
 
 func (b *Bus) publishAsync(ctx context.Context, msgs []*nats.Msg, evs []agentfleet.Event) error {
 	if err := b.checkConn(); err != nil {
 		return err
 	}
+	futures, sendErr := b.sendEvents(msgs, evs)
+	return awaitAcks(ctx, futures, sendErr)
+}
+
+// sendEvents sends msgs, the encoded evs, until one fails to send, and
+// returns the futures of those sent.
+func (b *Bus) sendEvents(msgs []*nats.Msg, evs []agentfleet.Event) ([]jetstream.PubAckFuture, error) {
 	stream := b.n.stream(streamEvents)
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	var sendErr error
 	for i, m := range msgs {
 		// A fresh message each time: the client keeps a reference to the
 		// one it sent until the ack comes.
 		msg := &nats.Msg{Subject: m.Subject, Data: m.Data}
 		f, err := b.js.PublishMsgAsync(msg, jetstream.WithMsgID(eventMsgID(evs[i])), jetstream.WithExpectStream(stream))
 		if err != nil {
-			sendErr = fmt.Errorf("send event %s: %w", eventMsgID(evs[i]), err)
-			break
+			return futures, fmt.Errorf("send event %s: %w", eventMsgID(evs[i]), err)
 		}
 		futures = append(futures, f)
 	}
-	// Wait for what was sent even after a send error, so no ack is left
-	// racing with the caller's retry.
+	return futures, nil
+}
+
+// awaitAcks waits for the acks of futures even after a send error, so no
+// ack is left racing with the caller's retry.
+func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture, sendErr error) error {
 	var ackErr error
 	for _, f := range futures {
 		select {

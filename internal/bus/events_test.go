@@ -119,3 +119,35 @@ func TestPublishEventsRecreatesVanishedStream(t *testing.T) {
 	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 5)))
 	require.EqualValues(t, 5, streamInfo(t, s.js, "AF_EVENTS").State.Msgs)
 }
+
+// SendEvents returns with the acks still to come; Wait collects them,
+// also after the stream vanished (it recreates the stream and sends the
+// batch again), and a second Wait gives the first outcome.
+func TestSendEventsThenWait(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	first, err := s.b.SendEvents(events("acme", "run1", 1, 3))
+	require.NoError(t, err)
+	second, err := s.b.SendEvents(events("acme", "run1", 4, 6))
+	require.NoError(t, err)
+	require.NoError(t, second.Wait(s.ctx))
+	require.NoError(t, first.Wait(s.ctx))
+	require.NoError(t, first.Wait(s.ctx))
+
+	es, err := s.b.RunEvents(s.ctx, "acme", "run1", 0)
+	require.NoError(t, err)
+	defer es.Close()
+	require.Equal(t, []int64{1, 2, 3, 4, 5, 6}, nextSeqs(t, s.ctx, es, 6), "stored in the order sent")
+
+	require.NoError(t, s.js.DeleteStream(s.ctx, "AF_EVENTS"))
+	gone, err := s.b.SendEvents(events("acme", "run2", 1, 2))
+	require.NoError(t, err)
+	require.NoError(t, gone.Wait(s.ctx))
+	require.EqualValues(t, 2, streamInfo(t, s.js, "AF_EVENTS").State.Msgs)
+
+	none, err := s.b.SendEvents(nil)
+	require.NoError(t, err)
+	require.NoError(t, none.Wait(s.ctx), "an empty batch")
+	_, err = s.b.SendEvents(events("acme", "run.1", 1, 1))
+	require.ErrorIs(t, err, bus.ErrInvalidToken, "checked before anything is sent")
+}

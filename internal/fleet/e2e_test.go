@@ -250,6 +250,27 @@ func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 	require.Equal(f.t, 2*run.Turn, turnSteps)
 }
 
+// requireStreamMatchesStore checks that a NATS subscriber replaying a
+// run's events from the stream reads what the store holds: every event,
+// in seq order (a subscriber skips a seq it has seen, so an event stored
+// out of order would be missing here).
+func (f *testFleet) requireStreamMatchesStore(run agentfleet.Run) {
+	f.t.Helper()
+	want := f.events(run.ID)
+	require.NotEmpty(f.t, want)
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	es, err := f.bus.RunEvents(ctx, run.Tenant, run.ID, 0)
+	require.NoError(f.t, err)
+	defer es.Close()
+	for _, w := range want {
+		ev, err := es.Next(ctx)
+		require.NoError(f.t, err, "run %s: event %d from the stream", run.ID, w.Seq)
+		require.Equal(f.t, w.Seq, ev.Seq, "run %s", run.ID)
+		require.Equal(f.t, w.Type, ev.Type, "run %s seq %d", run.ID, w.Seq)
+	}
+}
+
 // continued is the count of next turns worker i sent by path (in_place,
 // direct, scheduler).
 func (f *testFleet) continued(i int, path string) int {
@@ -297,6 +318,7 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
 	require.JSONEq(t, `"result 7"`, string(run.Answer))
 	f.requireOneCommitPerTurn(run)
+	f.requireStreamMatchesStore(run)
 	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 ran in place")
 	require.Equal(t, 1, f.continued(0, "scheduler"), "turn 3 went through the scheduler")
 	require.Equal(t, 0, f.continued(0, "direct"))
@@ -308,6 +330,7 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 	require.JSONEq(t, `"result 15"`, string(run.Answer))
 	require.True(t, failed.Load())
 	f.requireOneCommitPerTurn(run)
+	f.requireStreamMatchesStore(run)
 	require.EqualValues(t, 360+60, run.Usage.Total(), "usage counts each committed turn once")
 	require.Equal(t, 2, f.continued(0, "in_place"), "turn 2 was tried in place")
 	require.Equal(t, 1, f.continued(0, "direct"), "turn 1's redelivery published turn 2")

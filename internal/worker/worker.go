@@ -356,7 +356,11 @@ func (w *Worker) handle(ctx context.Context, d *bus.Delivery) {
 	}
 	switch act {
 	case actAck:
-		if err := d.Ack(context.WithoutCancel(ctx)); err != nil {
+		// Without waiting for the server to confirm: a lost ack only
+		// brings the turn back, whose commit is then found and what it
+		// owed published again (see process), and the slot is free a
+		// round trip sooner.
+		if err := d.AckAsync(); err != nil {
 			w.log.Warn("ack turn", "run", d.Turn.RunID, "turn", d.Turn.Turn, "err", err)
 		}
 	case actRetry:
@@ -452,12 +456,15 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	case t.Turn > 1 && !ld.HistoryLoaded:
 		return actRetry, fmt.Errorf("run %s: history of turn %d not loaded", run.ID, t.Turn)
 	}
-	return w.execute(ctx, turnCtx, t, run, ld, d.NumDelivered == 1)
+	return w.execute(ctx, turnCtx, t, run, ld, d.NumDelivered == 1, nil)
 }
 
 // execute runs turn t of a run TurnLoad read, and commits it. turnCtx is
 // the turn's own context, which a cancel of the run (or a drain) ends.
-func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool) (action, error) {
+// prior, for a turn run in place, holds the previous turn's events, whose
+// acks may still be coming back: they must be stored before this turn
+// publishes anything of its own.
+func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentfleet.Run, ld store.TurnLoadResult, firstAttempt bool, prior *bus.EventsSent) (action, error) {
 	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
 	if err != nil {
 		return actRetry, fmt.Errorf("load agent %q: %w", run.Agent, err)
@@ -467,11 +474,20 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 		Run: run, Agent: agent, Steps: ld.Steps, Secrets: w.cfg.Secrets,
 		FirstAttempt: firstAttempt, TenantUnlimited: ld.TenantUnlimited,
 	})
-	switch cause := context.Cause(turnCtx); {
+	cause := context.Cause(turnCtx)
+	if errors.Is(cause, errAbandoned) {
+		return 0, cause
+	}
+	// From here on this turn may publish (its events, a cancellation, a
+	// republish). A run's events are stored in the order sent only while
+	// every batch is stored: if the previous turn's failed, this turn's
+	// must not go out ahead of their retry.
+	if err := w.awaitEvents(ctx, prior); err != nil {
+		return actRetry, err
+	}
+	switch {
 	case errors.Is(err, loop.ErrStale):
 		return w.reloadAndRepublish(ctx, t, run.ID, run.Turn+1)
-	case errors.Is(cause, errAbandoned):
-		return 0, cause
 	case errors.Is(cause, errHandBack):
 		return actHandBack, cause
 	case errors.Is(cause, errCancelled):
@@ -495,16 +511,29 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 		return actRetry, fmt.Errorf("commit turn: %w", err)
 	}
 	w.cfg.Metrics.turnCommitted(run.Tenant, res)
-	if err := w.afterChange(ctx, ch); err != nil {
+	sent, err := w.sendEvents(ch.Events)
+	if err != nil {
+		return actRetry, err
+	}
+	if ch.Run.Status == agentfleet.StatusRunning && !ch.Run.CancelRequested {
+		if next, nld, ok := w.inPlace(turnCtx, t, firstAttempt, ch, ld); ok {
+			w.cfg.Metrics.turnContinued(pathInPlace)
+			// The next turn's model call and script run while these
+			// events' acks come back; it waits for them before it
+			// publishes, and the message is acked only after both.
+			act, err := w.execute(ctx, turnCtx, next, ch.Run, nld, true, sent)
+			if werr := w.awaitEvents(ctx, sent); werr != nil && act == actAck {
+				return actRetry, werr
+			}
+			return act, err
+		}
+	}
+	if err := w.finishChange(ctx, ch, sent); err != nil {
 		return actRetry, err
 	}
 	if ch.Run.Status == agentfleet.StatusRunning {
 		if ch.Run.CancelRequested {
 			return w.cancelRun(ctx, ch.Run)
-		}
-		if next, nld, ok := w.inPlace(turnCtx, t, firstAttempt, ch, ld); ok {
-			w.cfg.Metrics.turnContinued(pathInPlace)
-			return w.execute(ctx, turnCtx, next, ch.Run, nld, true)
 		}
 		if err := w.continueRun(ctx, t, ch.Run); err != nil {
 			return actRetry, err
@@ -551,10 +580,39 @@ func (w *Worker) inPlace(turnCtx context.Context, t bus.Turn, firstAttempt bool,
 // afterChange publishes a change's events and starts the session's next
 // run when the change ended this one.
 func (w *Worker) afterChange(ctx context.Context, ch store.RunChangeResult) error {
+	sent, err := w.sendEvents(ch.Events)
+	if err != nil {
+		return err
+	}
+	return w.finishChange(ctx, ch, sent)
+}
+
+// sendEvents sends a change's events without waiting for their acks
+// (bus.Bus.SendEvents); awaitEvents waits for them.
+func (w *Worker) sendEvents(evs []agentfleet.Event) (*bus.EventsSent, error) {
+	sent, err := w.cfg.Bus.SendEvents(evs)
+	if err != nil {
+		return nil, fmt.Errorf("publish events: %w", err)
+	}
+	return sent, nil
+}
+
+// awaitEvents waits for the acks of events sendEvents sent, within
+// publishTimeout whatever ctx: the turn's outcome depends on them.
+func (w *Worker) awaitEvents(ctx context.Context, sent *bus.EventsSent) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.PublishEvents(pctx, ch.Events); err != nil {
+	if err := sent.Wait(pctx); err != nil {
 		return fmt.Errorf("publish events: %w", err)
+	}
+	return nil
+}
+
+// finishChange waits for the events of ch that sendEvents sent, then
+// starts the session's next run when the change ended this one.
+func (w *Worker) finishChange(ctx context.Context, ch store.RunChangeResult, sent *bus.EventsSent) error {
+	if err := w.awaitEvents(ctx, sent); err != nil {
+		return err
 	}
 	if ch.SessionNext != nil {
 		if err := w.enqueue(ctx, *ch.SessionNext, 1); err != nil {
