@@ -32,6 +32,13 @@ type Turn struct {
 	// to AF_WORK (see ContinueTurn).
 	// The message id does not include it.
 	Direct bool `json:"direct,omitempty"`
+	// Retried is set on a turn that a redelivery of the turn before it
+	// published: an attempt of this turn may have run already, in place
+	// under that earlier message, and recorded its model reply, so the
+	// worker looks for that reply even on this message's first delivery
+	// rather than pay the model again. The message id does not include
+	// it.
+	Retried bool `json:"retried,omitempty"`
 }
 
 // MsgID is the JetStream message id of the turn: "<run>/turn/<n>", plus

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -91,6 +93,7 @@ type testFleet struct {
 	t          *testing.T
 	ctx        context.Context
 	store      store.Store
+	emb        *bus.Embedded
 	bus        *bus.Bus
 	model      *fakeserver.Server
 	dispatcher *fleet.Dispatcher
@@ -142,7 +145,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	model, err := fakeserver.Start(fakeserver.Config{Responder: o.responder, Latency: o.latency})
 	require.NoError(t, err)
 
-	f := &testFleet{t: t, ctx: ctx, store: st, bus: b, model: model}
+	f := &testFleet{t: t, ctx: ctx, store: st, emb: emb, bus: b, model: model}
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
 		Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond,
@@ -250,6 +253,19 @@ func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 	require.Equal(f.t, 2*run.Turn, turnSteps)
 }
 
+// requireCompletes submits a run of message and checks that it completes
+// with answer (JSON), one commit per turn, and its events on the stream
+// as in the store.
+func (f *testFleet) requireCompletes(message, answer string) agentfleet.Run {
+	f.t.Helper()
+	run := f.wait(f.submit(api.RunCreateRequest{Message: message}).ID, 30*time.Second)
+	require.Equal(f.t, agentfleet.StatusCompleted, run.Status, run.Error)
+	require.JSONEq(f.t, answer, string(run.Answer))
+	f.requireOneCommitPerTurn(run)
+	f.requireStreamMatchesStore(run)
+	return run
+}
+
 // requireStreamMatchesStore checks that a NATS subscriber replaying a
 // run's events from the stream reads what the store holds: every event,
 // in seq order (a subscriber skips a seq it has seen, so an event stored
@@ -314,23 +330,15 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 			return threeTurns(r)
 		}})
 
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 3"}).ID, 30*time.Second)
-	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
-	require.JSONEq(t, `"result 7"`, string(run.Answer))
-	f.requireOneCommitPerTurn(run)
-	f.requireStreamMatchesStore(run)
+	f.requireCompletes("compute 3", `"result 7"`)
 	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 ran in place")
 	require.Equal(t, 1, f.continued(0, "scheduler"), "turn 3 went through the scheduler")
 	require.Equal(t, 0, f.continued(0, "direct"))
 	require.GreaterOrEqual(t, f.metric(0, "agentfleet_sandbox_processes", "state", "idle"), 1, "the turns' sandbox process waits for the next")
 	require.Equal(t, 0, f.metric(0, "agentfleet_sandbox_processes", "state", "busy"))
 
-	run = f.wait(f.submit(api.RunCreateRequest{Message: "compute 7"}).ID, 30*time.Second)
-	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
-	require.JSONEq(t, `"result 15"`, string(run.Answer))
+	run := f.requireCompletes("compute 7", `"result 15"`)
 	require.True(t, failed.Load())
-	f.requireOneCommitPerTurn(run)
-	f.requireStreamMatchesStore(run)
 	require.EqualValues(t, 360+60, run.Usage.Total(), "usage counts each committed turn once")
 	require.Equal(t, 2, f.continued(0, "in_place"), "turn 2 was tried in place")
 	require.Equal(t, 1, f.continued(0, "direct"), "turn 1's redelivery published turn 2")
@@ -342,6 +350,82 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, calls, "turn 2: the failed call in place and the one from its own message")
+}
+
+// When the events of a turn are refused while the next turn runs in
+// place, that turn neither commits nor publishes: the message comes back,
+// the refused events are sent again ahead of the next turn's, and the next
+// turn runs from its own message with the reply it had recorded.
+func TestFleetTurnInPlaceWaitsForThePreviousTurnsEvents(t *testing.T) {
+	var (
+		f      *testFleet
+		js     jetstream.JetStream
+		filled atomic.Bool
+	)
+	// limitEvents caps the events stream at max messages (-1: no cap);
+	// a full stream refuses what is published to it.
+	limitEvents := func(max int64) error {
+		st, err := js.Stream(f.ctx, "AF_EVENTS")
+		if err != nil {
+			return err
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgs, cfg.Discard = max, jetstream.DiscardNew
+		_, err = js.UpdateStream(f.ctx, cfg)
+		return err
+	}
+	responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+		switch assistantTurns(r) {
+		case 0:
+			// Turn 1's call: the stream holds the run's events so far
+			// (its admission); fill it, so turn 1's are refused.
+			st, err := js.Stream(f.ctx, "AF_EVENTS")
+			if err != nil {
+				return "", agentfleet.Usage{}, err
+			}
+			info, err := st.Info(f.ctx)
+			if err != nil {
+				return "", agentfleet.Usage{}, err
+			}
+			if err := limitEvents(int64(info.State.Msgs)); err != nil {
+				return "", agentfleet.Usage{}, err
+			}
+			filled.Store(true)
+		case 1:
+			if filled.Swap(false) {
+				// Turn 2's call, in place: turn 1's events went out on
+				// the fleet's connection before it, so once a probe
+				// sent on that connection is refused, they were too.
+				// Lift the cap: only a worker that waits for turn 1's
+				// outcome keeps turn 2's events from landing first.
+				probe := []agentfleet.Event{{RunID: "probe", Tenant: "acme", Seq: 1, Type: agentfleet.EventLog, TS: time.Now()}}
+				if err := f.bus.PublishEvents(f.ctx, probe); err == nil {
+					return "", agentfleet.Usage{}, fmt.Errorf("the probe was stored: the stream is not full")
+				}
+				if err := limitEvents(-1); err != nil {
+					return "", agentfleet.Usage{}, err
+				}
+			}
+		}
+		return threeTurns(r)
+	}
+	f = setupFleetWith(t, fleetOptions{workers: 1, modelAttempts: 1, responder: responder})
+	nc, err := nats.Connect(f.emb.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+
+	f.requireCompletes("compute 7", `"result 15"`)
+	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 was tried in place")
+	require.GreaterOrEqual(t, f.metric(0, "agentfleet_worker_turn_messages_total", "result", "retry"), 1, "turn 1's message came back")
+	calls := 0
+	for _, r := range f.model.Received() {
+		if assistantTurns(r) == 1 {
+			calls++
+		}
+	}
+	require.Equal(t, 1, calls, "turn 2 ran on the reply its attempt in place recorded")
 }
 
 // A worker that ran a turn in place under the message of the turn before

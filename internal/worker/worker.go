@@ -11,8 +11,9 @@
 // Crash rules (DESIGN §2): a message whose turn is already committed
 // re-publishes what that commit owed (events, next turn, the session's
 // next run; all deduplicated by message id) and is acked; the model's reply
-// is recorded before the script runs, so a redelivered turn does not pay
-// the model again; a turn is committed at most once. A message delivered
+// is recorded before the script runs, so a redelivered turn (or one a
+// redelivery published after it ran in place) does not pay the model
+// again; a turn is committed at most once. A message delivered
 // more than MaxDeliver times goes to the dead-letter stream and its run
 // fails. Transient errors are retried with NakWithDelay.
 //
@@ -456,7 +457,7 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) (action, error) {
 	case t.Turn > 1 && !ld.HistoryLoaded:
 		return actRetry, fmt.Errorf("run %s: history of turn %d not loaded", run.ID, t.Turn)
 	}
-	return w.execute(ctx, turnCtx, t, run, ld, d.NumDelivered == 1, nil)
+	return w.execute(ctx, turnCtx, t, run, ld, d.NumDelivered == 1 && !t.Retried, nil)
 }
 
 // execute runs turn t of a run TurnLoad read, and commits it. turnCtx is
@@ -535,7 +536,7 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 		if ch.Run.CancelRequested {
 			return w.cancelRun(ctx, ch.Run)
 		}
-		if err := w.continueRun(ctx, t, ch.Run); err != nil {
+		if err := w.continueRun(ctx, t, ch.Run, false); err != nil {
 			return actRetry, err
 		}
 	}
@@ -555,9 +556,10 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 // delivery: t's message stays un-acked (and kept alive) while the next
 // turn runs, so a crash or a failure of that turn redelivers t, whose
 // turn is committed by then: its redelivery publishes the next turn (see
-// republish), which then runs from its own message. The first delivery
-// rule keeps that one extra delivery of t within MaxDeliver, and means no
-// earlier attempt of the next turn can have called the model.
+// republish), which then runs from its own message, marked Retried so
+// that it looks for the model reply its attempt in place may have
+// recorded. The first delivery rule keeps that one extra delivery of t
+// within MaxDeliver.
 func (w *Worker) inPlace(turnCtx context.Context, t bus.Turn, firstAttempt bool, ch store.RunChangeResult, ld store.TurnLoadResult) (bus.Turn, store.TurnLoadResult, bool) {
 	if !t.Direct || !firstAttempt || w.isDraining() || turnCtx.Err() != nil {
 		return bus.Turn{}, store.TurnLoadResult{}, false
@@ -622,12 +624,13 @@ func (w *Worker) finishChange(ctx context.Context, ch store.RunChangeResult, sen
 	return nil
 }
 
-// continueRun publishes the turn after prev, which run has just
-// committed: past the scheduler when prev's message allows it.
-func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run) error {
+// continueRun publishes the turn after prev, which run has committed:
+// past the scheduler when prev's message allows it. retried marks a turn
+// a redelivery publishes (bus.Turn.Retried).
+func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: retried}
 	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
@@ -703,7 +706,7 @@ func (w *Worker) republish(ctx context.Context, prev bus.Turn, run agentfleet.Ru
 		default:
 			return actAck, nil
 		}
-		if err := w.continueRun(ctx, owedBy, run); err != nil {
+		if err := w.continueRun(ctx, owedBy, run, true); err != nil {
 			return actRetry, err
 		}
 	}
