@@ -121,6 +121,9 @@ func (s *EventsSent) Wait(ctx context.Context) error {
 		err = fmt.Errorf("publish %d events of run %s: %w", len(s.evs), s.evs[0].RunID, err)
 	}
 	s.waited, s.err = true, err
+	// The batch is settled: let go of it while the caller keeps s (a
+	// worker keeps it for the rest of the turn it runs in place).
+	s.msgs, s.evs, s.futures, s.sendErr = nil, nil, nil, nil
 	return err
 }
 

@@ -521,10 +521,14 @@ func (w *Worker) execute(ctx, turnCtx context.Context, t bus.Turn, run agentflee
 			w.cfg.Metrics.turnContinued(pathInPlace)
 			// The next turn's model call and script run while these
 			// events' acks come back; it waits for them before it
-			// publishes, and the message is acked only after both.
+			// publishes, and the message is acked only after both. A
+			// message that is not acked comes back, and its redelivery
+			// sends these events again.
 			act, err := w.execute(ctx, turnCtx, next, ch.Run, nld, true, sent)
-			if werr := w.awaitEvents(ctx, sent); werr != nil && act == actAck {
-				return actRetry, werr
+			if act == actAck {
+				if werr := w.awaitEvents(ctx, sent); werr != nil {
+					return actRetry, werr
+				}
 			}
 			return act, err
 		}
