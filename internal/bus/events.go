@@ -72,9 +72,7 @@ func (b *Bus) SendEvents(evs []agentfleet.Event) (*EventsSent, error) {
 		msgs[i] = &nats.Msg{Subject: b.n.eventSubject(ev.Tenant, ev.RunID, string(ev.Type)), Data: data}
 	}
 	s := &EventsSent{b: b, msgs: msgs, evs: evs}
-	if s.sendErr = b.checkConn(); s.sendErr == nil {
-		s.futures, s.sendErr = b.sendEvents(msgs, evs)
-	}
+	s.futures, s.sendErr = b.sendEvents(msgs, evs)
 	return s, nil
 }
 
@@ -114,7 +112,8 @@ func (s *EventsSent) Wait(ctx context.Context) error {
 		if eerr := b.ensureStream(ctx, stream); eerr != nil {
 			err = fmt.Errorf("%w (and %w)", err, eerr)
 		} else {
-			err = opErr(ctx, b.publishAsync(ctx, s.msgs, s.evs))
+			futures, sendErr := b.sendEvents(s.msgs, s.evs)
+			err = opErr(ctx, awaitAcks(ctx, futures, sendErr))
 		}
 	}
 	if err != nil {
@@ -127,17 +126,12 @@ func (s *EventsSent) Wait(ctx context.Context) error {
 	return err
 }
 
-func (b *Bus) publishAsync(ctx context.Context, msgs []*nats.Msg, evs []agentfleet.Event) error {
-	if err := b.checkConn(); err != nil {
-		return err
-	}
-	futures, sendErr := b.sendEvents(msgs, evs)
-	return awaitAcks(ctx, futures, sendErr)
-}
-
-// sendEvents sends msgs, the encoded evs, until one fails to send, and
-// returns the futures of those sent.
+// sendEvents sends msgs, the encoded evs, until one fails to send (none
+// while disconnected), and returns the futures of those sent.
 func (b *Bus) sendEvents(msgs []*nats.Msg, evs []agentfleet.Event) ([]jetstream.PubAckFuture, error) {
+	if err := b.checkConn(); err != nil {
+		return nil, err
+	}
 	stream := b.n.stream(streamEvents)
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for i, m := range msgs {
