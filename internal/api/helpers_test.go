@@ -50,6 +50,7 @@ type fixture struct {
 	store *sqlite.Store
 	bus   *bus.Bus
 	srv   *httptest.Server
+	api   *api.Server
 
 	// changed receives the tenant of every Config.TenantChanged call.
 	changed chan string
@@ -82,6 +83,7 @@ func newEnv(t *testing.T, mods ...func(*api.Config)) *env {
 	}
 	srv, err := api.New(cfg)
 	require.NoError(t, err)
+	e.api = srv
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close) // runs first: open streams end before the bus and the store close
 	return e

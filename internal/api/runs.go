@@ -77,7 +77,7 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 	}
 	if err := s.publishAdmission(r.Context(), res.Run, evs, res.Startable); err != nil {
 		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable",
-			msg: fmt.Sprintf("run %s was recorded but could not be queued (%v); submit it again with the same idempotency_key", res.Run.ID, err)})
+			msg: fmt.Sprintf("run %s was recorded but could not be queued (%v); the dispatcher queues it once NATS is back (within about %s), or submit it again with the same idempotency_key; submitting it again without one makes a second run", res.Run.ID, err, StrandedAfterDefault+StrandedIntervalDefault)})
 		return
 	}
 	status := http.StatusAccepted

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
@@ -78,6 +79,13 @@ type Server struct {
 	// holds the agents known to exist. Both are nil when caching is off.
 	keys   *ttlcache.Cache[[sha256.Size]byte, string]
 	agents *ttlcache.Cache[agentKey, struct{}]
+
+	// stranded is where the sweep of runs stranded at admission goes
+	// on (see RequeueStranded); one pass at a time.
+	stranded struct {
+		sync.Mutex
+		cursor string
+	}
 }
 
 // New returns a Server.

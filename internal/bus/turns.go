@@ -174,6 +174,34 @@ func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
 	return st.CachedInfo().State.Msgs, nil
 }
 
+// TurnWaiting reports whether a turn message of the run is in either
+// turn queue (AF_RUNQ or AF_WORK), delivered or not: a work-queue message
+// stays in its stream until a worker or the scheduler acks it, so a run
+// with a turn due and no message in either queue has lost its turn. The
+// dispatcher asks this of runs whose submission may have died between
+// the store and NATS.
+func (b *Bus) TurnWaiting(ctx context.Context, tenant, runID string) (bool, error) {
+	if err := validRun(tenant, runID); err != nil {
+		return false, err
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	for _, q := range []Queue{QueueRunQ, QueueWork} {
+		st, err := b.js.Stream(ctx, b.n.queueStream(q))
+		if err != nil {
+			return false, fmt.Errorf("turns of run %s in %s: %w", runID, q, err)
+		}
+		_, err = st.GetLastMsgForSubject(ctx, b.n.queueSubject(q, tenant, runID))
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, fmt.Errorf("turns of run %s in %s: %w", runID, q, err)
+		}
+	}
+	return false, nil
+}
+
 // SourceOption refines a TurnSource.
 type SourceOption func(*sourceOptions)
 

@@ -422,3 +422,36 @@ func TestContinueTurnSkipsTheSchedulerOnlyAfterADirectTurn(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, bus.Turn{Tenant: "acme", RunID: "run1", Turn: 3}, d.Turn)
 }
+
+// TestTurnWaiting: a run's turn message counts as waiting in either queue,
+// delivered or not, until it is acked; other runs' messages do not count.
+func TestTurnWaiting(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	waiting := func(tenant, run string) bool {
+		t.Helper()
+		ok, err := s.b.TurnWaiting(s.ctx, tenant, run)
+		require.NoError(t, err)
+		return ok
+	}
+	require.False(t, waiting("acme", "run1"), "empty queues")
+
+	require.NoError(t, s.b.EnqueueTurn(s.ctx, bus.Turn{Tenant: "acme", RunID: "run1", Turn: 1}))
+	require.NoError(t, s.b.ForwardTurn(s.ctx, bus.Turn{Tenant: "acme", RunID: "run2", Turn: 3}))
+	require.True(t, waiting("acme", "run1"), "in AF_RUNQ")
+	require.True(t, waiting("acme", "run2"), "in AF_WORK")
+	require.False(t, waiting("acme", "run3"), "another run")
+	require.False(t, waiting("globex", "run1"), "the same run id in another tenant")
+
+	src, err := s.b.TurnSource(s.ctx, bus.QueueWork, "workers")
+	require.NoError(t, err)
+	d, err := src.Next(s.ctx)
+	require.NoError(t, err)
+	require.True(t, waiting("acme", "run2"), "delivered, not acked")
+	require.NoError(t, d.Ack(s.ctx))
+	require.Eventually(t, func() bool { return !waiting("acme", "run2") }, 5*time.Second, 10*time.Millisecond, "acked: gone from the work queue")
+	require.True(t, waiting("acme", "run1"))
+
+	_, err = s.b.TurnWaiting(s.ctx, "acme", "bad.run")
+	require.Error(t, err, "a run id that is not one subject token")
+}

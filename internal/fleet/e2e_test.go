@@ -117,6 +117,9 @@ type fleetOptions struct {
 	// modelAttempts caps the model client's attempts per call (0: its
 	// default retries).
 	modelAttempts int
+	// stranded, when set, is both the interval of the dispatcher's sweep
+	// of runs stranded at admission and the age it looks for.
+	stranded time.Duration
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -148,7 +151,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	f := &testFleet{t: t, ctx: ctx, store: st, emb: emb, bus: b, model: model}
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
 		Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
-		KeeperInterval: 100 * time.Millisecond,
+		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
 	})
 	require.NoError(t, err)
 	dispatcherDone := make(chan struct{})
@@ -350,6 +353,26 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, calls, "turn 2: the failed call in place and the one from its own message")
+}
+
+// A run recorded by a submission that died before it reached NATS (no
+// queued event and no turn published) is found by the dispatcher's sweep
+// and runs to completion, with its events on the stream as in the store.
+func TestFleetRunsARunItsSubmissionNeverQueued(t *testing.T) {
+	f := setupFleetWith(t, fleetOptions{responder: threeTurns, stranded: 200 * time.Millisecond})
+	res, err := f.store.RunCreate(f.ctx, store.RunCreateParams{
+		Tenant: "acme", Agent: agentfleet.DefaultAgent, Message: "compute 3",
+		Events: []agentfleet.Event{{
+			V: agentfleet.EventVersion, Tenant: "acme", Type: agentfleet.EventQueued,
+			TS: time.Now().UTC(), Content: "compute 3",
+		}},
+	})
+	require.NoError(t, err)
+	run := f.wait(res.Run.ID, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
+	require.JSONEq(t, `"result 7"`, string(run.Answer))
+	f.requireOneCommitPerTurn(run)
+	f.requireStreamMatchesStore(run)
 }
 
 // When the events of a turn are refused while the next turn runs in

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,17 +100,25 @@ type DispatcherConfig struct {
 	Elect bool
 	// KeeperInterval overrides the budget keeper's pass interval.
 	KeeperInterval time.Duration
+	// StrandedInterval and StrandedAfter override how often the API
+	// looks for runs its submissions recorded but never queued, and how
+	// old such a run must be (api.StrandedIntervalDefault,
+	// api.StrandedAfterDefault).
+	StrandedInterval time.Duration
+	StrandedAfter    time.Duration
 	// BudgetMetrics, when set, is shared with a worker process on the
 	// same registry (dev mode); otherwise they are registered here.
 	BudgetMetrics *budget.Metrics
 }
 
-// Dispatcher is the dispatcher process's work: the HTTP API, the fair
-// scheduler and the budget keeper.
+// Dispatcher is the dispatcher process's work: the HTTP API (with its
+// sweep of runs stranded at admission), the fair scheduler and the budget
+// keeper.
 type Dispatcher struct {
 	cfg      DispatcherConfig
 	listener net.Listener
 	server   *http.Server
+	api      *api.Server
 	sched    *scheduler.Scheduler
 	keeper   *budget.Keeper
 }
@@ -126,6 +135,9 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	bm := cfg.BudgetMetrics
 	if bm == nil {
 		bm = budget.NewMetrics(cfg.Registry)
+	}
+	if cfg.StrandedInterval < 0 || cfg.StrandedAfter < 0 {
+		return nil, errors.New("fleet: StrandedInterval and StrandedAfter must not be negative (zero selects the default)")
 	}
 	d := &Dispatcher{cfg: cfg}
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
@@ -161,6 +173,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, fmt.Errorf("listen on %s (AGENTFLEET_LISTEN): %w", cfg.Listen, err)
 	}
 	d.listener = ln
+	d.api = srv
 	d.server = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	return d, nil
 }
@@ -173,9 +186,13 @@ func (d *Dispatcher) URL() string { return "http://" + d.listener.Addr().String(
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); errs <- d.sched.Run(ctx) }()
 	go func() { defer wg.Done(); errs <- d.keeper.Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		d.api.SweepStranded(ctx, cmp.Or(d.cfg.StrandedInterval, api.StrandedIntervalDefault), cmp.Or(d.cfg.StrandedAfter, api.StrandedAfterDefault))
+	}()
 	go func() {
 		defer wg.Done()
 		if err := d.server.Serve(d.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -588,4 +589,33 @@ type SkillUpsertParams struct {
 	Name        string
 	Description string
 	Code        string
+}
+
+// SessionNext finds the run of a session that may start next: its oldest
+// queued run, when no other run of it is active (running or waiting).
+// Nil when there is none. A worker asks it when a session run ends; the
+// dispatcher, of a queued session run that may have been stranded.
+func SessionNext(ctx context.Context, s Store, tenant, sessionID string) (*agentfleet.Run, error) {
+	active, err := s.RunList(ctx, RunListParams{
+		Tenant: tenant, SessionID: sessionID, Limit: 1,
+		Status: []agentfleet.RunStatus{agentfleet.StatusRunning, agentfleet.StatusWaitingBudget,
+			agentfleet.StatusWaitingApproval, agentfleet.StatusWaitingChildren},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list active runs of session: %w", err)
+	}
+	if len(active.Runs) > 0 {
+		return nil, nil
+	}
+	queued, err := s.RunList(ctx, RunListParams{
+		Tenant: tenant, SessionID: sessionID, Limit: 1, Oldest: true,
+		Status: []agentfleet.RunStatus{agentfleet.StatusQueued},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list queued runs of session: %w", err)
+	}
+	if len(queued.Runs) == 0 {
+		return nil, nil
+	}
+	return &queued.Runs[0], nil
 }

@@ -685,7 +685,7 @@ func (w *Worker) republish(ctx context.Context, prev bus.Turn, run agentfleet.Ru
 	}
 	ch := store.RunChangeResult{Run: run, Events: owed}
 	if run.Status.Terminal() && run.SessionID != "" {
-		next, err := w.sessionNext(ctx, run)
+		next, err := store.SessionNext(ctx, w.cfg.Store, run.Tenant, run.SessionID)
 		if err != nil {
 			return actRetry, err
 		}
@@ -715,33 +715,6 @@ func (w *Worker) republish(ctx context.Context, prev bus.Turn, run agentfleet.Ru
 		}
 	}
 	return actAck, nil
-}
-
-// sessionNext finds the run a finished session run owed a start: the
-// oldest queued run of the session, when no other run of it is active.
-func (w *Worker) sessionNext(ctx context.Context, run agentfleet.Run) (*agentfleet.Run, error) {
-	active, err := w.cfg.Store.RunList(ctx, store.RunListParams{
-		Tenant: run.Tenant, SessionID: run.SessionID, Limit: 1,
-		Status: []agentfleet.RunStatus{agentfleet.StatusRunning, agentfleet.StatusWaitingBudget,
-			agentfleet.StatusWaitingApproval, agentfleet.StatusWaitingChildren},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list active runs of session: %w", err)
-	}
-	if len(active.Runs) > 0 {
-		return nil, nil
-	}
-	queued, err := w.cfg.Store.RunList(ctx, store.RunListParams{
-		Tenant: run.Tenant, SessionID: run.SessionID, Limit: 1, Oldest: true,
-		Status: []agentfleet.RunStatus{agentfleet.StatusQueued},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list queued runs of session: %w", err)
-	}
-	if len(queued.Runs) == 0 {
-		return nil, nil
-	}
-	return &queued.Runs[0], nil
 }
 
 // cancelRun ends a run whose cancel was requested, at this turn boundary.

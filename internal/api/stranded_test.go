@@ -1,0 +1,93 @@
+package api_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// recordOnly records a run as a submission does and publishes nothing, as
+// when the dispatcher dies between the store and NATS.
+func (e *env) recordOnly(tenant, message, session string) agentfleet.Run {
+	e.t.Helper()
+	res, err := e.store.RunCreate(e.ctx, store.RunCreateParams{
+		Tenant: tenant, Agent: agentfleet.DefaultAgent, SessionID: session, Message: message,
+		Events: []agentfleet.Event{{
+			V: agentfleet.EventVersion, Tenant: tenant, SessionID: session,
+			Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: message,
+		}},
+	})
+	require.NoError(e.t, err)
+	require.True(e.t, res.Created)
+	return res.Run
+}
+
+// TestRequeueStranded: a run recorded but never queued is queued by the
+// sweep, with its queued event; runs whose turn waits in a queue, runs
+// behind the head of their session and runs newer than the cutoff are
+// left alone, and a second pass queues nothing more.
+func TestRequeueStranded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+
+	submitted := e.createRun(key, map[string]any{"message": "queued properly"})
+	stranded := e.recordOnly("acme", "stranded", "")
+	head := e.recordOnly("acme", "stranded head", "s1")
+	behind := e.recordOnly("acme", "behind the head", "s1")
+	require.EqualValues(t, 1, e.queued())
+
+	cutoff := time.Now()
+	time.Sleep(5 * time.Millisecond)
+	fresh := e.recordOnly("acme", "too new to tell", "")
+
+	events := e.liveEvents(bus.EventFilter{Tenant: "acme", RunID: stranded.ID})
+	n, err := e.api.RequeueStranded(e.ctx, cutoff)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the stranded run and the stranded head of s1")
+	require.EqualValues(t, 3, e.queued())
+
+	ev := recv(t, events, "the stranded run's queued event on NATS")
+	require.Equal(t, agentfleet.EventQueued, ev.Type)
+	require.EqualValues(t, 1, ev.Seq)
+	require.Equal(t, "stranded", ev.Content)
+
+	got := map[string]bus.Turn{}
+	for range 3 {
+		turn := e.nextTurn()
+		got[turn.RunID] = turn
+	}
+	require.Equal(t, bus.Turn{RunID: stranded.ID, Tenant: "acme", Turn: 1}, got[stranded.ID])
+	require.Equal(t, bus.Turn{RunID: head.ID, Tenant: "acme", Turn: 1}, got[head.ID])
+	require.Contains(t, got, submitted.ID)
+	require.NotContains(t, got, behind.ID)
+	require.NotContains(t, got, fresh.ID)
+
+	// Taking the turns off the queue without starting the runs would
+	// strand them again; start them, as the worker that took them does,
+	// and the next pass finds nothing to queue (the run behind s1's head
+	// now waits for a run that is active).
+	for _, r := range []agentfleet.Run{submitted, stranded, head} {
+		e.start(r.ID)
+	}
+	n, err = e.api.RequeueStranded(e.ctx, cutoff)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Zero(t, e.queued())
+
+	// The fresh run, once past the cutoff, is queued too; a second pass
+	// finds its turn waiting and queues nothing more.
+	n, err = e.api.RequeueStranded(e.ctx, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = e.api.RequeueStranded(e.ctx, time.Now())
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.EqualValues(t, 1, e.queued())
+	require.Equal(t, fresh.ID, e.nextTurn().RunID)
+}
