@@ -126,6 +126,9 @@ type Dispatcher struct {
 // NewDispatcher binds the listener (so URL is known at once) and builds
 // the parts; Run serves.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if cfg.StrandedInterval < 0 || cfg.StrandedAfter < 0 {
+		return nil, errors.New("fleet: StrandedInterval and StrandedAfter must not be negative (zero selects the default)")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -135,9 +138,6 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	bm := cfg.BudgetMetrics
 	if bm == nil {
 		bm = budget.NewMetrics(cfg.Registry)
-	}
-	if cfg.StrandedInterval < 0 || cfg.StrandedAfter < 0 {
-		return nil, errors.New("fleet: StrandedInterval and StrandedAfter must not be negative (zero selects the default)")
 	}
 	d := &Dispatcher{cfg: cfg}
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
