@@ -80,11 +80,12 @@ type Server struct {
 	keys   *ttlcache.Cache[[sha256.Size]byte, string]
 	agents *ttlcache.Cache[agentKey, struct{}]
 
-	// stranded is where the sweep of runs stranded at admission goes
-	// on (see RequeueStranded); one pass at a time.
+	// stranded is where the sweep of runs stranded without a turn
+	// message goes on, in each status it looks at (see
+	// RequeueStranded); one pass at a time.
 	stranded struct {
 		sync.Mutex
-		cursor string
+		queued, running string
 	}
 }
 

@@ -6,37 +6,50 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// Runs stranded at admission.
+// Runs stranded without a turn message.
 //
-// handleRunCreate records a run in the store and then publishes its
-// queued event and its first turn. When the dispatcher dies between the
-// two, or NATS refuses the publish and the client never submits again
-// with the same idempotency key (a client that sent none cannot), the run
-// stays queued with no turn message anywhere and nothing would ever start
-// it. The dispatcher's sweep (SweepStranded) finds such runs and publishes
-// what their submission owed. Publishing twice is harmless: both messages
-// carry ids the streams deduplicate, and a worker drops a turn message
-// for a run that is no longer due it.
+// A run that is due a turn has a message for it in AF_RUNQ or AF_WORK:
+// a work-queue message stays in its stream until it is acked, and every
+// step that acks one (the scheduler forwarding, a worker finishing a turn)
+// first publishes what comes next. Two things break that:
+//
+//   - handleRunCreate records a run in the store and then publishes its
+//     queued event and its first turn. When the dispatcher dies between
+//     the two, or NATS refuses the publish and the client never submits
+//     again with the same idempotency key (a client that sent none
+//     cannot), the run stays queued with no message.
+//   - A running run's message can vanish from NATS: a stream deleted and
+//     recreated, or a server that lost its last writes in a host crash
+//     (JetStream syncs its files every two minutes by default).
+//
+// Nothing would ever move such a run again. The dispatcher's sweep
+// (SweepStranded) finds them and publishes what they are owed: a queued
+// run's admission, a running run's next turn. Publishing twice is
+// harmless: the messages carry ids the streams deduplicate, and a worker
+// drops a turn message for a run that is no longer due it.
 
 const (
 	// StrandedAfterDefault is how long a run must have been queued for
-	// its first turn before the sweep looks at it: well beyond the
-	// submission's own publishes (publishTimeout).
+	// its first turn, or running without a change, before the sweep
+	// looks at it: well beyond the publishes that follow a change
+	// (publishTimeout). A running run whose turn takes longer has its
+	// message in AF_WORK, held by the worker, and is left alone.
 	StrandedAfterDefault = time.Minute
 	// StrandedIntervalDefault is how often the sweep runs.
 	StrandedIntervalDefault = 30 * time.Second
 	strandedPage            = 200
-	// strandedPassMax bounds one pass: a backlog of runs legitimately
-	// queued (each with its turn waiting in AF_RUNQ) costs two NATS
-	// lookups per run, and the next pass goes on where this one stopped.
+	// strandedPassMax bounds one pass in each status: a run whose turn
+	// waits in a queue, as nearly all do, costs one or two NATS lookups,
+	// and the next pass goes on where this one stopped.
 	strandedPassMax = 2000
 )
 
-// SweepStranded calls RequeueStranded every interval, for the runs queued
-// longer than after, until ctx ends.
+// SweepStranded calls RequeueStranded every interval, for the runs
+// unchanged for longer than after, until ctx ends.
 func (s *Server) SweepStranded(ctx context.Context, interval, after time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -48,50 +61,74 @@ func (s *Server) SweepStranded(ctx context.Context, interval, after time.Duratio
 		}
 		n, err := s.RequeueStranded(ctx, time.Now().Add(-after))
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("sweep of runs stranded at admission", "err", err)
+			s.log.Warn("sweep of runs stranded without a turn message", "err", err)
 		}
 		if n > 0 {
-			s.log.Warn("requeued runs whose submission recorded them but never queued them", "runs", n)
+			s.log.Warn("requeued runs that were due a turn and had no turn message in NATS", "runs", n)
 		}
 	}
 }
 
-// RequeueStranded looks at up to strandedPassMax runs queued for their
-// first turn since before cutoff, oldest first from where the previous
-// pass stopped, and for each that may start (no session, or the head of
-// its session) and has no turn message in either queue publishes its
-// admission again: its queued event and its first turn. It returns how
-// many runs it requeued.
+// RequeueStranded looks, from where the previous pass stopped, at up to
+// strandedPassMax runs queued for their first turn since before cutoff
+// and up to strandedPassMax running runs unchanged since before cutoff.
+// For each with no turn message in either queue it publishes what the run
+// is owed: a queued run that may start (no session, or the head of its
+// session) its admission again (its queued event and its first turn), a
+// running run its next turn. It returns how many runs it requeued.
 func (s *Server) RequeueStranded(ctx context.Context, cutoff time.Time) (int, error) {
 	s.stranded.Lock()
 	defer s.stranded.Unlock()
+	queued, err := s.sweepStatus(ctx, agentfleet.StatusQueued, &s.stranded.queued, func(run agentfleet.Run) (bool, bool, error) {
+		if !run.CreatedAt.Before(cutoff) {
+			return true, false, nil // every later run is newer still
+		}
+		ok, err := s.requeueAdmission(ctx, run)
+		return false, ok, err
+	})
+	if err != nil {
+		return queued, err
+	}
+	running, err := s.sweepStatus(ctx, agentfleet.StatusRunning, &s.stranded.running, func(run agentfleet.Run) (bool, bool, error) {
+		if !run.UpdatedAt.Before(cutoff) {
+			return false, false, nil
+		}
+		ok, err := s.requeueRunning(ctx, run)
+		return false, ok, err
+	})
+	return queued + running, err
+}
+
+// sweepStatus pages through the runs in status, oldest first from
+// *cursor, and calls check on each, until check says stop or
+// strandedPassMax runs were looked at. It leaves in *cursor where the
+// next pass goes on: "" (start over) after the last run or a stop, the
+// page it failed in after an error, so that page is looked at again.
+func (s *Server) sweepStatus(ctx context.Context, status agentfleet.RunStatus, cursor *string,
+	check func(agentfleet.Run) (stop, requeued bool, err error)) (int, error) {
 	requeued, looked := 0, 0
 	for looked < strandedPassMax {
 		page, err := s.cfg.Store.RunList(ctx, store.RunListParams{
-			Status: []agentfleet.RunStatus{agentfleet.StatusQueued}, Oldest: true,
-			Limit: strandedPage, Cursor: s.stranded.cursor,
+			Status: []agentfleet.RunStatus{status}, Oldest: true, Limit: strandedPage, Cursor: *cursor,
 		})
 		if err != nil {
-			return requeued, fmt.Errorf("list queued runs: %w", err)
+			return requeued, fmt.Errorf("list %s runs: %w", status, err)
 		}
 		for _, run := range page.Runs {
-			if !run.CreatedAt.Before(cutoff) {
-				// Every later run is newer still: start over next pass.
-				s.stranded.cursor = ""
-				return requeued, nil
-			}
 			looked++
-			ok, err := s.requeueIfStranded(ctx, run)
+			stop, ok, err := check(run)
 			if err != nil {
-				// The cursor stays before this page: the next pass
-				// looks at this run again.
 				return requeued, err
 			}
 			if ok {
 				requeued++
 			}
+			if stop {
+				*cursor = ""
+				return requeued, nil
+			}
 		}
-		s.stranded.cursor = page.NextCursor
+		*cursor = page.NextCursor
 		if page.NextCursor == "" {
 			return requeued, nil
 		}
@@ -99,13 +136,13 @@ func (s *Server) RequeueStranded(ctx context.Context, cutoff time.Time) (int, er
 	return requeued, nil
 }
 
-// requeueIfStranded publishes run's admission again when it is still
+// requeueAdmission publishes run's admission again when it is still
 // queued for its first turn, may start, and no turn message of it waits
 // in a queue.
-func (s *Server) requeueIfStranded(ctx context.Context, run agentfleet.Run) (bool, error) {
+func (s *Server) requeueAdmission(ctx context.Context, run agentfleet.Run) (bool, error) {
 	if run.Turn != 0 {
-		// Put back in the queue after a turn: whoever put it back owns
-		// its next message.
+		// Nothing puts a run back in the queue after a turn today; if
+		// something does, it owns the run's next message.
 		return false, nil
 	}
 	if run.SessionID != "" {
@@ -117,18 +154,9 @@ func (s *Server) requeueIfStranded(ctx context.Context, run agentfleet.Run) (boo
 			return false, nil // the end of an earlier run starts it
 		}
 	}
-	waiting, err := s.cfg.Bus.TurnWaiting(ctx, run.Tenant, run.ID)
-	if err != nil || waiting {
+	stranded, err := s.stillStranded(ctx, run)
+	if err != nil || !stranded {
 		return false, err
-	}
-	// Read the run again: a turn message consumed between the listing
-	// and the lookup has started it.
-	run, err = s.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: run.ID})
-	if err != nil {
-		return false, fmt.Errorf("run %s: %w", run.ID, err)
-	}
-	if run.Status != agentfleet.StatusQueued || run.Turn != 0 {
-		return false, nil
 	}
 	evs, err := s.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: run.ID, Limit: 1})
 	if err != nil {
@@ -138,4 +166,37 @@ func (s *Server) requeueIfStranded(ctx context.Context, run agentfleet.Run) (boo
 		return false, fmt.Errorf("requeue run %s: %w", run.ID, err)
 	}
 	return true, nil
+}
+
+// requeueRunning publishes a running run's next turn when no turn message
+// of it waits in a queue. The turn goes straight to AF_WORK: the run was
+// admitted and started long ago, and the scheduler would drop a first
+// turn whose run it can no longer start. It is marked Retried, because a
+// worker may have recorded the turn's model reply before the message was
+// lost.
+func (s *Server) requeueRunning(ctx context.Context, run agentfleet.Run) (bool, error) {
+	stranded, err := s.stillStranded(ctx, run)
+	if err != nil || !stranded {
+		return false, err
+	}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: true}
+	if err := s.cfg.Bus.ForwardTurn(ctx, next); err != nil {
+		return false, fmt.Errorf("requeue run %s: %w", run.ID, err)
+	}
+	return true, nil
+}
+
+// stillStranded reports whether run has no turn message in either queue
+// and, read again after looking, has not changed since it was listed: a
+// message consumed between the listing and the lookup has moved it on.
+func (s *Server) stillStranded(ctx context.Context, run agentfleet.Run) (bool, error) {
+	waiting, err := s.cfg.Bus.TurnWaiting(ctx, run.Tenant, run.ID)
+	if err != nil || waiting {
+		return false, err
+	}
+	now, err := s.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: run.ID})
+	if err != nil {
+		return false, fmt.Errorf("run %s: %w", run.ID, err)
+	}
+	return now.Status == run.Status && now.Turn == run.Turn && now.Wake == run.Wake && now.UpdatedAt.Equal(run.UpdatedAt), nil
 }

@@ -28,9 +28,10 @@ func (e *env) recordOnly(tenant, message, session string) agentfleet.Run {
 }
 
 // TestRequeueStranded: a run recorded but never queued is queued by the
-// sweep, with its queued event; runs whose turn waits in a queue, runs
-// behind the head of their session and runs newer than the cutoff are
-// left alone, and a second pass queues nothing more.
+// sweep, with its queued event, and a running run whose turn message is
+// gone gets its next turn; runs whose turn waits in a queue, runs behind
+// the head of their session and runs changed after the cutoff are left
+// alone, and a second pass queues nothing more.
 func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -80,14 +81,39 @@ func TestRequeueStranded(t *testing.T) {
 	require.Zero(t, n)
 	require.Zero(t, e.queued())
 
-	// The fresh run, once past the cutoff, is queued too; a second pass
-	// finds its turn waiting and queues nothing more.
+	// A turn committed for one of them, as a worker would, short of the
+	// end.
+	_, err = e.store.TurnCommit(e.ctx, store.TurnCommitParams{
+		RunID: stranded.ID, Turn: 1, Status: agentfleet.StatusRunning,
+		Events: []agentfleet.Event{{Type: agentfleet.EventModelCall, Tokens: &agentfleet.Tokens{Prompt: 10, Completion: 5}}},
+	})
+	require.NoError(t, err)
+
+	// Past a later cutoff, the fresh run is queued like the first two,
+	// and the three running runs, whose turn messages are gone, are each
+	// owed their next turn: straight to AF_WORK, marked Retried. A
+	// second pass finds every turn waiting and queues nothing more.
 	n, err = e.api.RequeueStranded(e.ctx, time.Now())
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	require.Equal(t, 4, n)
 	n, err = e.api.RequeueStranded(e.ctx, time.Now())
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.EqualValues(t, 1, e.queued())
 	require.Equal(t, fresh.ID, e.nextTurn().RunID)
+
+	work, err := e.bus.TurnSource(e.ctx, bus.QueueWork, "apitest-work")
+	require.NoError(t, err)
+	got = map[string]bus.Turn{}
+	for range 3 {
+		d, err := work.Next(e.ctx)
+		require.NoError(t, err)
+		require.NoError(t, d.Ack(e.ctx))
+		got[d.Turn.RunID] = d.Turn
+	}
+	require.Equal(t, map[string]bus.Turn{
+		submitted.ID: {RunID: submitted.ID, Tenant: "acme", Turn: 1, Retried: true},
+		head.ID:      {RunID: head.ID, Tenant: "acme", Turn: 1, Retried: true},
+		stranded.ID:  {RunID: stranded.ID, Tenant: "acme", Turn: 2, Retried: true},
+	}, got)
 }
