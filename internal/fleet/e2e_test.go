@@ -375,6 +375,50 @@ func TestFleetRunsARunItsSubmissionNeverQueued(t *testing.T) {
 	f.requireStreamMatchesStore(run)
 }
 
+// A running run whose turn message vanishes from NATS (here: the turn
+// queues are purged during turn 2's model call, and that call fails, so
+// the worker's retry has no message left to bring back) is found by the
+// dispatcher's sweep, gets turn 2 again and completes with one commit per
+// turn.
+func TestFleetRunsARunWhoseTurnMessageVanished(t *testing.T) {
+	var (
+		f      *testFleet
+		js     jetstream.JetStream
+		purged atomic.Bool
+	)
+	responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+		if assistantTurns(r) == 1 && purged.CompareAndSwap(false, true) {
+			for _, name := range []string{"AF_RUNQ", "AF_WORK"} {
+				st, err := js.Stream(f.ctx, name)
+				if err != nil {
+					return "", agentfleet.Usage{}, err
+				}
+				if err := st.Purge(f.ctx); err != nil {
+					return "", agentfleet.Usage{}, err
+				}
+			}
+			return "", agentfleet.Usage{}, &fakeserver.StatusError{Status: http.StatusBadGateway, Message: "flaky upstream"}
+		}
+		return threeTurns(r)
+	}
+	f = setupFleetWith(t, fleetOptions{workers: 1, modelAttempts: 1, responder: responder, stranded: 200 * time.Millisecond})
+	nc, err := nats.Connect(f.emb.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+
+	f.requireCompletes("compute 3", `"result 7"`)
+	require.True(t, purged.Load())
+	calls := 0
+	for _, r := range f.model.Received() {
+		if assistantTurns(r) == 1 {
+			calls++
+		}
+	}
+	require.Equal(t, 2, calls, "turn 2: the call that failed and the one after the sweep")
+}
+
 // When the events of a turn are refused while the next turn runs in
 // place, that turn neither commits nor publishes: the message comes back,
 // the refused events are sent again ahead of the next turn's, and the next
