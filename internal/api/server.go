@@ -1,7 +1,9 @@
 // Package api is the dispatcher's HTTP API (DESIGN §8): run submission,
 // reads, listing, cancellation, events as Server-Sent Events, tenant
 // administration, metrics and health. It admits runs and publishes their
-// first turn; it never calls a model.
+// first turn; it never calls a model. It also sweeps for runs due a turn
+// that have no turn message in NATS and publishes what they are owed
+// (stranded.go).
 //
 // Every endpoint but the health checks authenticates with a bearer token:
 // the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant

@@ -178,8 +178,8 @@ func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
 // turn queue (AF_RUNQ or AF_WORK), delivered or not: a work-queue message
 // stays in its stream until a worker or the scheduler acks it, so a run
 // with a turn due and no message in either queue has lost its turn. The
-// dispatcher asks this of runs whose submission may have died between
-// the store and NATS.
+// dispatcher's sweep asks this of runs due a turn that have not changed
+// for a while.
 func (b *Bus) TurnWaiting(ctx context.Context, tenant, runID string) (bool, error) {
 	if err := validRun(tenant, runID); err != nil {
 		return false, err
