@@ -57,6 +57,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// Gatherer serves /metrics; nil means the default registry.
 	Gatherer prometheus.Gatherer
+	// Registerer, when set, receives the API's own metrics (the sweep's
+	// agentfleet_runs_requeued_total).
+	Registerer prometheus.Registerer
 	// TenantChanged is called after a tenant's settings change, so
 	// parked runs can be woken at once.
 	TenantChanged func(tenant string)
@@ -84,11 +87,13 @@ type Server struct {
 
 	// stranded is where the sweep of runs stranded without a turn
 	// message goes on, in each status it looks at (see
-	// RequeueStranded); one pass at a time.
+	// RequeueStranded); one pass at a time. requeued counts the runs it
+	// gave their turn again, by the status they were in.
 	stranded struct {
 		sync.Mutex
 		queued, running string
 	}
+	requeued *prometheus.CounterVec
 }
 
 // New returns a Server.
@@ -115,6 +120,15 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
 		keys:   ttlcache.New[[sha256.Size]byte, string](cfg.LookupCacheTTL, lookupCacheMax),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
+	}
+	s.requeued = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentfleet_runs_requeued_total",
+		Help: "Runs due a turn that had no turn message in NATS and were given it again by the dispatcher's sweep, by the status they were in (queued, running).",
+	}, []string{"status"})
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.requeued); err != nil {
+			return nil, fmt.Errorf("api: register metrics: %w", err)
+		}
 	}
 	s.routes()
 	return s, nil

@@ -84,6 +84,9 @@ func (s *Server) RequeueStranded(ctx context.Context, cutoff time.Time) (int, er
 			return true, false, nil // every later run is newer still
 		}
 		ok, err := s.requeueAdmission(ctx, run)
+		if ok {
+			s.requeued.WithLabelValues(string(agentfleet.StatusQueued)).Inc()
+		}
 		return false, ok, err
 	})
 	if err != nil {
@@ -94,6 +97,9 @@ func (s *Server) RequeueStranded(ctx context.Context, cutoff time.Time) (int, er
 			return false, false, nil
 		}
 		ok, err := s.requeueRunning(ctx, run)
+		if ok {
+			s.requeued.WithLabelValues(string(agentfleet.StatusRunning)).Inc()
+		}
 		return false, ok, err
 	})
 	return queued + running, err

@@ -4,9 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
@@ -34,8 +36,12 @@ func (e *env) recordOnly(tenant, message, session string) agentfleet.Run {
 // alone, and a second pass queues nothing more.
 func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, func(c *api.Config) { c.Gatherer, c.Registerer = reg, reg })
 	key := e.tenant("acme")
+	requeued := func(status string) string {
+		return `agentfleet_runs_requeued_total{status="` + status + `"}`
+	}
 
 	submitted := e.createRun(key, map[string]any{"message": "queued properly"})
 	stranded := e.recordOnly("acme", "stranded", "")
@@ -52,6 +58,9 @@ func TestRequeueStranded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the stranded run and the stranded head of s1")
 	require.EqualValues(t, 3, e.queued())
+	metrics := string(e.do("GET", "/metrics", "", nil).body)
+	require.Contains(t, metrics, requeued("queued")+" 2")
+	require.NotContains(t, metrics, requeued("running"))
 
 	ev := recv(t, events, "the stranded run's queued event on NATS")
 	require.Equal(t, agentfleet.EventQueued, ev.Type)
@@ -101,6 +110,9 @@ func TestRequeueStranded(t *testing.T) {
 	require.Zero(t, n)
 	require.EqualValues(t, 1, e.queued())
 	require.Equal(t, fresh.ID, e.nextTurn().RunID)
+	metrics = string(e.do("GET", "/metrics", "", nil).body)
+	require.Contains(t, metrics, requeued("queued")+" 3")
+	require.Contains(t, metrics, requeued("running")+" 3")
 
 	work, err := e.bus.TurnSource(e.ctx, bus.QueueWork, "apitest-work")
 	require.NoError(t, err)

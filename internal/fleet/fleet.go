@@ -162,7 +162,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, err
 	}
 	srv, err := api.New(api.Config{
-		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Gatherer: cfg.Registry, Logger: cfg.Logger,
+		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 	})
 	if err != nil {
