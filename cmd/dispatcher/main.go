@@ -1,7 +1,8 @@
 // Command dispatcher serves agentfleet's HTTP API, runs the fair scheduler
-// and the budget keeper. It admits and publishes runs; it never calls a
-// model. Run any number of them against one NATS server and one Postgres;
-// a NATS lease picks the one that schedules.
+// and the budget keeper, and sweeps for runs due a turn that have no turn
+// message in NATS. It admits and publishes runs; it never calls a model.
+// Run any number of them against one NATS server and one Postgres; a NATS
+// lease picks the one that schedules.
 //
 // Configuration is the environment of DESIGN §8: AGENTFLEET_LISTEN,
 // AGENTFLEET_ADMIN_TOKEN, AGENTFLEET_DATABASE_URL, AGENTFLEET_NATS_URL

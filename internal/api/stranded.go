@@ -151,6 +151,12 @@ func (s *Server) requeueAdmission(ctx context.Context, run agentfleet.Run) (bool
 		// something does, it owns the run's next message.
 		return false, nil
 	}
+	// The NATS lookup first: nearly every queued run has its turn
+	// waiting, and a session run's check costs two store queries.
+	stranded, err := s.stillStranded(ctx, run)
+	if err != nil || !stranded {
+		return false, err
+	}
 	if run.SessionID != "" {
 		next, err := store.SessionNext(ctx, s.cfg.Store, run.Tenant, run.SessionID)
 		if err != nil {
@@ -159,10 +165,6 @@ func (s *Server) requeueAdmission(ctx context.Context, run agentfleet.Run) (bool
 		if next == nil || next.ID != run.ID {
 			return false, nil // the end of an earlier run starts it
 		}
-	}
-	stranded, err := s.stillStranded(ctx, run)
-	if err != nil || !stranded {
-		return false, err
 	}
 	evs, err := s.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: run.ID, Limit: 1})
 	if err != nil {

@@ -24,17 +24,17 @@
 //	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)
 //	leases          KV_AF_LEASE_<name>  (KV bucket per lease)    KV, TTL    singleton roles such as the scheduler
 //
-// All streams use file storage. The turn queues and the dead letters have
-// a duplicate window of Config.DedupWindow (at least 30 minutes), the
-// events Config.EventsDedupWindow (2 minutes: the server holds each id for
-// the window, and events are most of the messages; consumers skip a seq
-// they have seen). Every publish carries a message id, so a worker that
-// crashed after publishing turn n+1 and before acking turn n can publish
-// it again on redelivery without creating a second copy. Tenant and run ids become subject tokens
-// and are validated as such (no '.', '*', '>', whitespace). Streams are
-// created or updated idempotently on Connect and again after every
-// reconnect, so a server that came back with an empty store is repopulated
-// by the first client that sees it.
+// All streams use file storage. The turn queues and the dead letters have a
+// duplicate window of Config.DedupWindow (at least 30 minutes), the events
+// Config.EventsDedupWindow (2 minutes: the server holds each id for the
+// window, and events are most of the messages; consumers skip a seq they
+// have seen). Every publish carries a message id, so a worker that crashed
+// after publishing turn n+1 and before acking turn n can publish it again
+// on redelivery without creating a second copy. Tenant and run ids become
+// subject tokens and are validated as such (no '.', '*', '>', whitespace).
+// Streams are created or updated idempotently on Connect and again after
+// every reconnect, so a server that came back with an empty store is
+// repopulated by the first client that sees it.
 //
 // # Pull one at a time
 //

@@ -290,6 +290,30 @@ func (f *testFleet) requireStreamMatchesStore(run agentfleet.Run) {
 	}
 }
 
+// modelCalls counts the model calls made for turn of the runs whose task
+// is message ("": of every run).
+func (f *testFleet) modelCalls(message string, turn int) int {
+	n := 0
+	for _, r := range f.model.Received() {
+		if (message == "" || r.FirstUser() == message) && assistantTurns(r) == turn-1 {
+			n++
+		}
+	}
+	return n
+}
+
+// jetStream is a JetStream client of its own on the fleet's NATS server,
+// for tests that reach past the bus (purge a stream, cap one).
+func (f *testFleet) jetStream() jetstream.JetStream {
+	f.t.Helper()
+	nc, err := nats.Connect(f.emb.ClientURL())
+	require.NoError(f.t, err)
+	f.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(f.t, err)
+	return js
+}
+
 // continued is the count of next turns worker i sent by path (in_place,
 // direct, scheduler).
 func (f *testFleet) continued(i int, path string) int {
@@ -346,13 +370,7 @@ func TestFleetRunsTheNextTurnInPlace(t *testing.T) {
 	require.Equal(t, 2, f.continued(0, "in_place"), "turn 2 was tried in place")
 	require.Equal(t, 1, f.continued(0, "direct"), "turn 1's redelivery published turn 2")
 	require.Equal(t, 2, f.continued(0, "scheduler"))
-	calls := 0
-	for _, r := range f.model.Received() {
-		if r.FirstUser() == "compute 7" && assistantTurns(r) == 1 {
-			calls++
-		}
-	}
-	require.Equal(t, 2, calls, "turn 2: the failed call in place and the one from its own message")
+	require.Equal(t, 2, f.modelCalls("compute 7", 2), "turn 2: the failed call in place and the one from its own message")
 }
 
 // A run recorded by a submission that died before it reached NATS (no
@@ -402,21 +420,11 @@ func TestFleetRunsARunWhoseTurnMessageVanished(t *testing.T) {
 		return threeTurns(r)
 	}
 	f = setupFleetWith(t, fleetOptions{workers: 1, modelAttempts: 1, responder: responder, stranded: 200 * time.Millisecond})
-	nc, err := nats.Connect(f.emb.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err = jetstream.New(nc)
-	require.NoError(t, err)
+	js = f.jetStream()
 
 	f.requireCompletes("compute 3", `"result 7"`)
 	require.True(t, purged.Load())
-	calls := 0
-	for _, r := range f.model.Received() {
-		if assistantTurns(r) == 1 {
-			calls++
-		}
-	}
-	require.Equal(t, 2, calls, "turn 2: the call that failed and the one after the sweep")
+	require.Equal(t, 2, f.modelCalls("", 2), "turn 2: the call that failed and the one after the sweep")
 }
 
 // When the events of a turn are refused while the next turn runs in
@@ -477,22 +485,12 @@ func TestFleetTurnInPlaceWaitsForThePreviousTurnsEvents(t *testing.T) {
 		return threeTurns(r)
 	}
 	f = setupFleetWith(t, fleetOptions{workers: 1, modelAttempts: 1, responder: responder})
-	nc, err := nats.Connect(f.emb.ClientURL())
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js, err = jetstream.New(nc)
-	require.NoError(t, err)
+	js = f.jetStream()
 
 	f.requireCompletes("compute 7", `"result 15"`)
 	require.Equal(t, 1, f.continued(0, "in_place"), "turn 2 was tried in place")
 	require.GreaterOrEqual(t, f.metric(0, "agentfleet_worker_turn_messages_total", "result", "retry"), 1, "turn 1's message came back")
-	calls := 0
-	for _, r := range f.model.Received() {
-		if assistantTurns(r) == 1 {
-			calls++
-		}
-	}
-	require.Equal(t, 1, calls, "turn 2 ran on the reply its attempt in place recorded")
+	require.Equal(t, 1, f.modelCalls("", 2), "turn 2 ran on the reply its attempt in place recorded")
 }
 
 // A worker that ran a turn in place under the message of the turn before
