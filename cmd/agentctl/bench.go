@@ -26,7 +26,8 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
   latency      100 x 2, 0,      2 x 8   runs one at a time: per-step latency percentiles
   scale       5000 x 2, 2s,     1 x runs  all in flight at once: completion, RSS per turn
   fairness     300 x 2, 100ms,  2 x 4   tenant B's 4 runs against tenant A's backlog
-  chaos        300 x 3, 20ms,   3 x 8   processes; SIGKILL a worker, restart NATS and Postgres
+  chaos        300 x 3, 20ms,   3 x 8   processes; SIGKILL a worker, restart NATS (SIGTERM,
+                                      then SIGKILL) and Postgres, SIGKILL the dispatcher
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

@@ -10,7 +10,10 @@
 // a single-host fleet), AGENTFLEET_DATA_DIR, AGENTFLEET_MAX_WAITING
 // (the workers' pull requests that may wait at once, default 4096) and
 // AGENTFLEET_EVENTS_MAX_AGE (how long NATS keeps run events, default 7d),
-// each the same on every process of a fleet. The work is
+// each the same on every process of a fleet, and
+// AGENTFLEET_STRANDED_INTERVAL and AGENTFLEET_STRANDED_AFTER (the sweep:
+// how often it looks, default 30s, and how long a run must have been
+// unchanged, default 1m). The work is
 // fleet.RunDispatcher, which `agentctl __serve dispatcher` also runs.
 package main
 

@@ -76,8 +76,12 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		}
 	}
 	if err := s.publishAdmission(r.Context(), res.Run, evs, res.Startable); err != nil {
-		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable",
-			msg: fmt.Sprintf("run %s was recorded but could not be queued (%v); the dispatcher queues it once NATS is back (within about %s), or submit it again with the same idempotency_key; submitting it again without one makes a second run", res.Run.ID, err, StrandedAfterDefault+StrandedIntervalDefault)})
+		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
+		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
+			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
+		}
+		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
+		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg})
 		return
 	}
 	status := http.StatusAccepted

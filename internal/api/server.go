@@ -29,6 +29,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
@@ -94,6 +95,10 @@ type Server struct {
 		queued, running string
 	}
 	requeued *prometheus.CounterVec
+	// sweepWithin is how soon the running sweep queues a stranded run
+	// (its interval plus its age threshold), for the 503 of a run that
+	// was recorded but not queued; zero while no sweep runs.
+	sweepWithin atomic.Int64
 }
 
 // New returns a Server.

@@ -51,6 +51,8 @@ const (
 // SweepStranded calls RequeueStranded every interval, for the runs
 // unchanged for longer than after, until ctx ends.
 func (s *Server) SweepStranded(ctx context.Context, interval, after time.Duration) {
+	s.sweepWithin.Store(int64(interval + after))
+	defer s.sweepWithin.Store(0)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

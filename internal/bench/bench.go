@@ -468,26 +468,38 @@ func (e *env) submitOne(ctx context.Context, t *tenant, i int) (submission, erro
 		IdempotencyKey: fmt.Sprintf("%s-%d", t.id, i),
 		MaxTurns:       e.cfg.Turns + 1,
 	}
-	var err error
-	for attempt := range 4 {
+	// A submission that failed for want of a server (refused, reset,
+	// 5xx, 429) is sent again with the same idempotency key, as a careful
+	// client does, for as long as a dispatcher takes to come back: the
+	// key makes it one run, and a repeat publishes what the first
+	// attempt may have left unpublished.
+	giveUp := time.Now().Add(submitRetryFor)
+	delay := 100 * time.Millisecond
+	for {
 		at := time.Now()
-		var run agentfleet.Run
-		run, err = t.c.CreateRun(ctx, req)
+		run, err := t.c.CreateRun(ctx, req)
 		if err == nil {
 			return submission{i: i, id: run.ID, at: at}, nil
 		}
 		var apiErr *client.Error
 		if errors.As(err, &apiErr) && apiErr.Status < 500 && apiErr.Status != http.StatusTooManyRequests {
-			break
+			return submission{}, err
+		}
+		if time.Now().Add(delay).After(giveUp) {
+			return submission{}, err
 		}
 		select {
-		case <-time.After(time.Duration(100<<attempt) * time.Millisecond):
+		case <-time.After(delay):
 		case <-ctx.Done():
 			return submission{}, ctx.Err()
 		}
+		delay = min(2*delay, time.Second)
 	}
-	return submission{}, err
 }
+
+// submitRetryFor is how long a submission is retried while no dispatcher
+// answers: beyond a dispatcher's restart (chaos kills one mid-submission).
+const submitRetryFor = 30 * time.Second
 
 // done is how many of t's runs have ended: the store's count, or, through
 // the API, the last turns the fake model answered for t's tasks.

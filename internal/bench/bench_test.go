@@ -192,11 +192,22 @@ func TestChaos(t *testing.T) {
 	require.Zero(t, c.SeqGaps)
 	require.GreaterOrEqual(t, c.ModelCalls, 40*3)
 	require.Equal(t, c.ModelCalls-40*3, c.RepeatedCalls, "every call beyond one per turn is a repeat")
-	require.Len(t, c.Timeline, 3)
+	var what []string
 	for _, s := range c.Timeline {
 		require.False(t, s.Failed, "%s: %s", s.What, s.Note)
+		what = append(what, s.What)
 	}
-	require.Contains(t, c.Timeline[2].Note, "skipped", "no --pg-restart-cmd: Postgres is not restarted")
+	require.Equal(t, []string{
+		"SIGKILL worker 1, start a replacement",
+		"restart the NATS server (SIGTERM, same port and store)",
+		"SIGKILL the NATS server, start it again (same port and store)",
+		"restart Postgres",
+		"SIGKILL the dispatcher mid-submission, start another",
+	}, what)
+	require.Contains(t, c.Timeline[3].Note, "skipped", "no --pg-restart-cmd: Postgres is not restarted")
+	require.Regexp(t, `^[1-9]\d* of the last 8 runs submitted before it`, c.Timeline[4].Note)
+	require.Equal(t, 40, rep.Figures.Runs.Submitted, "the runs the dead dispatcher dropped were submitted again")
+	require.Zero(t, rep.Figures.Runs.SubmitErrors)
 }
 
 func TestConfigErrors(t *testing.T) {

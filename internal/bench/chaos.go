@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -14,12 +15,16 @@ import (
 
 // chaos runs a production-shaped fleet of processes (NATS server,
 // dispatcher, Workers workers, Postgres) and, while Runs runs go through
-// it, SIGKILLs a worker (a replacement starts at once), restarts the NATS
-// server on the same port and store, and restarts Postgres
-// (PGRestartCmd). Every run must complete with the right answer, none may
-// be lost, no turn may be committed twice (each run's trace holds exactly
-// one model_call per turn, seq dense); model calls made again because a
-// process died mid-call are counted.
+// it, crashes or restarts each of them in turn: it SIGKILLs a worker (a
+// replacement starts at once), restarts the NATS server on the same port
+// and store (first gracefully, then with SIGKILL), restarts Postgres
+// (PGRestartCmd), and SIGKILLs the dispatcher while the last fifth of the
+// runs is being submitted (another starts on the same address; the
+// submissions it dropped are retried with their idempotency keys). Every
+// run must complete with the right answer, none may be lost, no turn may
+// be committed twice (each run's trace holds exactly one model_call per
+// turn, seq dense); model calls made again because a process died
+// mid-call are counted.
 func (e *env) chaos(ctx context.Context) error {
 	pf := e.procs
 	st := pf.store()
@@ -30,7 +35,17 @@ func (e *env) chaos(ctx context.Context) error {
 	f := &ChaosFigures{}
 	e.startProgress(e.turnRate(e.cfg.Runs))
 	start := time.Now()
-	subs, submitErrs := e.submit(ctx, t, 0, e.cfg.Runs, 8)
+	late := e.cfg.Runs - e.cfg.Runs/5
+	subs, submitErrs := e.submit(ctx, t, 0, late, 8)
+	var lateSubs []submission
+	var lateErrs int
+	lateDone := make(chan struct{})
+	submitLate := sync.OnceFunc(func() {
+		go func() {
+			defer close(lateDone)
+			lateSubs, lateErrs = e.submit(ctx, t, late, e.cfg.Runs, 8)
+		}()
+	})
 
 	type disruption struct {
 		at   float64 // fraction of runs done
@@ -45,10 +60,13 @@ func (e *env) chaos(ctx context.Context) error {
 			}
 			return fmt.Sprintf("its turns come back after AckWait %s", e.cfg.AckWait), nil
 		}},
-		{0.35, "restart the NATS server (SIGTERM, same port and store)", func(ctx context.Context) (string, error) {
-			return "", pf.restartNATS(ctx)
+		{0.30, "restart the NATS server (SIGTERM, same port and store)", func(ctx context.Context) (string, error) {
+			return "", pf.restartNATS(ctx, false)
 		}},
-		{0.55, "restart Postgres", func(ctx context.Context) (string, error) {
+		{0.45, "SIGKILL the NATS server, start it again (same port and store)", func(ctx context.Context) (string, error) {
+			return "", pf.restartNATS(ctx, true)
+		}},
+		{0.60, "restart Postgres", func(ctx context.Context) (string, error) {
 			if e.cfg.PGRestartCmd == "" {
 				return "skipped: no --pg-restart-cmd", errSkipped
 			}
@@ -59,6 +77,25 @@ func (e *env) chaos(ctx context.Context) error {
 				return strings.TrimSpace(string(out)), fmt.Errorf("%q: %w", e.cfg.PGRestartCmd, err)
 			}
 			return e.cfg.PGRestartCmd, nil
+		}},
+		{0.80, "SIGKILL the dispatcher mid-submission, start another", func(ctx context.Context) (string, error) {
+			submitLate()
+			// Kill it once a few of the late runs are in, with more on the way.
+			want := int64(late + min(4, (e.cfg.Runs-late)/2))
+			for t.submitted.Load() < want {
+				select {
+				case <-lateDone:
+					return "", errors.New("the late submissions ended before the dispatcher was killed")
+				case <-time.After(time.Millisecond):
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			in := t.submitted.Load() - int64(late)
+			if err := pf.crashDispatcher(ctx); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%d of the last %d runs submitted before it; the new one schedules once the dead one's lease runs out", in, e.cfg.Runs-late), nil
 		}},
 	}
 	for _, s := range steps {
@@ -79,6 +116,9 @@ func (e *env) chaos(ctx context.Context) error {
 		f.Timeline = append(f.Timeline, step)
 		e.say("%s at %s: %s", s.what, Duration(at), orDash(step.Note))
 	}
+	submitLate()
+	<-lateDone
+	subs, submitErrs = append(subs, lateSubs...), submitErrs+lateErrs
 	waitErr := e.waitAll(ctx, t)
 	_, runs, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {

@@ -28,8 +28,10 @@
 // turn), latency (per-step latencies on an idle fleet, as percentiles),
 // scale (thousands of turns in flight on a slow model: completion and
 // memory per in-flight turn), fairness (one tenant's few runs against
-// another's backlog), chaos (worker SIGKILL, NATS and Postgres restarts
-// mid-load: nothing lost, nothing committed twice). Each returns a Report
+// another's backlog), chaos (a worker SIGKILLed, the NATS server
+// restarted and then SIGKILLed, Postgres restarted, the dispatcher
+// SIGKILLed mid-submission, all mid-load: nothing lost, nothing committed
+// twice). Each returns a Report
 // of figures and checks; a check that fails makes the command exit
 // non-zero. Checks marked timing compare with a bound that depends on the
 // machine; the others hold at any speed, which is what the package's

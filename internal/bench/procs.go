@@ -381,14 +381,28 @@ func (f *procFleet) startNATS(ctx context.Context) error {
 	return nil
 }
 
-// restartNATS stops the NATS server gracefully and starts it again on the
-// same port and store directory.
-func (f *procFleet) restartNATS(ctx context.Context) error {
+// restartNATS stops the NATS server, gracefully or (crash) with SIGKILL,
+// and starts it again on the same port and store directory.
+func (f *procFleet) restartNATS(ctx context.Context, crash bool) error {
 	f.mu.Lock()
 	old := f.nats
 	f.mu.Unlock()
-	old.stop(15 * time.Second)
+	if crash {
+		old.kill()
+	} else {
+		old.stop(15 * time.Second)
+	}
 	return f.startNATS(ctx)
+}
+
+// crashDispatcher SIGKILLs the dispatcher and starts another on the same
+// address. The new one schedules once the dead one's lease has run out.
+func (f *procFleet) crashDispatcher(ctx context.Context) error {
+	f.mu.Lock()
+	old := f.dispatcher
+	f.mu.Unlock()
+	old.kill()
+	return f.startDispatcher(ctx)
 }
 
 func (f *procFleet) startDispatcher(ctx context.Context) error {

@@ -83,6 +83,15 @@ type Config struct {
 	// must use the same value: each one sets it on the stream when it
 	// connects.
 	EventsMaxAge time.Duration
+	// StrandedInterval and StrandedAfter set the dispatcher's sweep for
+	// runs due a turn that have no turn message in NATS: how often it
+	// looks, and how long such a run must have been unchanged (zero:
+	// api.StrandedIntervalDefault and api.StrandedAfterDefault). A
+	// shorter StrandedAfter brings a run stranded by a crash back sooner
+	// and costs a few more lookups per pass; it cannot queue a turn
+	// twice (see api.Server.RequeueStranded).
+	StrandedInterval time.Duration
+	StrandedAfter    time.Duration
 	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
@@ -115,20 +124,10 @@ func ConfigFromEnv() (Config, error) {
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
-	if v := os.Getenv("AGENTFLEET_DRAIN_TIMEOUT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			errs = append(errs, fmt.Errorf("AGENTFLEET_DRAIN_TIMEOUT=%q is not a duration like \"30s\"", v))
-		}
-		c.DrainTimeout = d
-	}
-	if v := os.Getenv("AGENTFLEET_ACK_WAIT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < time.Second {
-			errs = append(errs, fmt.Errorf("AGENTFLEET_ACK_WAIT=%q must be a duration of at least 1s, like \"30s\"", v))
-		}
-		c.AckWait = d
-	}
+	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
+	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
+	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)
+	c.StrandedAfter = envDuration("AGENTFLEET_STRANDED_AFTER", 0, time.Second, "1m", &errs)
 	if v := os.Getenv("AGENTFLEET_EVENTS_MAX_AGE"); v != "" {
 		d, err := parseDays(v)
 		if err != nil || d < time.Minute {
@@ -187,6 +186,21 @@ func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "agentflee
 
 // NATSStoreDir is where the embedded NATS server keeps JetStream data.
 func (c Config) NATSStoreDir() string { return filepath.Join(c.DataDir, "nats") }
+
+// envDuration reads a duration of at least least from the environment
+// variable name; unset means def.
+func envDuration(name string, def, least time.Duration, example string, errs *[]error) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < least {
+		*errs = append(*errs, fmt.Errorf("%s=%q must be a duration of at least %s, like %q", name, v, least, example))
+		return def
+	}
+	return d
+}
 
 // parseDays is time.ParseDuration that also takes a whole number of
 // days ("7d"), the unit retention is thought in.

@@ -59,3 +59,46 @@ func TestEventsMaxAgeFromEnv(t *testing.T) {
 		require.Equal(t, tc.want, cfg.EventsMaxAge, tc.env)
 	}
 }
+
+func TestDurationsFromEnv(t *testing.T) {
+	read := func(c Config) map[string]time.Duration {
+		return map[string]time.Duration{
+			"AGENTFLEET_DRAIN_TIMEOUT":     c.DrainTimeout,
+			"AGENTFLEET_ACK_WAIT":          c.AckWait,
+			"AGENTFLEET_STRANDED_INTERVAL": c.StrandedInterval,
+			"AGENTFLEET_STRANDED_AFTER":    c.StrandedAfter,
+		}
+	}
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, map[string]time.Duration{
+		"AGENTFLEET_DRAIN_TIMEOUT": DrainTimeoutDefault, "AGENTFLEET_ACK_WAIT": 0,
+		"AGENTFLEET_STRANDED_INTERVAL": 0, "AGENTFLEET_STRANDED_AFTER": 0,
+	}, read(cfg), "unset: the defaults (zero: the component's own)")
+
+	for _, tc := range []struct {
+		name, env string
+		want      time.Duration
+		err       string
+	}{
+		{name: "AGENTFLEET_DRAIN_TIMEOUT", env: "0s", want: 0},
+		{name: "AGENTFLEET_DRAIN_TIMEOUT", env: "-1s", err: `AGENTFLEET_DRAIN_TIMEOUT="-1s" must be a duration of at least 0s`},
+		{name: "AGENTFLEET_ACK_WAIT", env: "5s", want: 5 * time.Second},
+		{name: "AGENTFLEET_ACK_WAIT", env: "500ms", err: `AGENTFLEET_ACK_WAIT="500ms" must be a duration of at least 1s, like "30s"`},
+		{name: "AGENTFLEET_STRANDED_INTERVAL", env: "2s", want: 2 * time.Second},
+		{name: "AGENTFLEET_STRANDED_INTERVAL", env: "0s", err: `AGENTFLEET_STRANDED_INTERVAL="0s" must be a duration of at least 1s`},
+		{name: "AGENTFLEET_STRANDED_AFTER", env: "10m", want: 10 * time.Minute},
+		{name: "AGENTFLEET_STRANDED_AFTER", env: "soon", err: `AGENTFLEET_STRANDED_AFTER="soon" must be a duration of at least 1s, like "1m"`},
+	} {
+		t.Run(tc.name+"="+tc.env, func(t *testing.T) {
+			t.Setenv(tc.name, tc.env)
+			cfg, err := ConfigFromEnv()
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, read(cfg)[tc.name])
+		})
+	}
+}

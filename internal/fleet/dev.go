@@ -78,6 +78,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	bm := budget.NewMetrics(reg)
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
+		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {

@@ -36,6 +36,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}()
 	d, err := NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
+		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: st, Bus: b, Logger: logger, Elect: true,
 	})
 	if err != nil {

@@ -241,6 +241,7 @@ func (s *Scheduler) lead(ctx context.Context) error {
 	var nextLook time.Time
 	var retry *time.Timer
 	var retryAt time.Time
+	var lookFailures failStreak
 	retryC := func() <-chan time.Time {
 		if retry == nil {
 			return nil
@@ -292,8 +293,13 @@ func (s *Scheduler) lead(ctx context.Context) error {
 			}
 			room, bl, err := s.room(ctx, work, slots)
 			if err != nil {
-				s.log.Warn("scheduler: read work queue backlog", "err", err)
+				// NATS is away: look again later, later each time.
+				wait := lookFailures.fail(s.log, "scheduler: read work queue backlog", err)
+				credit, nextLook = 0, time.Now().Add(wait)
+				retryIn(wait)
+				continue
 			}
+			lookFailures.ok(s.log, "scheduler: work queue backlog read again")
 			credit = room
 			lookEvery = nextPollInterval(lookEvery, bl, room)
 			nextLook = time.Time{}
@@ -315,6 +321,40 @@ func (s *Scheduler) lead(ctx context.Context) error {
 		} else {
 			retryIn(pollBlocked)
 		}
+	}
+}
+
+// failStreak paces a loop through failures in a row (NATS away): each
+// retry waits twice as long as the one before, from pollBlocked up to
+// failRetryMax, and only the first failure and then one every
+// failLogEvery are logged, with the count, so that an outage of minutes
+// writes a few lines rather than one per retry.
+type failStreak struct {
+	n      int
+	logged time.Time
+}
+
+const (
+	failRetryMax = time.Second
+	failLogEvery = 10 * time.Second
+)
+
+// fail counts a failure, logs it if it is due, and returns how long to
+// wait before trying again.
+func (f *failStreak) fail(log *slog.Logger, msg string, err error) time.Duration {
+	f.n++
+	if f.n == 1 || time.Since(f.logged) >= failLogEvery {
+		log.Warn(msg, "err", err, "failures_in_a_row", f.n)
+		f.logged = time.Now()
+	}
+	return min(pollBlocked<<min(f.n-1, 8), failRetryMax)
+}
+
+// ok ends a streak, saying so if there was one.
+func (f *failStreak) ok(log *slog.Logger, msg string) {
+	if f.n > 0 {
+		log.Info(msg, "after_failures", f.n)
+		f.n = 0
 	}
 }
 

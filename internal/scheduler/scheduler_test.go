@@ -1,9 +1,13 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,13 +24,21 @@ import (
 // with a context that ends with the test (or after 30 seconds).
 func newTestScheduler(t *testing.T, m *Metrics) (context.Context, *bus.Bus, *Scheduler) {
 	t.Helper()
+	return newTestSchedulerOn(t, func(t *testing.T) *bus.Bus { return bustest.Connect(t, bustest.StartServer(t)) }, Config{Metrics: m})
+}
+
+// newTestSchedulerOn is newTestScheduler on the bus connect returns, with
+// cfg's other fields.
+func newTestSchedulerOn(t *testing.T, connect func(*testing.T) *bus.Bus, cfg Config) (context.Context, *bus.Bus, *Scheduler) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	b := bustest.Connect(t, bustest.StartServer(t))
+	b := connect(t)
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "store.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	s, err := New(Config{Bus: b, Store: st, Metrics: m})
+	cfg.Bus, cfg.Store = b, st
+	s, err := New(cfg)
 	require.NoError(t, err)
 	return ctx, b, s
 }
@@ -241,4 +253,56 @@ func TestNextPollInterval(t *testing.T) {
 	require.Equal(t, pollFullMax, nextPollInterval(pollFullMax, full, 0), "capped")
 	require.Equal(t, pollFull, nextPollInterval(pollFullMax, starved, 7), "workers waited: too late")
 	require.Equal(t, 8*time.Millisecond, nextPollInterval(8*time.Millisecond, part, 3), "about right")
+}
+
+// lockedBuffer is a log destination several goroutines may write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.buf.String(), s)
+}
+
+// While NATS is away, a scheduler holding turns it has no room for looks
+// at the workers' queue less and less often and logs its failures once
+// in a while, not on every look; once NATS is back it forwards them.
+func TestSchedulerRidesOutANATSOutage(t *testing.T) {
+	t.Parallel()
+	var logs lockedBuffer
+	reg := prometheus.NewRegistry()
+	e := bustest.StartServer(t)
+	ctx, b, s := newTestSchedulerOn(t, func(t *testing.T) *bus.Bus { return bustest.ConnectURL(t, e.ClientURL()) },
+		Config{Metrics: NewMetrics(reg), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	work := startScheduling(t, ctx, b, s)
+
+	// Nobody pulls: the workers' queue takes its cushion, and the
+	// scheduler holds the rest.
+	const turns = ReadyDepthDefault + 6
+	enqueueTurns(t, ctx, b, turns, 0)
+	require.Eventually(t, func() bool {
+		return counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") == ReadyDepthDefault
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+
+	e.Shutdown()
+	const outage = 2 * time.Second
+	time.Sleep(outage)
+	failed := logs.count("scheduler: read work queue backlog")
+	// One look per pollFullMax would log about 125 lines.
+	require.Positive(t, failed, "the outage is logged")
+	require.LessOrEqual(t, failed, 2, "failed looks logged: %d lines in %s", failed, outage)
+
+	bustest.StartServerAt(t, e.Listen(), e.StoreDir())
+	ackTurns(t, ctx, work, turns)
+	require.Equal(t, 1, logs.count("scheduler: work queue backlog read again"))
 }
