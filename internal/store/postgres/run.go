@@ -545,6 +545,26 @@ func runForUpdate(ctx context.Context, tx pgx.Tx, id string) (rules.RunRow, erro
 	return r, err
 }
 
+// runTx is a transaction as rules.ApplyTransition and rules.ApplyCancel
+// need it.
+type runTx struct{ tx pgx.Tx }
+
+func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
+	return runForUpdate(ctx, t.tx, id)
+}
+
+func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+	return updateRun(ctx, t.tx, r)
+}
+
+func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
+	return insertEvents(ctx, t.tx, runID, lastSeq, evs)
+}
+
+func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+	return sessionNext(ctx, t.tx, ended)
+}
+
 // updateRun writes the mutable columns a transition or cancel changes.
 func updateRun(ctx context.Context, tx pgx.Tx, r rules.RunRow) (rules.RunRow, error) {
 	return scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
@@ -560,24 +580,8 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 		return store.RunChangeResult{}, err
 	}
 	var res store.RunChangeResult
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		cur, err := runForUpdate(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		if err := rules.CheckTransition(cur.Run, p.From, p.To); err != nil {
-			return err
-		}
-		row, err := updateRun(ctx, tx, rules.Transition(cur, p, now))
-		if err != nil {
-			return err
-		}
-		rules.Number(p.Events, row.Run, cur.EventSeq)
-		if err := insertEvents(ctx, tx, row.ID, cur.EventSeq, p.Events); err != nil {
-			return err
-		}
-		res = store.RunChangeResult{Run: row.Run, Events: p.Events}
-		res.SessionNext, err = sessionNext(ctx, tx, row)
+	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
+		res, err = rules.ApplyTransition(ctx, runTx{tx}, p, now)
 		return err
 	})
 	if err != nil {
@@ -596,38 +600,8 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		res = store.RunCancelResult{}
-		cur, err := runForUpdate(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		if p.Tenant != "" && cur.Tenant != p.Tenant {
-			return fmt.Errorf("run %s: %w", p.ID, store.ErrNotFound)
-		}
-		next, action, err := rules.Cancel(cur, p.Reason, len(evs), now)
-		if err != nil {
-			return err
-		}
-		if action == rules.CancelNoop {
-			res.Run, res.Immediate = cur.Run, true
-			return nil
-		}
-		row, err := updateRun(ctx, tx, next)
-		if err != nil {
-			return err
-		}
-		res.Run = row.Run
-		if action == rules.CancelRequested {
-			return nil
-		}
-		res.Immediate = true
-		rules.Number(evs, row.Run, cur.EventSeq)
-		if err := insertEvents(ctx, tx, row.ID, cur.EventSeq, evs); err != nil {
-			return err
-		}
-		res.Events = evs
-		res.SessionNext, err = sessionNext(ctx, tx, row)
+	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
+		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, evs, now)
 		return err
 	})
 	if err != nil {

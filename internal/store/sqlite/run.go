@@ -277,6 +277,31 @@ func updateRun(ctx context.Context, tx *wtx, r rules.RunRow) (rules.RunRow, erro
 		r.UpdatedAt.UnixMicro(), r.ID))
 }
 
+// runTx is a write transaction as rules.ApplyTransition and
+// rules.ApplyCancel need it. SQLite writes one transaction at a time, so
+// reading a run holds it.
+type runTx struct {
+	s  *Store
+	tx *wtx
+}
+
+func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
+	return t.s.runByID(ctx, t.tx, id)
+}
+
+func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+	return updateRun(ctx, t.tx, r)
+}
+
+// InsertEvents stores evs as numbered: they carry their run and seq.
+func (t runTx) InsertEvents(ctx context.Context, _ string, _ int64, evs []agentfleet.Event) error {
+	return t.s.insertEvents(ctx, t.tx, evs)
+}
+
+func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+	return sessionNext(ctx, t.tx, ended)
+}
+
 func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
 	now := rules.Now()
 	p, err := rules.RunTransition(p, now)
@@ -284,24 +309,8 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 		return store.RunChangeResult{}, err
 	}
 	var res store.RunChangeResult
-	err = s.write(ctx, func(tx *wtx) error {
-		cur, err := s.runByID(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		if err := rules.CheckTransition(cur.Run, p.From, p.To); err != nil {
-			return err
-		}
-		row, err := updateRun(ctx, tx, rules.Transition(cur, p, now))
-		if err != nil {
-			return err
-		}
-		rules.Number(p.Events, row.Run, cur.EventSeq)
-		if err := s.insertEvents(ctx, tx, p.Events); err != nil {
-			return err
-		}
-		res = store.RunChangeResult{Run: row.Run, Events: p.Events}
-		res.SessionNext, err = sessionNext(ctx, tx, row)
+	err = s.write(ctx, func(tx *wtx) (err error) {
+		res, err = rules.ApplyTransition(ctx, runTx{s, tx}, p, now)
 		return err
 	})
 	if err != nil {
@@ -320,37 +329,8 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
-	err = s.write(ctx, func(tx *wtx) error {
-		cur, err := s.runByID(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		if p.Tenant != "" && cur.Tenant != p.Tenant {
-			return fmt.Errorf("run %s: %w", p.ID, store.ErrNotFound)
-		}
-		next, action, err := rules.Cancel(cur, p.Reason, len(evs), now)
-		if err != nil {
-			return err
-		}
-		if action == rules.CancelNoop {
-			res.Run, res.Immediate = cur.Run, true
-			return nil
-		}
-		row, err := updateRun(ctx, tx, next)
-		if err != nil {
-			return err
-		}
-		res.Run = row.Run
-		if action == rules.CancelRequested {
-			return nil
-		}
-		res.Immediate = true
-		rules.Number(evs, row.Run, cur.EventSeq)
-		if err := s.insertEvents(ctx, tx, evs); err != nil {
-			return err
-		}
-		res.Events = evs
-		res.SessionNext, err = sessionNext(ctx, tx, row)
+	err = s.write(ctx, func(tx *wtx) (err error) {
+		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, evs, now)
 		return err
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -76,6 +77,86 @@ func Cancel(r RunRow, reason string, nEvents int, now time.Time) (RunRow, Cancel
 	r.EventSeq += int64(nEvents)
 	r.UpdatedAt = now
 	return r, CancelNow, nil
+}
+
+// RunTx is a backend's write transaction as ApplyTransition and
+// ApplyCancel need it. Each backend implements it over its own
+// transaction, so that what a transition or a cancel reads and writes, and
+// in what order, is written once.
+type RunTx interface {
+	// LockRun reads run id and holds it for the rest of the transaction;
+	// a missing run is store.ErrNotFound.
+	LockRun(ctx context.Context, id string) (RunRow, error)
+	// UpdateRun writes the columns a transition or a cancel changes and
+	// returns the run as stored.
+	UpdateRun(ctx context.Context, r RunRow) (RunRow, error)
+	// InsertEvents stores numbered events of run runID that follow its
+	// event seq lastSeq.
+	InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error
+	// SessionNext is the run ended's end hands out: its session's next
+	// queued run, when ended was the session's head.
+	SessionNext(ctx context.Context, ended RunRow) (*agentfleet.Run, error)
+}
+
+// ApplyTransition is RunTransition p, checked by RunTransition, applied
+// in tx at now.
+func ApplyTransition(ctx context.Context, tx RunTx, p store.RunTransitionParams, now time.Time) (store.RunChangeResult, error) {
+	cur, err := tx.LockRun(ctx, p.ID)
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	if err := CheckTransition(cur.Run, p.From, p.To); err != nil {
+		return store.RunChangeResult{}, err
+	}
+	row, err := tx.UpdateRun(ctx, Transition(cur, p, now))
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	Number(p.Events, row.Run, cur.EventSeq)
+	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, p.Events); err != nil {
+		return store.RunChangeResult{}, err
+	}
+	next, err := tx.SessionNext(ctx, row)
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	return store.RunChangeResult{Run: row.Run, Events: p.Events, SessionNext: next}, nil
+}
+
+// ApplyCancel is RunCancel p, with its events evs checked by Events,
+// applied in tx at now. A tenant's cancel of another tenant's run is
+// store.ErrNotFound.
+func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []agentfleet.Event, now time.Time) (store.RunCancelResult, error) {
+	cur, err := tx.LockRun(ctx, p.ID)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	if p.Tenant != "" && cur.Tenant != p.Tenant {
+		return store.RunCancelResult{}, fmt.Errorf("run %s: %w", p.ID, store.ErrNotFound)
+	}
+	next, action, err := Cancel(cur, p.Reason, len(evs), now)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	if action == CancelNoop {
+		return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: cur.Run}, Immediate: true}, nil
+	}
+	row, err := tx.UpdateRun(ctx, next)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	if action == CancelRequested {
+		return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: row.Run}}, nil
+	}
+	Number(evs, row.Run, cur.EventSeq)
+	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, evs); err != nil {
+		return store.RunCancelResult{}, err
+	}
+	sessionNext, err := tx.SessionNext(ctx, row)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: row.Run, Events: evs, SessionNext: sessionNext}, Immediate: true}, nil
 }
 
 // NewRun is the run RunCreate inserts for p at now.
