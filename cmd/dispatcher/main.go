@@ -17,28 +17,6 @@
 // fleet.RunDispatcher, which `agentctl __serve dispatcher` also runs.
 package main
 
-import (
-	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/agentfleet/agentfleet/internal/fleet"
 
-	"github.com/agentfleet/agentfleet/internal/fleet"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := fleet.ConfigFromEnv()
-	if err == nil {
-		err = fleet.RunDispatcher(ctx, cfg, logger)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "dispatcher: %v\n", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { fleet.Main("dispatcher", fleet.RunDispatcher) }

@@ -17,29 +17,6 @@
 // also runs.
 package main
 
-import (
-	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/agentfleet/agentfleet/internal/fleet"
 
-	"github.com/agentfleet/agentfleet/internal/fleet"
-)
-
-func main() {
-	// The signal interrupts setup, or starts the drain once running.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg, err := fleet.ConfigFromEnv()
-	if err == nil {
-		err = fleet.RunWorker(ctx, cfg, logger)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "worker: %v\n", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { fleet.Main("worker", fleet.RunWorker) }

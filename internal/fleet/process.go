@@ -3,9 +3,12 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
@@ -125,4 +128,23 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		}
 	}
 	return err
+}
+
+// Main is a fleet process's main function: run (RunDispatcher or
+// RunWorker), configured by the environment, until SIGINT or SIGTERM,
+// which interrupt setup or, once running, stop it (a worker drains). An
+// error is printed after the command's name and exits with status 1.
+func Main(name string, run func(context.Context, Config, *slog.Logger) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg, err := ConfigFromEnv()
+	if err == nil {
+		err = run(ctx, cfg, logger)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		stop()
+		os.Exit(1)
+	}
 }
