@@ -481,59 +481,30 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, a any) {
-		args = append(args, a)
-		where = append(where, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
-	}
-	if p.Tenant != "" {
-		add("tenant = ?", p.Tenant)
-	}
-	if len(p.Status) > 0 {
-		ss := make([]string, len(p.Status))
-		for i, st := range p.Status {
-			ss[i] = string(st)
-		}
-		add("status = ANY(?)", ss)
-	}
-	if p.Agent != "" {
-		add("agent = ?", p.Agent)
-	}
-	if p.SessionID != "" {
-		add("session_id = ? AND session_id <> ''", p.SessionID)
-	}
-	if p.BatchID != "" {
-		add("batch_id = ? AND batch_id <> ''", p.BatchID)
-	}
-	order := "DESC"
-	if p.Oldest {
-		order = "ASC"
-		if after > 0 {
-			add("seq > ?", after)
-		}
-	} else if after > 0 {
-		add("seq < ?", after)
-	}
-	q := `SELECT ` + runCols + ` FROM runs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	args = append(args, p.Limit+1)
-	q += ` ORDER BY seq ` + order + ` LIMIT $` + strconv.Itoa(len(args))
-	rs, err := queryAll(ctx, s, q, scanRunRow, args...)
+	q, args := rules.RunListQuery(runCols, p, after)
+	rs, err := queryAll(ctx, s, numberParams(q), scanRunRow, args...)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
 	}
-	var res store.RunListResult
-	if len(rs) > p.Limit {
-		rs = rs[:p.Limit]
-		res.NextCursor = rules.EncodeCursor(p.Oldest, rs[len(rs)-1].Seq)
+	return rules.RunPage(rs, p), nil
+}
+
+// numberParams turns the "?" parameters of q into Postgres's $1, $2, ...
+// q must hold no other "?".
+func numberParams(q string) string {
+	var b strings.Builder
+	n := 0
+	for {
+		i := strings.IndexByte(q, '?')
+		if i < 0 {
+			b.WriteString(q)
+			return b.String()
+		}
+		n++
+		b.WriteString(q[:i])
+		b.WriteString("$" + strconv.Itoa(n))
+		q = q[i+1:]
 	}
-	for _, r := range rs {
-		res.Runs = append(res.Runs, r.Run)
-	}
-	return res, nil
 }
 
 // runForUpdate reads a run and locks its row for the transaction.

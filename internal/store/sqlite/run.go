@@ -211,44 +211,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, err
 	}
-	var where []string
-	var args []any
-	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
-	if p.Tenant != "" {
-		add("tenant = ?", p.Tenant)
-	}
-	if len(p.Status) > 0 {
-		ph := make([]string, len(p.Status))
-		for i, st := range p.Status {
-			ph[i] = "?"
-			args = append(args, string(st))
-		}
-		where = append(where, "status IN ("+strings.Join(ph, ",")+")")
-	}
-	if p.Agent != "" {
-		add("agent = ?", p.Agent)
-	}
-	if p.SessionID != "" {
-		add("session_id = ? AND session_id <> ''", p.SessionID)
-	}
-	if p.BatchID != "" {
-		add("batch_id = ? AND batch_id <> ''", p.BatchID)
-	}
-	order := "DESC"
-	if p.Oldest {
-		order = "ASC"
-		if after > 0 {
-			add("seq > ?", after)
-		}
-	} else if after > 0 {
-		add("seq < ?", after)
-	}
-	q := `SELECT ` + runCols + ` FROM runs`
-	if len(where) > 0 {
-		q += ` WHERE ` + strings.Join(where, " AND ")
-	}
-	q += ` ORDER BY seq ` + order + ` LIMIT ?`
-	args = append(args, p.Limit+1)
+	q, args := rules.RunListQuery(runCols, p, after)
 	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
@@ -257,15 +220,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
 	}
-	var res store.RunListResult
-	if len(rs) > p.Limit {
-		rs = rs[:p.Limit]
-		res.NextCursor = rules.EncodeCursor(p.Oldest, rs[len(rs)-1].Seq)
-	}
-	for _, r := range rs {
-		res.Runs = append(res.Runs, r.Run)
-	}
-	return res, nil
+	return rules.RunPage(rs, p), nil
 }
 
 // updateRun writes the mutable columns a transition or cancel changes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -157,6 +158,65 @@ func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []a
 		return store.RunCancelResult{}, err
 	}
 	return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: row.Run, Events: evs, SessionNext: sessionNext}, Immediate: true}, nil
+}
+
+// RunListQuery is RunList p's query, p checked by RunList and after its
+// decoded cursor: the rows of cols, newest first (oldest with p.Oldest),
+// one more than p.Limit so that RunPage can tell whether a page follows.
+// Each argument is a "?" in the query, in args' order.
+func RunListQuery(cols string, p store.RunListParams, after int64) (string, []any) {
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
+	if p.Tenant != "" {
+		add("tenant = ?", p.Tenant)
+	}
+	if len(p.Status) > 0 {
+		ph := make([]string, len(p.Status))
+		ss := make([]any, len(p.Status))
+		for i, st := range p.Status {
+			ph[i], ss[i] = "?", string(st)
+		}
+		add("status IN ("+strings.Join(ph, ", ")+")", ss...)
+	}
+	if p.Agent != "" {
+		add("agent = ?", p.Agent)
+	}
+	// The non-empty conditions repeat the partial indexes' predicates, so
+	// that a plan made for any value can use them.
+	if p.SessionID != "" {
+		add("session_id = ? AND session_id <> ''", p.SessionID)
+	}
+	if p.BatchID != "" {
+		add("batch_id = ? AND batch_id <> ''", p.BatchID)
+	}
+	order := "DESC"
+	if p.Oldest {
+		order = "ASC"
+		if after > 0 {
+			add("seq > ?", after)
+		}
+	} else if after > 0 {
+		add("seq < ?", after)
+	}
+	q := `SELECT ` + cols + ` FROM runs`
+	if len(where) > 0 {
+		q += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	return q + ` ORDER BY seq ` + order + ` LIMIT ?`, append(args, p.Limit+1)
+}
+
+// RunPage is RunList p's answer from the rows RunListQuery read.
+func RunPage(rs []RunRow, p store.RunListParams) store.RunListResult {
+	var res store.RunListResult
+	if len(rs) > p.Limit {
+		rs = rs[:p.Limit]
+		res.NextCursor = EncodeCursor(p.Oldest, rs[len(rs)-1].Seq)
+	}
+	for _, r := range rs {
+		res.Runs = append(res.Runs, r.Run)
+	}
+	return res
 }
 
 // NewRun is the run RunCreate inserts for p at now.
