@@ -345,22 +345,10 @@ func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (ag
 		if err != nil {
 			return err
 		}
-		if !l.Unlimited() {
-			st = l.State(now)
-			return nil
-		}
-		start, end, open, err := l.LedgerWindow(now, nextUse(ctx, c, tenant))
-		if err != nil {
-			return err
-		}
-		var used int64
-		if open {
-			if used, err = ledgerSum(ctx, c, tenant, start, end); err != nil {
-				return err
-			}
-		}
-		st = l.LedgerState(start, end, open, used)
-		return nil
+		st, err = l.BudgetState(now, nextUse(ctx, c, tenant), func(from, to time.Time) (int64, error) {
+			return ledgerSum(ctx, c, tenant, from, to)
+		})
+		return err
 	})
 	if err != nil {
 		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, mapErr(err))

@@ -218,6 +218,27 @@ func (l Ledger) LedgerState(start, end time.Time, open bool, used int64) agentfl
 	return st
 }
 
+// BudgetState is BudgetGet's answer at now: State for a tenant with a
+// limit, whose row counts every use; for an unlimited one, what its usage
+// ledger charged in the window LedgerWindow finds (LedgerState). next and
+// charged read the usage ledger, as for StartLimited.
+func (l Ledger) BudgetState(now time.Time, next NextUse, charged func(from, to time.Time) (int64, error)) (agentfleet.BudgetState, error) {
+	if !l.Unlimited() {
+		return l.State(now), nil
+	}
+	start, end, open, err := l.LedgerWindow(now, next)
+	if err != nil {
+		return agentfleet.BudgetState{}, err
+	}
+	var used int64
+	if open {
+		if used, err = charged(start, end); err != nil {
+			return agentfleet.BudgetState{}, err
+		}
+	}
+	return l.LedgerState(start, end, open, used), nil
+}
+
 // StartLimited is what TenantUpdate writes to the row of a tenant that was
 // unlimited and is given a limit at now: used is what the ledger charged
 // in the current window (the one the ledger has open, else the one a use
