@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -361,6 +362,50 @@ func TestServerErrorThenSuccess(t *testing.T) {
 	require.Equal(t, "ok", resp.Content)
 	require.EqualValues(t, 2, b.hits.Load())
 	require.Equal(t, []time.Duration{100 * time.Millisecond}, b.sleep.recorded(), "first retry waits at most the base")
+}
+
+// Concurrent calls share one header map (post): the race detector
+// fails this test if sending a request writes to it.
+func TestConcurrentCallsShareTheHeaders(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.Header.Get("Authorization")+" "+r.Header.Get("X-Stainless-Lang")]++
+		mu.Unlock()
+		writeCompletion(w, "ok", true)
+	})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 4 {
+				_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[string]int{"Bearer sk-test go": 64}, seen)
+}
+
+// A completion is not redirected; a provider that answers one with a
+// redirect gets an error at once, not a retry.
+func TestRedirectIsNotFollowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/elsewhere" {
+			writeCompletion(w, "followed", true)
+			return
+		}
+		http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+	})
+	_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+	var apiErr *APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, http.StatusTemporaryRedirect, apiErr.StatusCode)
+	require.EqualValues(t, 1, b.hits.Load())
+	require.Empty(t, b.sleep.recorded())
 }
 
 func TestClientErrorNotRetried(t *testing.T) {

@@ -67,7 +67,7 @@ func (c *Client) classify(err error, raw *http.Response, timedOut bool) (_ error
 	var fe *finalError
 	isFinal := errors.As(err, &fe)
 	switch {
-	case raw != nil && raw.StatusCode >= 400:
+	case raw != nil && raw.StatusCode >= 300: // a redirect is not followed (see post)
 		apiErr := c.apiError(raw)
 		wait = -1
 		if d, ok := retryAfter(raw.Header, c.cfg.Now()); ok {
