@@ -125,16 +125,8 @@ type Worker struct {
 	// drainCtx ends when Shutdown begins.
 	drainCtx context.Context
 	drain    context.CancelFunc
-	wg       sync.WaitGroup // the runners
+	wg       sync.WaitGroup // in-flight turns
 	slots    chan struct{}
-	// runners run turns, at most one per slot, started as turns need
-	// them and kept until Run returns. A turn's calls run deep (HTTP,
-	// pgx, NATS): a goroutine started per turn grew its stack from the
-	// minimum, copying it several times, for every turn (3% of a
-	// worker's CPU), while a runner keeps the stack it grew. Run hands
-	// a runner a turn on turns, and closes it when it returns.
-	turns   chan *bus.Delivery
-	runners int
 }
 
 // New returns a Worker.
@@ -172,8 +164,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.commits = newCommitter(w.cfg.Store, commitBatchMax)
 	defer w.wg.Wait()
-	w.turns, w.runners = make(chan *bus.Delivery), 0
-	defer close(w.turns)
 
 	unsubscribe, err := w.cfg.Bus.SubscribeControl(w.onControl)
 	if err != nil {
@@ -269,39 +259,22 @@ func (w *Worker) announceSlots() (stop func()) {
 	}
 }
 
-// start runs the turn d holds on a runner, in a slot the caller took for
-// it, and reports true; or, when a drain has begun, hands d straight
-// back, frees the slot and reports false. Only Run calls it.
+// start runs the turn d holds in a goroutine of its own, in a slot the
+// caller took for it, and reports true; or, when a drain has begun, hands
+// d straight back, frees the slot and reports false.
 func (w *Worker) start(ctx context.Context, d *bus.Delivery) bool {
 	if w.isDraining() {
 		_ = d.NakWithDelay(0)
 		<-w.slots
 		return false
 	}
-	select {
-	case w.turns <- d: // an idle runner took it
-		return true
-	default:
-	}
-	if w.runners < cap(w.slots) {
-		w.runners++
-		w.wg.Add(1)
-		go w.runner(ctx, d)
-		return true
-	}
-	// Every runner exists and at most all but one hold a slot: the one
-	// that just freed its slot is on its way to take d.
-	w.turns <- d
-	return true
-}
-
-// runner runs d, then every turn start hands it, until Run closes turns.
-func (w *Worker) runner(ctx context.Context, d *bus.Delivery) {
-	defer w.wg.Done()
-	for ok := true; ok; d, ok = <-w.turns {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.slots }()
 		w.handle(ctx, d)
-		<-w.slots
-	}
+	}()
+	return true
 }
 
 // takeSlots takes up to n free slots without waiting and returns how
