@@ -481,7 +481,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, err
 	}
-	q, args := rules.RunListQuery(runCols, p, after)
+	q, args := rules.RunListQuery(runCols, p, after, true)
 	rs, err := queryAll(ctx, s, numberParams(q), scanRunRow, args...)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)

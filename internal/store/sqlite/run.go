@@ -211,7 +211,7 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	if err != nil {
 		return store.RunListResult{}, err
 	}
-	q, args := rules.RunListQuery(runCols, p, after)
+	q, args := rules.RunListQuery(runCols, p, after, false)
 	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
 		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)

@@ -163,15 +163,26 @@ func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []a
 // RunListQuery is RunList p's query, p checked by RunList and after its
 // decoded cursor: the rows of cols, newest first (oldest with p.Oldest),
 // one more than p.Limit so that RunPage can tell whether a page follows.
-// Each argument is a "?" in the query, in args' order.
-func RunListQuery(cols string, p store.RunListParams, after int64) (string, []any) {
+// Each argument is a "?" in the query, in args' order. With statusArray
+// the statuses are one array argument, as Postgres has always been asked
+// (one statement text, hence one prepared statement and plan, whatever
+// the number of statuses); without it, one argument each (SQLite has no
+// arrays).
+func RunListQuery(cols string, p store.RunListParams, after int64, statusArray bool) (string, []any) {
 	var where []string
 	var args []any
 	add := func(cond string, a ...any) { where = append(where, cond); args = append(args, a...) }
 	if p.Tenant != "" {
 		add("tenant = ?", p.Tenant)
 	}
-	if len(p.Status) > 0 {
+	switch {
+	case len(p.Status) > 0 && statusArray:
+		ss := make([]string, len(p.Status))
+		for i, st := range p.Status {
+			ss[i] = string(st)
+		}
+		add("status = ANY(?)", ss)
+	case len(p.Status) > 0:
 		ph := make([]string, len(p.Status))
 		ss := make([]any, len(p.Status))
 		for i, st := range p.Status {
