@@ -101,9 +101,10 @@ type DispatcherConfig struct {
 	// KeeperInterval overrides the budget keeper's pass interval.
 	KeeperInterval time.Duration
 	// StrandedInterval and StrandedAfter override how often the API
-	// looks for runs its submissions recorded but never queued, and how
-	// old such a run must be (api.StrandedIntervalDefault,
-	// api.StrandedAfterDefault).
+	// sweeps for runs due a turn that have no turn message in NATS (a
+	// submission recorded but never queued, a running run whose message
+	// was lost), and how long such a run must have been unchanged
+	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
 	// BudgetMetrics, when set, is shared with a worker process on the

@@ -97,17 +97,6 @@ func (a *eventArrays) add(e agentfleet.Event) {
 	a.summary = append(a.summary, e.Summary)
 }
 
-// insertEvents appends events numbered after lastSeq, inside tx.
-func insertEvents(ctx context.Context, tx pgx.Tx, runID string, lastSeq int64, evs []agentfleet.Event) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	args := append([]any{runID, lastSeq}, evArgs(evs)...)
-	_, err := tx.Exec(ctx, insertEventsInto+`
-		SELECT $1, $2 + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary FROM `+evUnnest(3), args...)
-	return err
-}
-
 // lockSessionSQL serialises a session's run creations and run ends, so
 // "is any earlier run unfinished?" and "which run is next?" never race.
 // The key includes the schema so stores sharing a database do not
@@ -232,27 +221,6 @@ func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
 		err := sc.Scan(&free)
 		return free, err
 	}, r.Tenant, r.SessionID, r.Seq)
-}
-
-// sessionNext returns what ended's end hands out, inside the ending
-// transaction and under the session lock: the session's next queued run,
-// when ended was the session's head.
-func sessionNext(ctx context.Context, tx pgx.Tx, ended rules.RunRow) (*agentfleet.Run, error) {
-	if ended.SessionID == "" || !ended.Status.Terminal() {
-		return nil, nil
-	}
-	if _, err := tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
-		return nil, err
-	}
-	head, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
-		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
 func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
@@ -507,41 +475,57 @@ func numberParams(q string) string {
 	}
 }
 
-// runForUpdate reads a run and locks its row for the transaction.
-func runForUpdate(ctx context.Context, tx pgx.Tx, id string) (rules.RunRow, error) {
-	r, err := scanRun(tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
+// runTx is a transaction as rules.ApplyTransition and rules.ApplyCancel
+// need it.
+type runTx struct{ tx pgx.Tx }
+
+// LockRun reads a run and locks its row for the transaction.
+func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
+	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
 	return r, err
 }
 
-// runTx is a transaction as rules.ApplyTransition and rules.ApplyCancel
-// need it.
-type runTx struct{ tx pgx.Tx }
-
-func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
-	return runForUpdate(ctx, t.tx, id)
-}
-
+// UpdateRun writes the mutable columns a transition or cancel changes.
 func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return updateRun(ctx, t.tx, r)
-}
-
-func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
-	return insertEvents(ctx, t.tx, runID, lastSeq, evs)
-}
-
-func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	return sessionNext(ctx, t.tx, ended)
-}
-
-// updateRun writes the mutable columns a transition or cancel changes.
-func updateRun(ctx context.Context, tx pgx.Tx, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
+	return scanRun(t.tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
 			cancel_requested = $7, cancel_reason = $8, updated_at = $9
 		WHERE id = $1 RETURNING `+runCols,
 		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
+}
+
+// InsertEvents appends events numbered after lastSeq, inside tx.
+func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	args := append([]any{runID, lastSeq}, evArgs(evs)...)
+	_, err := t.tx.Exec(ctx, insertEventsInto+`
+		SELECT $1, $2 + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary FROM `+evUnnest(3), args...)
+	return err
+}
+
+// SessionNext returns what ended's end hands out, inside the ending
+// transaction and under the session lock: the session's next queued run,
+// when ended was the session's head.
+func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+	if ended.SessionID == "" || !ended.Status.Terminal() {
+		return nil, nil
+	}
+	if _, err := t.tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+		return nil, err
+	}
+	head, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
+		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
 func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {

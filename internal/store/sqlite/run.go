@@ -223,15 +223,6 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	return rules.RunPage(rs, p), nil
 }
 
-// updateRun writes the mutable columns a transition or cancel changes.
-func updateRun(ctx context.Context, tx *wtx, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
-			cancel_requested = ?, cancel_reason = ?, updated_at = ?
-		WHERE id = ? RETURNING `+runCols,
-		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
-		r.UpdatedAt.UnixMicro(), r.ID))
-}
-
 // runTx is a write transaction as rules.ApplyTransition and
 // rules.ApplyCancel need it. SQLite writes one transaction at a time, so
 // reading a run holds it.
@@ -244,8 +235,13 @@ func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
 	return t.s.runByID(ctx, t.tx, id)
 }
 
+// UpdateRun writes the mutable columns a transition or cancel changes.
 func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return updateRun(ctx, t.tx, r)
+	return scanRun(t.tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
+			cancel_requested = ?, cancel_reason = ?, updated_at = ?
+		WHERE id = ? RETURNING `+runCols,
+		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
+		r.UpdatedAt.UnixMicro(), r.ID))
 }
 
 // InsertEvents stores evs as numbered: they carry their run and seq.
