@@ -97,7 +97,7 @@ func (e *env) chaos(ctx context.Context) error {
 			if err := pf.crashDispatcher(ctx); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%d of the last %d runs submitted before it; the new one schedules once the dead one's lease runs out", in, e.cfg.Runs-late), nil
+			return fmt.Sprintf("%d of the last %d runs submitted before it; the new one takes the scheduler lease once the dead one fails to answer its probes", in, e.cfg.Runs-late), nil
 		}},
 	}
 	for _, s := range steps {

@@ -396,7 +396,8 @@ func (f *procFleet) restartNATS(ctx context.Context, crash bool) error {
 }
 
 // crashDispatcher SIGKILLs the dispatcher and starts another on the same
-// address. The new one schedules once the dead one's lease has run out.
+// address. The new one takes over the scheduler lease when the dead one
+// does not answer its probe subject (bus.Lease), well before the lease's TTL.
 func (f *procFleet) crashDispatcher(ctx context.Context) error {
 	f.mu.Lock()
 	old := f.dispatcher

@@ -23,6 +23,7 @@
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
 //	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)
 //	leases          KV_AF_LEASE_<name>  (KV bucket per lease)    KV, TTL    singleton roles such as the scheduler
+//	lease probes    (none)     <p>.lease.<name>.<token>          core NATS  each contender answers on its own; a contender asks the holder's, and "no responders" twice means it died (lease.go)
 //
 // All streams use file storage. The turn queues and the dead letters have a
 // duplicate window of Config.DedupWindow (at least 30 minutes), the events

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,14 +33,33 @@ const leaseKey = "holder"
 // for clock-rate differences and delays. All contenders of one name must
 // use the same TTL (the bucket has one).
 //
+// A holder that died is replaced sooner than its key expires. Every
+// contender answers on a core NATS subject of its own,
+// <p>.lease.<name>.<token>, named in the key's value (leaseRecord). A
+// contender that finds the key taken asks the holder's subject; NATS
+// answers "no responders" at once when no connection subscribes to it,
+// which is what a killed process leaves behind. Two such answers
+// probeConfirm apart, with the key unchanged in between (a live holder
+// renews it), make the contender delete that revision of the key
+// (compare-and-set) and create its own: a dead holder's role stays
+// vacant for about TTL/10 after a successor first finds its key (a
+// standby contender looks every TTL/4), not for the rest of a TTL.
+// A holder that was only cut off from NATS looks dead too; it renews as
+// soon as it reconnects, finds its revision gone and steps down, so two
+// holders overlap for at most the time it takes to notice the reconnect.
+// It could not reach the queues while it was cut off.
+//
 // One Lease is one term: once Lost is closed it stays closed; contend
 // again with a new Lease.
 type Lease struct {
 	name   string
 	ttl    time.Duration
 	holder string
+	probe  string // the core subject this contender answers on
+	value  []byte // its leaseRecord, the key's value while it holds
 	b      *Bus
 	kv     jetstream.KeyValue
+	sub    *nats.Subscription
 
 	held    chan struct{}
 	lost    chan struct{}
@@ -66,29 +87,53 @@ func (b *Bus) Lease(ctx context.Context, name string, ttl time.Duration) (*Lease
 	if err != nil {
 		return nil, err
 	}
+	token := rand.Text()
 	l := &Lease{
 		name:   name,
 		ttl:    ttl,
-		holder: cmp.Or(b.cfg.Name, "bus") + "/" + rand.Text(),
+		holder: cmp.Or(b.cfg.Name, "bus") + "/" + token,
+		probe:  b.n.leaseProbe(name, token),
 		b:      b,
 		kv:     kv,
 		held:   make(chan struct{}),
 		lost:   make(chan struct{}),
+	}
+	if l.value, err = json.Marshal(leaseRecord{Holder: l.holder, Probe: l.probe}); err != nil {
+		return nil, fmt.Errorf("lease %s: %w", name, err)
+	}
+	// Answer probes from the start: the key names this subject from the
+	// moment it is created.
+	if l.sub, err = b.nc.Subscribe(l.probe, func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
+		return nil, fmt.Errorf("lease %s: subscribe %s: %w", name, l.probe, err)
 	}
 	lctx, lcancel := context.WithCancel(b.ctx)
 	l.cancel = lcancel
 	untrack, err := b.track(l.Release)
 	if err != nil {
 		lcancel()
+		_ = l.sub.Unsubscribe()
 		return nil, err
 	}
 	l.untrack = untrack
 	if !b.goOwned(func() { l.run(lctx) }) {
 		untrack()
 		lcancel()
+		_ = l.sub.Unsubscribe()
 		return nil, ErrClosed
 	}
 	return l, nil
+}
+
+// leaseRecord is the lease key's value: who holds it, and where the
+// holder answers probes. A value that is not a leaseRecord (or names no
+// probe subject) is never probed: its holder is waited out by the TTL.
+type leaseRecord struct {
+	Holder string `json:"holder"`
+	Probe  string `json:"probe"`
+}
+
+func (n names) leaseProbe(name, token string) string {
+	return n.prefix + ".lease." + name + "." + token
 }
 
 func (b *Bus) leaseBucket(ctx context.Context, name string, ttl time.Duration) (jetstream.KeyValue, error) {
@@ -115,7 +160,8 @@ func (l *Lease) Held() <-chan struct{} { return l.held }
 // contending.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Holder is this contender's identity as stored in the lease key.
+// Holder is this contender's identity, stored in the lease key's value
+// while it holds the lease.
 func (l *Lease) Holder() string { return l.holder }
 
 // Release stops contending or holding; a held lease is deleted so another
@@ -131,6 +177,9 @@ func (l *Lease) Release() {
 
 func (l *Lease) run(ctx context.Context) {
 	defer close(l.lost)
+	// A contender that stops, holder or not, stops answering: a successor
+	// must not be kept waiting by a term that has ended.
+	defer func() { _ = l.sub.Unsubscribe() }()
 	rev, sent, ok := l.acquire(ctx)
 	if !ok {
 		return
@@ -141,13 +190,15 @@ func (l *Lease) run(ctx context.Context) {
 }
 
 // acquire tries to create the key every TTL/4 until it succeeds or ctx
-// ends. It returns the key's revision and when the winning request was
-// sent: the server's TTL clock started no earlier than that.
+// ends, and sooner when the holder looks dead (probeHolder). It returns
+// the key's revision and when the winning request was sent: the server's
+// TTL clock started no earlier than that.
 func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok bool) {
+	var suspect deadHolder
 	for {
 		sent = time.Now()
 		cctx, cancel := context.WithTimeout(ctx, l.ttl/4)
-		rev, err := l.kv.Create(cctx, leaseKey, []byte(l.holder))
+		rev, err := l.kv.Create(cctx, leaseKey, l.value)
 		cancel()
 		if err == nil {
 			return rev, sent, true
@@ -155,7 +206,17 @@ func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok boo
 		if ctx.Err() != nil {
 			return 0, time.Time{}, false
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		wait := l.ttl / 4
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			var retry bool
+			suspect, retry = l.probeHolder(ctx, suspect)
+			if retry {
+				continue
+			}
+			if !suspect.since.IsZero() {
+				wait = l.probeConfirm()
+			}
+		} else {
 			l.b.log.Debug("lease contend", "lease", l.name, "err", err)
 			if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrBucketNotFound) {
 				// The server came back without its store: bring the bucket back.
@@ -169,21 +230,81 @@ func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok boo
 		select {
 		case <-ctx.Done():
 			return 0, time.Time{}, false
-		case <-time.After(l.ttl / 4):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// hold renews the key every TTL/3 until ctx ends (then deletes it) or the
-// lease is lost: taken over, or not renewed for 2/3 of the TTL since the
-// last renewal that succeeded was sent.
+// deadHolder is a holder that did not answer a probe: the key's revision
+// then, and when the probe went. The zero value suspects nobody.
+type deadHolder struct {
+	rev   uint64
+	since time.Time
+}
+
+// probeConfirm is how long a silent holder must stay silent, with its key
+// unrenewed, before it is taken to be dead: long enough for a fresh
+// subscription's interest to reach every server of a cluster, short
+// against the TTL.
+func (l *Lease) probeConfirm() time.Duration { return l.ttl / 10 }
+
+// probeHolder asks the current holder whether it is alive. It returns who
+// is suspected now, and retry when it has deleted a dead holder's key, so
+// that the caller creates its own at once. Anything short of "no
+// responders" (an answer, a timeout, an error, a value without a probe
+// subject) counts as alive: the TTL still ends a term nobody renews.
+func (l *Lease) probeHolder(ctx context.Context, suspect deadHolder) (deadHolder, bool) {
+	gctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+	entry, err := l.kv.Get(gctx, leaseKey)
+	cancel()
+	if err != nil {
+		return deadHolder{}, false
+	}
+	var rec leaseRecord
+	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Probe == "" || rec.Probe == l.probe {
+		return deadHolder{}, false
+	}
+	_, err = l.b.nc.Request(rec.Probe, nil, min(l.b.cfg.RequestTimeout, l.ttl/4))
+	if !errors.Is(err, nats.ErrNoResponders) {
+		return deadHolder{}, false
+	}
+	if suspect.rev != entry.Revision() || suspect.since.IsZero() {
+		return deadHolder{rev: entry.Revision(), since: time.Now()}, false
+	}
+	if time.Since(suspect.since) < l.probeConfirm() {
+		return suspect, false
+	}
+	dctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+	err = l.kv.Delete(dctx, leaseKey, jetstream.LastRevision(entry.Revision()))
+	cancel()
+	if err != nil {
+		// Renewed, taken or expired meanwhile: contend as usual.
+		return deadHolder{}, false
+	}
+	l.b.log.Info("lease holder gone: taking over before its key expires", "lease", l.name, "was", rec.Holder, "holder", l.holder)
+	return deadHolder{}, true
+}
+
+// hold renews the key every TTL/3, and at once after a reconnect, until
+// ctx ends (then deletes it) or the lease is lost: taken over, or not
+// renewed for 2/3 of the TTL since the last renewal that succeeded was
+// sent. The renewal after a reconnect is how a holder that successors
+// took for dead (probeHolder) learns it was replaced.
 func (l *Lease) hold(ctx context.Context, rev uint64, lastOK time.Time) {
 	safe := l.ttl * 2 / 3
 	renew := time.NewTicker(l.ttl / 3)
 	defer renew.Stop()
 	giveUp := time.NewTimer(time.Until(lastOK.Add(safe)))
 	defer giveUp.Stop()
+	epoch, _, _, _ := l.b.state()
 	for {
+		// While connected, wait for the connection to drop; while
+		// dropped, for it to come back, then renew.
+		_, up, _, conn := l.b.state()
+		connChange := conn.Done()
+		if !isClosed(up) {
+			connChange = up
+		}
 		select {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.Background(), l.b.cfg.RequestTimeout)
@@ -195,10 +316,15 @@ func (l *Lease) hold(ctx context.Context, rev uint64, lastOK time.Time) {
 			l.b.log.Warn("lease lost: could not renew in time", "lease", l.name, "holder", l.holder)
 			return
 		case <-renew.C:
+		case <-connChange:
+			if now, _, _, _ := l.b.state(); now == epoch {
+				continue // dropped: wait for the reconnect
+			}
 		}
+		epoch, _, _, _ = l.b.state() // this renewal covers every reconnect so far
 		sent := time.Now()
 		uctx, cancel := context.WithDeadline(ctx, lastOK.Add(safe))
-		r, err := l.kv.Update(uctx, leaseKey, []byte(l.holder), rev)
+		r, err := l.kv.Update(uctx, leaseKey, l.value, rev)
 		cancel()
 		switch {
 		case err == nil:

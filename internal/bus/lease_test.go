@@ -1,9 +1,12 @@
 package bus_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
@@ -16,10 +19,15 @@ const leaseTTL = time.Second
 // holder first.
 func contend(t *testing.T, s bundle) (holder, other *bus.Lease, holderBus, otherBus *bus.Bus) {
 	t.Helper()
+	return contendFor(t, s, leaseTTL)
+}
+
+func contendFor(t *testing.T, s bundle, ttl time.Duration) (holder, other *bus.Lease, holderBus, otherBus *bus.Bus) {
+	t.Helper()
 	b2 := bustest.Connect(t, s.e)
-	l1, err := s.b.Lease(s.ctx, "scheduler", leaseTTL)
+	l1, err := s.b.Lease(s.ctx, "scheduler", ttl)
 	require.NoError(t, err)
-	l2, err := b2.Lease(s.ctx, "scheduler", leaseTTL)
+	l2, err := b2.Lease(s.ctx, "scheduler", ttl)
 	require.NoError(t, err)
 	select {
 	case <-l1.Held():
@@ -50,13 +58,33 @@ func lost(l *bus.Lease) bool {
 	}
 }
 
-func leaseValue(t *testing.T, s bundle, b *bus.Bus) string {
+func leaseKV(t *testing.T, s bundle, b *bus.Bus) jetstream.KeyValue {
 	t.Helper()
 	kv, err := b.JetStreamForTest().KeyValue(s.ctx, b.LeaseBucketForTest("scheduler"))
 	require.NoError(t, err)
-	e, err := kv.Get(s.ctx, "holder")
+	return kv
+}
+
+// leaseValue is the holder named in the lease key.
+func leaseValue(t *testing.T, s bundle, b *bus.Bus) string {
+	t.Helper()
+	holder, _ := leaseRecord(t, s, b)
+	return holder
+}
+
+// leaseRecord is the holder named in the lease key and the subject it
+// answers probes on.
+func leaseRecord(t *testing.T, s bundle, b *bus.Bus) (holder, probe string) {
+	t.Helper()
+	e, err := leaseKV(t, s, b).Get(s.ctx, "holder")
 	require.NoError(t, err)
-	return string(e.Value())
+	var rec struct {
+		Holder string `json:"holder"`
+		Probe  string `json:"probe"`
+	}
+	require.NoError(t, json.Unmarshal(e.Value(), &rec), "lease value %q", e.Value())
+	require.NotEmpty(t, rec.Probe, "lease value %q names no probe subject", e.Value())
+	return rec.Holder, rec.Probe
 }
 
 func TestLeaseHandsOverOnRelease(t *testing.T) {
@@ -88,8 +116,15 @@ func TestLeaseTakenOverWhenHolderStopsRenewing(t *testing.T) {
 	s := setup(t)
 	holder, other, holderBus, otherBus := contend(t, s)
 
-	// The holder's process loses its connection for good: it renews no
-	// more and releases nothing.
+	// The holder's process is stuck: it still answers probes (here from
+	// a connection of its own) but renews no more and releases nothing.
+	_, probe := leaseRecord(t, s, holderBus)
+	nc, err := nats.Connect(s.e.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = nc.Subscribe(probe, func(m *nats.Msg) { _ = m.Respond(nil) })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
 	holderBus.KillConnForTest()
 	select {
 	case <-other.Held():
@@ -99,6 +134,61 @@ func TestLeaseTakenOverWhenHolderStopsRenewing(t *testing.T) {
 	// The old holder had given up before the server let anyone else in.
 	require.True(t, lost(holder), "two holders at once")
 	require.Equal(t, other.Holder(), leaseValue(t, s, otherBus))
+}
+
+func TestLeaseTakenOverSoonWhenHolderDies(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	// A TTL long enough that the key cannot expire within the bound
+	// below: only the probe can hand the lease over that fast.
+	const ttl = 6 * time.Second
+	holder, other, holderBus, otherBus := contendFor(t, s, ttl)
+
+	// The holder's process is killed: its connection, and with it the
+	// subscription its probe subject had, are gone.
+	killed := time.Now()
+	holderBus.KillConnForTest()
+	select {
+	case <-other.Held():
+	case <-time.After(ttl / 2):
+		// Its last renewal was at most TTL/3 before the kill, so its key
+		// lives at least 2/3 of the TTL after it: expiry cannot win.
+		t.Fatalf("dead holder not replaced within %s of a %s TTL", ttl/2, ttl)
+	}
+	t.Logf("taken over %s after the kill", time.Since(killed).Round(time.Millisecond))
+	require.Equal(t, other.Holder(), leaseValue(t, s, otherBus))
+	// The killed holder, cut off for good, gives up when it cannot renew.
+	select {
+	case <-holder.Lost():
+	case <-s.ctx.Done():
+		t.Fatal("the killed holder never gave up")
+	}
+}
+
+func TestLeaseWithoutProbeSubjectIsWaitedOut(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	const ttl = 2 * time.Second
+	// A holder that names no probe subject (a plain identity, as
+	// written before probes existed) may be alive: only the TTL ends it.
+	l, err := s.b.Lease(s.ctx, "scheduler", ttl) // creates the bucket
+	require.NoError(t, err)
+	<-l.Held()
+	kv := leaseKV(t, s, s.b)
+	l.Release()
+	_, err = kv.Create(s.ctx, "holder", []byte("dispatcher/OLDVERSION"))
+	require.NoError(t, err)
+	created := time.Now()
+
+	contender, err := s.b.Lease(s.ctx, "scheduler", ttl)
+	require.NoError(t, err)
+	defer contender.Release()
+	select {
+	case <-contender.Held():
+	case <-s.ctx.Done():
+		t.Fatal("expired lease not taken over")
+	}
+	require.GreaterOrEqual(t, time.Since(created), ttl, "a holder without a probe subject was replaced before its key expired")
 }
 
 func TestLeaseRejectsBadArguments(t *testing.T) {
