@@ -96,6 +96,8 @@ const (
 	AIMaxTokensDefault         = 1024
 	HistoryWindowDefault       = 30
 	ContextTokensDefault       = 24000
+	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8s here).
+	RecordRetryForDefault = 30 * time.Second
 	// EventArgsMaxBytes bounds the carried value copied into a
 	// data_update event; larger values are described by their digest.
 	EventArgsMaxBytes = 8 << 10
@@ -124,6 +126,12 @@ type Config struct {
 	// ContextTokens is the prompt budget: the oldest turns are trimmed
 	// until the estimated prompt fits. Zero means no budget.
 	ContextTokens int
+	// RecordRetryFor is how long a turn keeps trying to record a model
+	// reply the store failed to take (RecordRetryForDefault when zero),
+	// backing off from 50ms to 1s. The reply is paid for: failing the
+	// turn at once would call the model again on its retry and leave
+	// this call's tokens uncharged.
+	RecordRetryFor time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -144,6 +152,9 @@ func (c *Config) setDefaults() {
 	if c.ContextTokens == 0 {
 		c.ContextTokens = ContextTokensDefault
 	}
+	if c.RecordRetryFor == 0 {
+		c.RecordRetryFor = RecordRetryForDefault
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -155,7 +166,7 @@ func (c *Config) validate() error {
 		return errors.New("loop: Config.Model is nil: pass a model client (llm.New, or a fake in tests)")
 	case c.Sandbox == nil:
 		return errors.New("loop: Config.Sandbox is nil: pass a sandbox (sandbox.New)")
-	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.HistoryWindow < 0 || c.ContextTokens < 0:
+	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.HistoryWindow < 0 || c.ContextTokens < 0 || c.RecordRetryFor < 0:
 		return errors.New("loop: limits must not be negative (zero selects the default)")
 	}
 	return nil
@@ -415,11 +426,10 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 		return Reply{}, nil, err
 	}
 	r := Reply{RunID: run.ID, Turn: t.n, Content: resp.Content, Model: resp.Model, Usage: resp.Usage, UsageReported: resp.UsageReported}
-	rec := cfg.Recorder
-	if rec == nil {
+	if cfg.Recorder == nil {
 		return r, nil, t.e.settle(ctx, run, res, resp)
 	}
-	got, _, charged, err := rec.RecordReply(ctx, r, res)
+	got, charged, err := t.e.record(ctx, r, res)
 	if !charged {
 		// The reply was not recorded by this call (another attempt
 		// got there first, or the turn is stale), or the charge did
@@ -434,6 +444,28 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 	// Another attempt may have recorded first; its reply is the one this
 	// turn executes, so every attempt runs the same code.
 	return got, nil, nil
+}
+
+// record records a reply the model gave, and charges res with it, trying
+// again while the store fails, for up to RecordRetryFor or until ctx
+// ends. ErrStale ends it at once: the turn is someone else's now.
+func (e *Engine) record(ctx context.Context, r Reply, res *agentfleet.Reservation) (got Reply, charged bool, err error) {
+	const firstDelay, maxDelay = 50 * time.Millisecond, time.Second
+	giveUp := e.cfg.Now().Add(e.cfg.RecordRetryFor)
+	for delay, tries := firstDelay, 1; ; delay, tries = min(2*delay, maxDelay), tries+1 {
+		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
+		if err == nil || errors.Is(err, ErrStale) {
+			return got, charged, err
+		}
+		if ctx.Err() != nil || e.cfg.Now().Add(delay).After(giveUp) {
+			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+		}
+		select {
+		case <-ctx.Done():
+			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+		case <-time.After(delay):
+		}
+	}
 }
 
 // reserve holds budget for one model call; nil without a Meter.

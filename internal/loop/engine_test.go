@@ -50,6 +50,11 @@ type memRecorder struct {
 	replies map[string]loop.Reply
 	meter   *memMeter
 	charged int
+	// RecordReply fails its next failNext calls with failErr, as a store
+	// that is away does; records counts its calls.
+	failNext int
+	failErr  error
+	records  int
 }
 
 func (r *memRecorder) key(run string, turn int) string { return fmt.Sprintf("%s/%d", run, turn) }
@@ -66,6 +71,11 @@ func (r *memRecorder) RecordedReply(_ context.Context, runID string, turn int) (
 func (r *memRecorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agentfleet.Reservation) (loop.Reply, bool, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.records++
+	if r.failNext > 0 {
+		r.failNext--
+		return loop.Reply{}, false, false, r.failErr
+	}
 	if r.replies == nil {
 		r.replies = map[string]loop.Reply{}
 	}
@@ -355,6 +365,49 @@ func TestStepRecordsTheReplyBeforeRunning(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, res.Steps[0].Content, rep.Content)
+}
+
+func TestStepRecordsTheReplyThroughAStoreOutage(t *testing.T) {
+	t.Parallel()
+	// One scripted reply: a second model call would fail the test.
+	b := setup(t, llm.Reply{Content: js(`function run(){ answer("done") }`), Usage: agentfleet.Usage{PromptTokens: 30, CompletionTokens: 12}})
+	b.rec.failNext, b.rec.failErr = 3, errors.New("connection refused")
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusCompleted, res.Status)
+	require.Equal(t, 4, b.rec.records, "three failed records, then one that took")
+	_, ok, err := b.rec.RecordedReply(context.Background(), "r", 1)
+	require.NoError(t, err)
+	require.True(t, ok, "the reply is recorded")
+	require.Equal(t, 1, b.rec.charged, "charged once, with the record")
+	require.EqualValues(t, 42, b.meter.used)
+	require.Zero(t, b.meter.reserved, "the reservation is settled")
+}
+
+func TestStepStopsRecordingAfterRecordRetryFor(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ answer("done") }`), Usage: agentfleet.Usage{PromptTokens: 30, CompletionTokens: 12}})
+	b.rec.failNext, b.rec.failErr = 1000, errors.New("connection refused")
+	engine, err := loop.New(loop.Config{Model: b.model, Sandbox: pool(t), Meter: b.meter, Recorder: b.rec, RecordRetryFor: 300 * time.Millisecond})
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.ErrorContains(t, err, "record reply of turn 1: connection refused")
+	require.Less(t, time.Since(start), 2*time.Second)
+	require.Greater(t, b.rec.records, 2, "tried again before giving up")
+	// Not recorded, but the call was made: its tokens are charged all
+	// the same.
+	require.EqualValues(t, 42, b.meter.used)
+	require.Zero(t, b.meter.reserved)
+}
+
+func TestStepDoesNotRetryAStaleRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ answer("done") }`)})
+	b.rec.failNext, b.rec.failErr = 1, loop.ErrStale
+	_, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.ErrorIs(t, err, loop.ErrStale)
+	require.Equal(t, 1, b.rec.records, "a stale turn is someone else's: no second try")
 }
 
 func TestStepWithoutBudgetParks(t *testing.T) {
