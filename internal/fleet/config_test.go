@@ -1,6 +1,11 @@
 package fleet
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +106,23 @@ func TestDurationsFromEnv(t *testing.T) {
 			require.Equal(t, tc.want, read(cfg)[tc.name])
 		})
 	}
+}
+
+func TestOpenBusNamesTheProcess(t *testing.T) {
+	t.Setenv("AGENTFLEET_DATA_DIR", t.TempDir())
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, emb, err := OpenBus(ctx, cfg, "dispatcher", slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	defer emb.Shutdown()
+	defer b.Close()
+	// The lease holder a takeover log names is this process.
+	l, err := b.Lease(ctx, "scheduler", time.Second)
+	require.NoError(t, err)
+	defer l.Release()
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(l.Holder(), fmt.Sprintf("dispatcher-%d@%s/", os.Getpid(), host)), "holder %q", l.Holder())
 }

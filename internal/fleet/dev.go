@@ -68,7 +68,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	if d.Store, err = OpenStore(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if d.Bus, d.Embedded, err = OpenBus(ctx, cfg, log); err != nil {
+	if d.Bus, d.Embedded, err = OpenBus(ctx, cfg, "dev", log); err != nil {
 		return nil, err
 	}
 	if d.TenantKey, err = ensureDevTenant(ctx, d.Store, filepath.Join(cfg.DataDir, "dev-tenant-key")); err != nil {

@@ -53,9 +53,14 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 // OpenBus connects to NATS: the server at NATSURL, or an embedded one
 // started here (listening on NATSListen when set, storing in the data
 // directory). The embedded server, when there is one, is returned for the
-// caller to shut down after closing the bus.
-func OpenBus(ctx context.Context, cfg Config, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
-	bcfg := bus.Config{URL: cfg.NATSURL, Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting, EventsMaxAge: cfg.EventsMaxAge, Logger: logger}
+// caller to shut down after closing the bus. role ("dispatcher",
+// "worker", "dev") names the connection, with the process id and host,
+// in the server's monitoring and as a lease holder.
+func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
+	bcfg := bus.Config{
+		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
+		EventsMaxAge: cfg.EventsMaxAge, Logger: logger,
+	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
 		if err != nil {
@@ -442,4 +447,14 @@ func ModelName(c llm.Config) string {
 		return "demo (offline)"
 	}
 	return strings.TrimSpace(c.Model)
+}
+
+// connName is role-<pid>@<host>: which process a NATS connection, or a
+// lease holder, is.
+func connName(role string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s-%d@%s", role, os.Getpid(), host)
 }

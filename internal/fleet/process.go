@@ -27,7 +27,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
-	b, emb, err := OpenBus(ctx, cfg, logger)
+	b, emb, err := OpenBus(ctx, cfg, "dispatcher", logger)
 	if err != nil {
 		return err
 	}
@@ -80,7 +80,7 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
-	b, _, err := OpenBus(ctx, cfg, logger)
+	b, _, err := OpenBus(ctx, cfg, "worker", logger)
 	if err != nil {
 		return err
 	}
