@@ -22,6 +22,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/scheduler"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 )
 
@@ -206,6 +207,10 @@ func TestChaos(t *testing.T) {
 	}, what)
 	require.Contains(t, c.Timeline[3].Note, "skipped", "no --pg-restart-cmd: Postgres is not restarted")
 	require.Regexp(t, `^[1-9]\d* of the last 8 runs submitted before it`, c.Timeline[4].Note)
+	// The replacement dispatcher finds the dead one's lease holder silent
+	// and takes over: well before the lease's TTL would have let it.
+	require.Positive(t, c.SchedulerFailover)
+	require.Less(t, time.Duration(c.SchedulerFailover), scheduler.LeaseTTLDefault/2, "scheduler failover")
 	require.Equal(t, 40, rep.Figures.Runs.Submitted, "the runs the dead dispatcher dropped were submitted again")
 	require.Zero(t, rep.Figures.Runs.SubmitErrors)
 }

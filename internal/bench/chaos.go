@@ -94,10 +94,12 @@ func (e *env) chaos(ctx context.Context) error {
 				}
 			}
 			in := t.submitted.Load() - int64(late)
-			if err := pf.crashDispatcher(ctx); err != nil {
+			failover, err := pf.crashDispatcher(ctx)
+			if err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("%d of the last %d runs submitted before it; the new one takes the scheduler lease once the dead one fails to answer its probes", in, e.cfg.Runs-late), nil
+			f.SchedulerFailover = Duration(failover)
+			return fmt.Sprintf("%d of the last %d runs submitted before it; the new one scheduling %s after the kill", in, e.cfg.Runs-late, Duration(failover)), nil
 		}},
 	}
 	for _, s := range steps {

@@ -395,15 +395,58 @@ func (f *procFleet) restartNATS(ctx context.Context, crash bool) error {
 	return f.startNATS(ctx)
 }
 
-// crashDispatcher SIGKILLs the dispatcher and starts another on the same
-// address. The new one takes over the scheduler lease when the dead one
-// does not answer its probe subject (bus.Lease), well before the lease's TTL.
-func (f *procFleet) crashDispatcher(ctx context.Context) error {
+// crashDispatcher SIGKILLs the dispatcher, starts another on the same
+// address, and returns how long after the kill the new one was
+// scheduling. It takes over the scheduler lease when the dead one does not
+// answer its probe subject (bus.Lease), well before the lease's TTL.
+func (f *procFleet) crashDispatcher(ctx context.Context) (time.Duration, error) {
 	f.mu.Lock()
 	old := f.dispatcher
 	f.mu.Unlock()
+	killed := time.Now()
 	old.kill()
-	return f.startDispatcher(ctx)
+	if err := f.startDispatcher(ctx); err != nil {
+		return 0, err
+	}
+	const bound = time.Minute
+	for {
+		leading, err := f.schedulerLeading(ctx)
+		switch {
+		case leading:
+			return time.Since(killed), nil
+		case time.Since(killed) > bound:
+			return 0, fmt.Errorf("the new dispatcher was not scheduling %s after the kill (last error: %v)", bound, err)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// schedulerLeading reads the dispatcher's agentfleet_scheduler_leading.
+func (f *procFleet) schedulerLeading(ctx context.Context) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.apiURL()+"/metrics", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "agentfleet_scheduler_leading "); ok {
+			return strings.TrimSpace(v) == "1", nil
+		}
+	}
+	return false, sc.Err()
 }
 
 func (f *procFleet) startDispatcher(ctx context.Context) error {

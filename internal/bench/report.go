@@ -203,10 +203,14 @@ type ChaosFigures struct {
 	// ModelCalls are the requests the fake model received for the
 	// measured runs; RepeatedCalls those beyond one per (run, turn):
 	// calls in flight when a process died, made again.
-	ModelCalls    int         `json:"model_calls"`
-	RepeatedCalls int         `json:"repeated_calls"`
-	Wall          Duration    `json:"wall"`
-	Timeline      []ChaosStep `json:"timeline"`
+	ModelCalls    int `json:"model_calls"`
+	RepeatedCalls int `json:"repeated_calls"`
+	// SchedulerFailover is the time from the dispatcher's SIGKILL until
+	// its replacement schedules (agentfleet_scheduler_leading is 1 on its
+	// /metrics): the pause in first turns a dead dispatcher costs.
+	SchedulerFailover Duration    `json:"scheduler_failover"`
+	Wall              Duration    `json:"wall"`
+	Timeline          []ChaosStep `json:"timeline"`
 }
 
 // ChaosStep is one disruption.
@@ -435,6 +439,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("wall", "%s", ch.Wall)
 		row("turns committed twice", "%d (seq gaps: %d runs)", ch.DoubleCommits, ch.SeqGaps)
 		row("model calls repeated", "%d of %d", ch.RepeatedCalls, ch.ModelCalls)
+		if ch.SchedulerFailover > 0 {
+			row("scheduler failover", "%s from the dispatcher's SIGKILL to its replacement scheduling", ch.SchedulerFailover)
+		}
 		for _, s := range ch.Timeline {
 			status := ""
 			if s.Failed {

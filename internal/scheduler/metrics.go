@@ -8,6 +8,7 @@ type Metrics struct {
 	queuedTurns  *prometheus.GaugeVec
 	forwardedN   *prometheus.CounterVec
 	backlogReads prometheus.Counter
+	leading      prometheus.Gauge
 }
 
 // NewMetrics registers the scheduler metrics with reg.
@@ -22,9 +23,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		backlogReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentfleet_scheduler_backlog_reads_total", Help: "Reads of the workers' queue backlog (a JetStream consumer info request each).",
 		}),
+		leading: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "agentfleet_scheduler_leading",
+			Help: "1 while this process schedules (it holds the scheduler lease), else 0. Summed over a fleet's dispatchers it should be 1.",
+		}),
 	}
-	reg.MustRegister(m.queuedTurns, m.forwardedN, m.backlogReads)
+	reg.MustRegister(m.queuedTurns, m.forwardedN, m.backlogReads, m.leading)
 	return m
+}
+
+func (m *Metrics) setLeading(on bool) {
+	if m == nil {
+		return
+	}
+	if on {
+		m.leading.Set(1)
+	} else {
+		m.leading.Set(0)
+	}
 }
 
 func (m *Metrics) queued(tenant string, n int) {

@@ -157,6 +157,8 @@ func New(cfg Config) (*Scheduler, error) {
 // the scheduler lease, and steps down (then waits again) if it loses it.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if s.cfg.LeaseTTL == 0 {
+		s.cfg.Metrics.setLeading(true)
+		defer s.cfg.Metrics.setLeading(false)
 		return s.lead(ctx)
 	}
 	for ctx.Err() == nil {
@@ -179,6 +181,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 		s.log.Info("scheduler lease acquired; scheduling")
+		s.cfg.Metrics.setLeading(true)
 		lctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -188,6 +191,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 		}()
 		err = s.lead(lctx)
+		s.cfg.Metrics.setLeading(false)
 		cancel()
 		lease.Release()
 		if err != nil && ctx.Err() == nil {

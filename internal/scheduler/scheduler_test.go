@@ -306,3 +306,53 @@ func TestSchedulerRidesOutANATSOutage(t *testing.T) {
 	ackTurns(t, ctx, work, turns)
 	require.Equal(t, 1, logs.count("scheduler: work queue backlog read again"))
 }
+
+// Of two dispatchers' schedulers contending for the lease, the one that
+// leads says so on agentfleet_scheduler_leading, the other does not;
+// when the leader stops, the other takes over and its gauge follows.
+func TestLeadingGaugeFollowsTheLease(t *testing.T) {
+	t.Parallel()
+	srv := bustest.StartServer(t)
+	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
+	gauge := func(i int) float64 {
+		mfs, err := regs[i].Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			if mf.GetName() == "agentfleet_scheduler_leading" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("scheduler %d: no agentfleet_scheduler_leading", i)
+		return 0
+	}
+	stops := make([]context.CancelFunc, 2)
+	dones := make([]chan error, 2)
+	for i := range 2 {
+		ctx, b, s := newTestSchedulerOn(t, func(t *testing.T) *bus.Bus { return bustest.Connect(t, srv) },
+			Config{Metrics: NewMetrics(regs[i]), LeaseTTL: bus.MinLeaseTTL})
+		_, err := b.TurnSource(ctx, bus.QueueWork, s.cfg.WorkersDurable)
+		require.NoError(t, err)
+		sctx, stop := context.WithCancel(ctx)
+		stops[i], dones[i] = stop, make(chan error, 1)
+		go func() { dones[i] <- s.Run(sctx) }()
+		t.Cleanup(func() {
+			stop()
+			<-dones[i]
+		})
+	}
+	require.Eventually(t, func() bool { return gauge(0)+gauge(1) == 1 }, 10*time.Second, 10*time.Millisecond, "one leader")
+	leader := 0
+	if gauge(1) == 1 {
+		leader = 1
+	}
+	// Hold it: no second leader while the first renews.
+	time.Sleep(2 * bus.MinLeaseTTL) // asserting absence of a takeover: nothing to wait on
+	require.Equal(t, float64(1), gauge(leader))
+	require.Equal(t, float64(0), gauge(1-leader))
+
+	stops[leader]()
+	require.NoError(t, <-dones[leader])
+	dones[leader] <- nil // for the cleanup
+	require.Equal(t, float64(0), gauge(leader), "a stopped scheduler does not lead")
+	require.Eventually(t, func() bool { return gauge(1-leader) == 1 }, 10*time.Second, 10*time.Millisecond, "the other takes over")
+}
