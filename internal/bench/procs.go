@@ -414,8 +414,10 @@ func (f *procFleet) crashDispatcher(ctx context.Context) (time.Duration, error) 
 		switch {
 		case leading:
 			return time.Since(killed), nil
+		case time.Since(killed) > bound && err != nil:
+			return 0, fmt.Errorf("the new dispatcher was not scheduling %s after the kill: %w", bound, err)
 		case time.Since(killed) > bound:
-			return 0, fmt.Errorf("the new dispatcher was not scheduling %s after the kill (last error: %v)", bound, err)
+			return 0, fmt.Errorf("the new dispatcher was not scheduling %s after the kill: agentfleet_scheduler_leading stayed 0", bound)
 		}
 		select {
 		case <-time.After(10 * time.Millisecond):

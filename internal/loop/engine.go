@@ -96,7 +96,8 @@ const (
 	AIMaxTokensDefault         = 1024
 	HistoryWindowDefault       = 30
 	ContextTokensDefault       = 24000
-	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8s here).
+	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8 s in the
+	// chaos bench).
 	RecordRetryForDefault = 30 * time.Second
 	// EventArgsMaxBytes bounds the carried value copied into a
 	// data_update event; larger values are described by their digest.
@@ -451,13 +452,15 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 // ends. ErrStale ends it at once: the turn is someone else's now.
 func (e *Engine) record(ctx context.Context, r Reply, res *agentfleet.Reservation) (got Reply, charged bool, err error) {
 	const firstDelay, maxDelay = 50 * time.Millisecond, time.Second
-	giveUp := e.cfg.Now().Add(e.cfg.RecordRetryFor)
+	// Real time, as the waits below are: Config.Now stamps what a turn
+	// records and may be a test's frozen clock.
+	giveUp := time.Now().Add(e.cfg.RecordRetryFor)
 	for delay, tries := firstDelay, 1; ; delay, tries = min(2*delay, maxDelay), tries+1 {
 		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
 		if err == nil || errors.Is(err, ErrStale) {
 			return got, charged, err
 		}
-		if ctx.Err() != nil || e.cfg.Now().Add(delay).After(giveUp) {
+		if ctx.Err() != nil || time.Now().Add(delay).After(giveUp) {
 			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
 		}
 		select {
