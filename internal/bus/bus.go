@@ -56,6 +56,12 @@ type Bus struct {
 	closers    map[*closerEntry]struct{}
 
 	beats heartbeats // KeepAlive's deliveries
+
+	// forwarded holds the AF_WORK stream sequences of the last
+	// ForwardTurns batch, which Pending counts as undelivered until the
+	// consumer's state shows them (undeliveredAtLeast).
+	forwardedMu sync.Mutex
+	forwarded   []uint64
 }
 
 type closerEntry struct{ fn func() }

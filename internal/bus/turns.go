@@ -113,6 +113,7 @@ func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
 	defer cancel()
 	stream := b.n.queueStream(QueueWork)
 	futures := make([]jetstream.PubAckFuture, len(ts))
+	seqs := make([]uint64, 0, len(ts))
 	for i, t := range ts {
 		msg, err := b.turnMsg(QueueWork, t)
 		if err != nil {
@@ -126,13 +127,17 @@ func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
 			continue
 		}
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			seqs = append(seqs, ack.Sequence)
 		case err := <-f.Err():
 			errs[i] = fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), err)
 		case <-ctx.Done():
 			errs[i] = opErr(ctx, fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), ctx.Err()))
 		}
 	}
+	b.forwardedMu.Lock()
+	b.forwarded = seqs
+	b.forwardedMu.Unlock()
 	return errs
 }
 
@@ -669,13 +674,38 @@ func (s *TurnSource) Pending(ctx context.Context) (Backlog, error) {
 		if err != nil {
 			return Backlog{}, fmt.Errorf("consumer info %s/%s: %w", s.stream, s.durable, err)
 		}
+		undelivered := info.NumPending
+		if s.q == QueueWork && s.opts.tenant == "" { // the one consumer of the whole queue
+			s.b.forwardedMu.Lock()
+			undelivered = undeliveredAtLeast(undelivered, info.Delivered.Stream, s.b.forwarded)
+			s.b.forwardedMu.Unlock()
+		}
 		return Backlog{
-			Undelivered: info.NumPending,
+			Undelivered: undelivered,
 			AckPending:  info.NumAckPending,
 			Redelivered: info.NumRedelivered,
 			Waiting:     info.NumWaiting,
 		}, nil
 	}
+}
+
+// undeliveredAtLeast is a consumer's count of undelivered messages made
+// no lower than the turns this process just forwarded that it has not
+// delivered yet (stream sequence above deliveredStream, the last it
+// delivered: one consumer delivers a work queue in order). The server
+// counts a stored message as pending for its consumers only once the
+// stream has signalled them, after the publish's ack, so a look right
+// after a forward can miss the batch and the scheduler would fill the
+// cushion twice. The floor counts only the last batch, so a stream that
+// was reset (sequences starting over) costs at most one batch's room.
+func undeliveredAtLeast(numPending, deliveredStream uint64, forwarded []uint64) uint64 {
+	var ours uint64
+	for _, seq := range forwarded {
+		if seq > deliveredStream {
+			ours++
+		}
+	}
+	return max(numPending, ours)
 }
 
 // Delivery is one turn handed to one caller. The caller settles it exactly
