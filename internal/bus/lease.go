@@ -106,6 +106,11 @@ func (b *Bus) Lease(ctx context.Context, name string, ttl time.Duration) (*Lease
 	if l.sub, err = b.nc.Subscribe(l.probe, func(m *nats.Msg) { _ = m.Respond(nil) }); err != nil {
 		return nil, fmt.Errorf("lease %s: subscribe %s: %w", name, l.probe, err)
 	}
+	// Have the server know the subscription before the key can name it,
+	// or a contender's first probe may find nobody there. If this fails
+	// (disconnected), the subscription goes out on reconnect, and the
+	// second probe a takeover needs covers the gap.
+	_ = b.nc.FlushWithContext(ctx)
 	lctx, lcancel := context.WithCancel(b.ctx)
 	l.cancel = lcancel
 	untrack, err := b.track(l.Release)
