@@ -213,13 +213,9 @@ func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok boo
 		}
 		wait := l.ttl / 4
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			var retry bool
-			suspect, retry = l.probeHolder(ctx, suspect)
-			if retry {
+			suspect, wait = l.probeHolder(ctx, suspect)
+			if wait == 0 {
 				continue
-			}
-			if !suspect.since.IsZero() {
-				wait = l.probeConfirm()
 			}
 		} else {
 			l.b.log.Debug("lease contend", "lease", l.name, "err", err)
@@ -254,40 +250,47 @@ type deadHolder struct {
 func (l *Lease) probeConfirm() time.Duration { return l.ttl / 10 }
 
 // probeHolder asks the current holder whether it is alive. It returns who
-// is suspected now, and retry when it has deleted a dead holder's key, so
-// that the caller creates its own at once. Anything short of "no
-// responders" (an answer, a timeout, an error, a value without a probe
-// subject) counts as alive: the TTL still ends a term nobody renews.
-func (l *Lease) probeHolder(ctx context.Context, suspect deadHolder) (deadHolder, bool) {
+// is suspected now and how long to wait before contending again: 0 when
+// it has deleted a dead holder's key, so that the caller creates its own
+// at once; probeConfirm while a silent holder awaits its second probe, or
+// when the probe timed out (a holder killed a moment ago can still have
+// its subscription at the server, which then delivers to a connection
+// that is going away); TTL/4 when the holder answered. Only "no
+// responders" counts against a holder; an answer, a timeout, an error or
+// a value without a probe subject never does: the TTL still ends a term
+// nobody renews.
+func (l *Lease) probeHolder(ctx context.Context, suspect deadHolder) (deadHolder, time.Duration) {
+	alive := l.ttl / 4
 	gctx, cancel := context.WithTimeout(ctx, l.ttl/4)
 	entry, err := l.kv.Get(gctx, leaseKey)
 	cancel()
 	if err != nil {
-		return deadHolder{}, false
+		return deadHolder{}, alive
 	}
 	var rec leaseRecord
 	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Probe == "" || rec.Probe == l.probe {
-		return deadHolder{}, false
+		return deadHolder{}, alive
 	}
-	_, err = l.b.nc.Request(rec.Probe, nil, min(l.b.cfg.RequestTimeout, l.ttl/4))
-	if !errors.Is(err, nats.ErrNoResponders) {
-		return deadHolder{}, false
-	}
-	if suspect.rev != entry.Revision() || suspect.since.IsZero() {
-		return deadHolder{rev: entry.Revision(), since: time.Now()}, false
-	}
-	if time.Since(suspect.since) < l.probeConfirm() {
-		return suspect, false
+	_, err = l.b.nc.Request(rec.Probe, nil, l.probeConfirm())
+	switch {
+	case errors.Is(err, nats.ErrTimeout):
+		return deadHolder{}, l.probeConfirm()
+	case !errors.Is(err, nats.ErrNoResponders):
+		return deadHolder{}, alive
+	case suspect.rev != entry.Revision() || suspect.since.IsZero():
+		return deadHolder{rev: entry.Revision(), since: time.Now()}, l.probeConfirm()
+	case time.Since(suspect.since) < l.probeConfirm():
+		return suspect, l.probeConfirm() - time.Since(suspect.since)
 	}
 	dctx, cancel := context.WithTimeout(ctx, l.ttl/4)
 	err = l.kv.Delete(dctx, leaseKey, jetstream.LastRevision(entry.Revision()))
 	cancel()
 	if err != nil {
 		// Renewed, taken or expired meanwhile: contend as usual.
-		return deadHolder{}, false
+		return deadHolder{}, alive
 	}
 	l.b.log.Info("lease holder gone: taking over before its key expires", "lease", l.name, "was", rec.Holder, "holder", l.holder)
-	return deadHolder{}, true
+	return deadHolder{}, 0
 }
 
 // hold renews the key every TTL/3, and at once after a reconnect, until

@@ -113,27 +113,37 @@ func TestLeaseHandsOverOnRelease(t *testing.T) {
 
 func TestLeaseTakenOverWhenHolderStopsRenewing(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
-	holder, other, holderBus, otherBus := contend(t, s)
-
-	// The holder's process is stuck: it still answers probes (here from
-	// a connection of its own) but renews no more and releases nothing.
-	_, probe := leaseRecord(t, s, holderBus)
-	nc, err := nats.Connect(s.e.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	_, err = nc.Subscribe(probe, func(m *nats.Msg) { _ = m.Respond(nil) })
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	holderBus.KillConnForTest()
-	select {
-	case <-other.Held():
-	case <-s.ctx.Done():
-		t.Fatal("expired lease not taken over")
+	// The holder's process is stuck: it renews no more and releases
+	// nothing, but its probe subject is still subscribed (here from a
+	// connection of its own), answering or, too busy, not.
+	for name, answer := range map[string]bool{"answering": true, "silent": false} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t)
+			holder, other, holderBus, otherBus := contend(t, s)
+			_, probe := leaseRecord(t, s, holderBus)
+			nc, err := nats.Connect(s.e.ClientURL())
+			require.NoError(t, err)
+			defer nc.Close()
+			_, err = nc.Subscribe(probe, func(m *nats.Msg) {
+				if answer {
+					_ = m.Respond(nil)
+				}
+			})
+			require.NoError(t, err)
+			require.NoError(t, nc.Flush())
+			holderBus.KillConnForTest()
+			select {
+			case <-other.Held():
+			case <-s.ctx.Done():
+				t.Fatal("expired lease not taken over")
+			}
+			// Only the key's expiry let the other in: the old holder had
+			// given up before.
+			require.True(t, lost(holder), "two holders at once")
+			require.Equal(t, other.Holder(), leaseValue(t, s, otherBus))
+		})
 	}
-	// The old holder had given up before the server let anyone else in.
-	require.True(t, lost(holder), "two holders at once")
-	require.Equal(t, other.Holder(), leaseValue(t, s, otherBus))
 }
 
 func TestLeaseTakenOverSoonWhenHolderDies(t *testing.T) {
