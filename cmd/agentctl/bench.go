@@ -52,7 +52,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Warmup, "warmup", 0, "warm-up runs before measuring (default: min(slots, 64); negative: none)")
 	fs.IntVar(&cfg.Model.PromptTokens, "prompt-tokens", 0, "prompt tokens each reply reports (0: estimated)")
 	fs.IntVar(&cfg.Model.CompletionTokens, "completion-tokens", 0, "completion tokens per reply: reported, and padded into the reply (0: estimated, no padding)")
-	fs.IntVar(&cfg.Model.Fail429, "fail-429", 0, "answer the first N model requests with 429 and Retry-After")
+	fs.IntVar(&cfg.Model.Fail429, "fail-429", 0, "answer the first N model requests with 429 and Retry-After (the warm-up's come first: --warmup -1 puts them in the measured runs)")
 	fs.StringVar(&cfg.Model.RetryAfter, "retry-after", "1", "Retry-After of the injected 429s")
 	fs.IntVar(&cfg.Model.Fail500, "fail-500", 0, "then answer N model requests with 500")
 	fs.StringVar(&cfg.ModelListen, "model-listen", "", "fake model address host:port (default: a free port)")
