@@ -44,3 +44,13 @@ func (t *SlotTally) SetClockForTest(now func() time.Time) {
 	defer t.mu.Unlock()
 	t.now = now
 }
+
+// SetLeaseTokenForTest makes every Lease started until the test ends use
+// token: a second contender with the same bus name then writes the same
+// record, as one whose Create was stored but whose reply was lost would
+// find it. Not for parallel tests: it sets a package variable.
+func SetLeaseTokenForTest(t interface{ Cleanup(func()) }, token string) {
+	old := leaseToken
+	leaseToken = func() string { return token }
+	t.Cleanup(func() { leaseToken = old })
+}

@@ -20,6 +20,10 @@ const MinLeaseTTL = time.Second
 
 const leaseKey = "holder"
 
+// leaseToken names a contender: its probe subject's last token and the
+// end of its Holder. A variable so that a test can know it in advance.
+var leaseToken = rand.Text
+
 // Lease is one term of leadership of a named singleton role (the fair
 // scheduler) among any number of processes. It contends in the background
 // until it acquires the lease, then renews it every TTL/3. The lease is a
@@ -87,7 +91,7 @@ func (b *Bus) Lease(ctx context.Context, name string, ttl time.Duration) (*Lease
 	if err != nil {
 		return nil, err
 	}
-	token := rand.Text()
+	token := leaseToken()
 	l := &Lease{
 		name:   name,
 		ttl:    ttl,
@@ -213,9 +217,21 @@ func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok boo
 		}
 		wait := l.ttl / 4
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			suspect, wait = l.probeHolder(ctx, suspect)
-			if wait == 0 {
-				continue
+			gctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+			entry, err := l.kv.Get(gctx, leaseKey)
+			cancel()
+			switch {
+			case err != nil:
+				suspect = deadHolder{} // gone or unreadable: contend again
+			case string(entry.Value()) == string(l.value):
+				if rev, sent, ok := l.adoptOwn(ctx, entry); ok {
+					return rev, sent, true
+				}
+			default:
+				suspect, wait = l.probeHolder(ctx, entry, suspect)
+				if wait == 0 {
+					continue
+				}
 			}
 		} else {
 			l.b.log.Debug("lease contend", "lease", l.name, "err", err)
@@ -236,6 +252,22 @@ func (l *Lease) acquire(ctx context.Context) (rev uint64, sent time.Time, ok boo
 	}
 }
 
+// adoptOwn takes the key entry, which holds this contender's own record:
+// an earlier Create was stored but its reply was lost (a timeout, a
+// reconnect). Renewing it at once gives a revision and a send time to
+// hold from; without that the key would only be waited out.
+func (l *Lease) adoptOwn(ctx context.Context, entry jetstream.KeyValueEntry) (rev uint64, sent time.Time, ok bool) {
+	sent = time.Now()
+	uctx, cancel := context.WithTimeout(ctx, l.ttl/4)
+	rev, err := l.kv.Update(uctx, leaseKey, l.value, entry.Revision())
+	cancel()
+	if err != nil {
+		return 0, time.Time{}, false
+	}
+	l.b.log.Info("lease key found already ours (a create whose reply was lost): holding it", "lease", l.name, "holder", l.holder)
+	return rev, sent, true
+}
+
 // deadHolder is a holder that did not answer a probe: the key's revision
 // then, and when the probe went. The zero value suspects nobody.
 type deadHolder struct {
@@ -249,7 +281,7 @@ type deadHolder struct {
 // against the TTL.
 func (l *Lease) probeConfirm() time.Duration { return l.ttl / 10 }
 
-// probeHolder asks the current holder whether it is alive. It returns who
+// probeHolder asks the holder entry names whether it is alive. It returns who
 // is suspected now and how long to wait before contending again: 0 when
 // it has deleted a dead holder's key, so that the caller creates its own
 // at once; probeConfirm while a silent holder awaits its second probe, or
@@ -259,19 +291,13 @@ func (l *Lease) probeConfirm() time.Duration { return l.ttl / 10 }
 // responders" counts against a holder; an answer, a timeout, an error or
 // a value without a probe subject never does: the TTL still ends a term
 // nobody renews.
-func (l *Lease) probeHolder(ctx context.Context, suspect deadHolder) (deadHolder, time.Duration) {
+func (l *Lease) probeHolder(ctx context.Context, entry jetstream.KeyValueEntry, suspect deadHolder) (deadHolder, time.Duration) {
 	alive := l.ttl / 4
-	gctx, cancel := context.WithTimeout(ctx, l.ttl/4)
-	entry, err := l.kv.Get(gctx, leaseKey)
-	cancel()
-	if err != nil {
-		return deadHolder{}, alive
-	}
 	var rec leaseRecord
 	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Probe == "" || rec.Probe == l.probe {
 		return deadHolder{}, alive
 	}
-	_, err = l.b.nc.Request(rec.Probe, nil, l.probeConfirm())
+	_, err := l.b.nc.Request(rec.Probe, nil, l.probeConfirm())
 	switch {
 	case errors.Is(err, nats.ErrTimeout):
 		return deadHolder{}, l.probeConfirm()

@@ -198,6 +198,40 @@ func TestLeaseWithoutProbeSubjectIsWaitedOut(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(created), ttl, "a holder without a probe subject was replaced before its key expired")
 }
 
+// Not parallel: it fixes the package's lease token.
+func TestLeaseContenderAdoptsTheKeyItAlreadyWrote(t *testing.T) {
+	s := setup(t)
+	const ttl = 10 * time.Second
+	bus.SetLeaseTokenForTest(t, "OWNTOKEN")
+	first, err := s.b.Lease(s.ctx, "scheduler", ttl)
+	require.NoError(t, err)
+	<-first.Held()
+	kv := leaseKV(t, s, s.b)
+	written, err := kv.Get(s.ctx, "holder")
+	require.NoError(t, err)
+	// Its process loses the connection without releasing anything. The
+	// key it wrote is what a contender whose Create was stored, but whose
+	// reply was lost, finds in its way: its own record.
+	s.b.KillConnForTest()
+	again := bustest.Connect(t, s.e)
+	start := time.Now()
+	l, err := again.Lease(s.ctx, "scheduler", ttl)
+	require.NoError(t, err)
+	defer l.Release()
+	select {
+	case <-l.Held():
+	case <-time.After(ttl / 20):
+		// Not a probe takeover (its own subject is not probed, and that
+		// would take TTL/10), nor an expiry.
+		t.Fatalf("own key not adopted within %s", ttl/20)
+	}
+	t.Logf("adopted after %s", time.Since(start).Round(time.Millisecond))
+	now, err := leaseKV(t, s, again).Get(s.ctx, "holder")
+	require.NoError(t, err)
+	require.Equal(t, string(written.Value()), string(now.Value()))
+	require.Greater(t, now.Revision(), written.Revision(), "adopted by renewing it")
+}
+
 func TestLeaseRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
