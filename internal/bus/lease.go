@@ -294,7 +294,7 @@ func (l *Lease) probeConfirm() time.Duration { return l.ttl / 10 }
 func (l *Lease) probeHolder(ctx context.Context, entry jetstream.KeyValueEntry, suspect deadHolder) (deadHolder, time.Duration) {
 	alive := l.ttl / 4
 	var rec leaseRecord
-	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Probe == "" || rec.Probe == l.probe {
+	if json.Unmarshal(entry.Value(), &rec) != nil || rec.Probe == "" {
 		return deadHolder{}, alive
 	}
 	_, err := l.b.nc.Request(rec.Probe, nil, l.probeConfirm())

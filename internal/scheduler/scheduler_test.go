@@ -152,8 +152,8 @@ func TestFullWorkQueueIsNotLookedAtPerArrivingTurn(t *testing.T) {
 	enqueueTurns(t, ctx, b, turns, 3*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	elapsed := time.Since(start)
-	reads := counterValue(t, reg, "agentfleet_scheduler_backlog_reads_total")
-	require.Equal(t, float64(ReadyDepthDefault), counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total"), "the queue took its cushion")
+	reads := metricValue(t, reg, "agentfleet_scheduler_backlog_reads_total")
+	require.Equal(t, float64(ReadyDepthDefault), metricValue(t, reg, "agentfleet_scheduler_forwarded_turns_total"), "the queue took its cushion")
 	// A look per arriving turn would be 100 or more; one every pollFull
 	// over this time about 250.
 	require.Less(t, reads, float64(elapsed/pollFullMax)+20, "%v of backlog reads in %s", reads, elapsed)
@@ -196,7 +196,7 @@ func TestWorkQueueTakesATurnPerAnnouncedIdleSlot(t *testing.T) {
 	}()
 	time.Sleep(100 * time.Millisecond)
 
-	forwarded := func() float64 { return counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") }
+	forwarded := func() float64 { return metricValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") }
 	// settled waits until forwarded reaches want and checks it stays there.
 	settled := func(want float64, why string) {
 		t.Helper()
@@ -228,8 +228,9 @@ func TestWorkQueueTakesATurnPerAnnouncedIdleSlot(t *testing.T) {
 	ackTurns(t, ctx, work, turns-len(held))
 }
 
-// counterValue sums the samples of the counter name in reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricValue sums the samples of the counter or gauge name in reg (0
+// when it has none).
+func metricValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -237,7 +238,7 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				v += m.GetCounter().GetValue()
+				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 			}
 		}
 	}
@@ -290,7 +291,7 @@ func TestSchedulerRidesOutANATSOutage(t *testing.T) {
 	const turns = ReadyDepthDefault + 6
 	enqueueTurns(t, ctx, b, turns, 0)
 	require.Eventually(t, func() bool {
-		return counterValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") == ReadyDepthDefault
+		return metricValue(t, reg, "agentfleet_scheduler_forwarded_turns_total") == ReadyDepthDefault
 	}, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 
@@ -314,17 +315,7 @@ func TestLeadingGaugeFollowsTheLease(t *testing.T) {
 	t.Parallel()
 	srv := bustest.StartServer(t)
 	regs := []*prometheus.Registry{prometheus.NewRegistry(), prometheus.NewRegistry()}
-	gauge := func(i int) float64 {
-		mfs, err := regs[i].Gather()
-		require.NoError(t, err)
-		for _, mf := range mfs {
-			if mf.GetName() == "agentfleet_scheduler_leading" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		t.Fatalf("scheduler %d: no agentfleet_scheduler_leading", i)
-		return 0
-	}
+	gauge := func(i int) float64 { return metricValue(t, regs[i], "agentfleet_scheduler_leading") }
 	stops := make([]context.CancelFunc, 2)
 	dones := make([]chan error, 2)
 	for i := range 2 {
