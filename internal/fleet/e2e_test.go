@@ -120,6 +120,8 @@ type fleetOptions struct {
 	// stranded, when set, is both the interval of the dispatcher's sweep
 	// of runs stranded at admission and the age it looks for.
 	stranded time.Duration
+	// store, when set, is the fleet's store instead of a new SQLite file.
+	store store.Store
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -143,8 +145,12 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	emb := bustest.StartServer(t)
 	// A short AckWait makes a crashed worker's turns come back quickly.
 	b := bustest.Connect(t, emb, func(c *bus.Config) { c.AckWait = 2 * time.Second })
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "fleet.db")})
-	require.NoError(t, err)
+	st := o.store
+	if st == nil {
+		var err error
+		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "fleet.db")})
+		require.NoError(t, err)
+	}
 	model, err := fakeserver.Start(fakeserver.Config{Responder: o.responder, Latency: o.latency})
 	require.NoError(t, err)
 
@@ -230,6 +236,13 @@ func (f *testFleet) events(id string) []agentfleet.Event {
 // model reply and one observation per turn, turns 1..n.
 func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 	f.t.Helper()
+	f.requireOneCommitPerTurnWith(run, nil)
+}
+
+// requireOneCommitPerTurnWith is requireOneCommitPerTurn for a run whose
+// scripts make ai() sub-calls: subCalls[turn] of them in that turn.
+func (f *testFleet) requireOneCommitPerTurnWith(run agentfleet.Run, subCalls map[int]int) {
+	f.t.Helper()
 	evs := f.events(run.ID)
 	calls := map[int]int{}
 	for i, ev := range evs {
@@ -249,7 +262,7 @@ func (f *testFleet) requireOneCommitPerTurn(run agentfleet.Run) {
 		}
 	}
 	for turn := 1; turn <= run.Turn; turn++ {
-		require.Equal(f.t, 1, calls[turn], "run %s turn %d: model_call events", run.ID, turn)
+		require.Equal(f.t, 1+subCalls[turn], calls[turn], "run %s turn %d: model_call events", run.ID, turn)
 		require.Equal(f.t, 1, perTurn[[2]int{turn, 0}], "run %s turn %d: model steps", run.ID, turn)
 		require.Equal(f.t, 1, perTurn[[2]int{turn, 1}], "run %s turn %d: observation steps", run.ID, turn)
 	}

@@ -6,6 +6,11 @@
 // timer, no added latency when idle. Groups run one at a time, each led
 // by the caller at the head of the queue. A Queue with a Linger also
 // waits a little for company when calls come fast (see Queue.Linger).
+//
+// A group must never let one call's failure become another's: a run
+// function whose group fails as a whole runs its calls again one by one
+// (the worker's committer, the Postgres pipeline), or isolates each call
+// (SQLite's write batch, one savepoint per call).
 package group
 
 import (

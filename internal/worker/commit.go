@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/group"
@@ -23,9 +22,10 @@ import (
 // commitLinger for more while commits come fast (group.Queue.Linger); an
 // idle worker's commits are far apart and never wait.
 type committer struct {
-	store store.Store
-	max   int
-	q     group.Queue[*commitReq]
+	store   store.Store
+	max     int
+	q       group.Queue[*commitReq]
+	metrics *Metrics
 }
 
 // commitLinger bounds how long a batch waits for company.
@@ -38,8 +38,8 @@ type commitReq struct {
 	err error
 }
 
-func newCommitter(s store.Store, max int) *committer {
-	c := &committer{store: s, max: max}
+func newCommitter(s store.Store, max int, m *Metrics) *committer {
+	c := &committer{store: s, max: max, metrics: m}
 	c.q.Linger = commitLinger
 	return c
 }
@@ -78,11 +78,18 @@ func (c *committer) write(reqs []*commitReq) {
 		return
 	}
 	results, errs, err := c.store.TurnCommitMany(wctx, params)
-	for i, r := range batch {
-		if err != nil {
-			r.err = fmt.Errorf("commit batch of %d turns: %w", len(batch), err)
-			continue
+	if err != nil {
+		// One bad member (bytes the database refuses, say) fails the
+		// whole statement: commit each alone, so it fails only itself.
+		// The turn fence makes this safe should the batch have landed
+		// after all: a repeat then loses its fence and is told so.
+		c.metrics.batchSplit()
+		for _, r := range batch {
+			r.res, r.err = c.store.TurnCommit(wctx, r.p)
 		}
+		return
+	}
+	for i, r := range batch {
 		r.res, r.err = results[i], errs[i]
 	}
 }

@@ -44,7 +44,7 @@ func startCommitter(t *testing.T) (*committer, *batchCounter) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
 	bc := &batchCounter{Store: st}
-	return newCommitter(bc, 64), bc
+	return newCommitter(bc, 64, nil), bc
 }
 
 // commitOne commits a turn of a run the store does not have: the store

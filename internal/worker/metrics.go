@@ -15,6 +15,7 @@ type Metrics struct {
 	committed    *prometheus.CounterVec
 	continued    *prometheus.CounterVec
 	carriedBytes prometheus.Counter
+	splitBatches prometheus.Counter
 }
 
 // NewMetrics registers the worker metrics with reg.
@@ -37,8 +38,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		carriedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentfleet_data_bytes_carried_total", Help: "Carried bytes kept out of prompts, net of digests.",
 		}),
+		splitBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "agentfleet_worker_commit_batches_split_total",
+			Help: "Group commits that failed as a whole and were committed turn by turn instead.",
+		}),
 	}
-	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes)
+	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes, m.splitBatches)
 	return m
 }
 
@@ -70,4 +75,11 @@ func (m *Metrics) turnContinued(path string) {
 		return
 	}
 	m.continued.WithLabelValues(path).Inc()
+}
+
+func (m *Metrics) batchSplit() {
+	if m == nil {
+		return
+	}
+	m.splitBatches.Inc()
 }

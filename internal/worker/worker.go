@@ -162,7 +162,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: open turn source: %w", err)
 	}
-	w.commits = newCommitter(w.cfg.Store, commitBatchMax)
+	w.commits = newCommitter(w.cfg.Store, commitBatchMax, w.cfg.Metrics)
 	defer w.wg.Wait()
 
 	unsubscribe, err := w.cfg.Bus.SubscribeControl(w.onControl)

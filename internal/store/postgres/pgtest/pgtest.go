@@ -66,6 +66,13 @@ func Schema(tb testing.TB) (url, schema string) {
 // dropped, when tb ends.
 func Open(tb testing.TB) *postgres.Store {
 	tb.Helper()
+	s, _ := OpenSchema(tb)
+	return s
+}
+
+// OpenSchema is Open that also names the store's schema.
+func OpenSchema(tb testing.TB) (*postgres.Store, string) {
+	tb.Helper()
 	url, schema := Schema(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -74,5 +81,25 @@ func Open(tb testing.TB) *postgres.Store {
 		tb.Fatalf("open postgres store: %v", err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return s, schema
+}
+
+// Exec runs sql in schema (see OpenSchema), for a test that needs the
+// database to behave in a way no store method asks of it (a trigger that
+// refuses some rows, say).
+func Exec(tb testing.TB, schema, sql string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, os.Getenv(EnvDatabaseURL))
+	if err != nil {
+		tb.Fatalf("connect to run test SQL: %v", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `SET search_path TO `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		tb.Fatalf("set search_path: %v", err)
+	}
+	if _, err := c.Exec(ctx, sql); err != nil {
+		tb.Fatalf("run test SQL: %v", err)
+	}
 }
