@@ -29,10 +29,14 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// LeaseDefault is how long a reservation lives without being settled. It
-// must outlast the slowest model call (the client's per-call timeout times
-// its retries); a dead worker's budget comes back after it.
+// LeaseDefault is how long a reservation lives without being settled,
+// unless MeterConfig.MaxHold needs longer; a dead worker's budget comes
+// back after it.
 const LeaseDefault = 10 * time.Minute
+
+// leaseMargin is what a lease keeps beyond MeterConfig.MaxHold: clocks
+// and store round trips.
+const leaseMargin = time.Minute
 
 // Meter reserves and settles tokens against the store's ledger. It
 // implements the turn engine's loop.Meter.
@@ -46,8 +50,14 @@ type Meter struct {
 // MeterConfig configures a Meter.
 type MeterConfig struct {
 	Store store.Store
-	// Lease is the reservation lease; zero means LeaseDefault.
+	// Lease is the reservation lease; zero means LeaseDefault. It is
+	// raised to MaxHold plus a margin when that is longer.
 	Lease time.Duration
+	// MaxHold is the longest a reservation is held before it is settled:
+	// the longest model call, its retries included, and the time its
+	// reply's record may be retried. A lease that ran out mid-call would
+	// hand the tokens out again while the call still spends them.
+	MaxHold time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Metrics, when set, counts reservations, rejections and tokens.
@@ -59,17 +69,23 @@ func NewMeter(cfg MeterConfig) (*Meter, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("budget: MeterConfig.Store is nil")
 	}
-	if cfg.Lease < 0 {
-		return nil, errors.New("budget: MeterConfig.Lease must not be negative (zero selects the default)")
+	if cfg.Lease < 0 || cfg.MaxHold < 0 {
+		return nil, errors.New("budget: MeterConfig.Lease and MaxHold must not be negative (zero selects the default)")
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = LeaseDefault
+	}
+	if cfg.MaxHold > 0 {
+		cfg.Lease = max(cfg.Lease, cfg.MaxHold+leaseMargin)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return &Meter{store: cfg.Store, lease: cfg.Lease, now: cfg.Now, metrics: cfg.Metrics}, nil
 }
+
+// Lease is how long a reservation lives without being settled.
+func (m *Meter) Lease() time.Duration { return m.lease }
 
 // Reserve holds tokens for one model call. When the tenant's budget cannot
 // take it, the error is a *agentfleet.BudgetExhaustedError.

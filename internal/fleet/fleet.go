@@ -252,6 +252,7 @@ type WorkerConfig struct {
 type WorkerProcess struct {
 	Workers []*worker.Worker
 	Engine  *loop.Engine
+	Meter   *budget.Meter
 	pool    *sandbox.Pool
 	model   llm.Client
 }
@@ -285,7 +286,10 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	if bm == nil {
 		bm = budget.NewMetrics(cfg.Registry)
 	}
-	meter, err := budget.NewMeter(budget.MeterConfig{Store: cfg.Store, Metrics: bm})
+	meter, err := budget.NewMeter(budget.MeterConfig{
+		Store: cfg.Store, Metrics: bm,
+		MaxHold: llm.LongestCall(cfg.Model) + loop.RecordRetryForDefault,
+	})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -299,7 +303,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	}
 	wm := worker.NewMetrics(cfg.Registry)
 	registerSandboxGauges(cfg.Registry, pool)
-	wp := &WorkerProcess{Engine: engine, pool: pool, model: model}
+	wp := &WorkerProcess{Engine: engine, Meter: meter, pool: pool, model: model}
 	var secrets []string
 	if cfg.Model.APIKey != "" {
 		secrets = append(secrets, cfg.Model.APIKey)

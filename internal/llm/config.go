@@ -153,6 +153,19 @@ func New(cfg Config) (Client, error) {
 	return c, nil
 }
 
+// LongestCall is the longest a model call of the client cfg selects can
+// take, its retries included.
+func LongestCall(cfg Config) time.Duration {
+	cfg = cfg.withDefaults()
+	if IsDemo(cfg) {
+		return cfg.DemoLatency + time.Second
+	}
+	return openaiwire.Config{
+		CallTimeout: cfg.CallTimeout, MaxAttempts: cfg.MaxAttempts,
+		BackoffBase: cfg.BackoffBase, BackoffCap: cfg.BackoffCap, MaxRetryAfter: cfg.MaxRetryAfter,
+	}.LongestCall()
+}
+
 // String describes the selection for a startup log line. The key is never
 // printed, only whether one is set, so logging a Config cannot leak it.
 func (c Config) String() string {

@@ -145,6 +145,16 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// LongestCall is the longest one Complete can take with c: every attempt
+// running out its CallTimeout, with the longest wait allowed between
+// attempts (a backoff or an honoured Retry-After). A budget reservation
+// held across a call must outlive it.
+func (c Config) LongestCall() time.Duration {
+	c = c.withDefaults()
+	n := time.Duration(max(c.MaxAttempts, 1))
+	return n*c.CallTimeout + (n-1)*max(c.BackoffCap, c.MaxRetryAfter)
+}
+
 // validate checks a defaulted Config; its messages say how to fix it.
 func (c Config) validate() error {
 	u, err := url.Parse(c.BaseURL)
