@@ -255,15 +255,18 @@ type Tenant struct {
 // Agent is a profile a run executes under: persona, model and the
 // primitives its scripts may call. Every tenant has one named "default".
 type Agent struct {
-	Tenant              string    `json:"tenant"`
-	Name                string    `json:"name"`
-	Persona             string    `json:"persona"`
-	Model               string    `json:"model,omitempty"`
-	Primitives          []string  `json:"primitives,omitempty"`
-	MaxCompletionTokens int       `json:"max_completion_tokens,omitempty"`
-	MaxTurns            int       `json:"max_turns,omitempty"`
-	CreatedAt           time.Time `json:"created_at"`
-	UpdatedAt           time.Time `json:"updated_at"`
+	Tenant              string   `json:"tenant"`
+	Name                string   `json:"name"`
+	Persona             string   `json:"persona"`
+	Model               string   `json:"model,omitempty"`
+	Primitives          []string `json:"primitives,omitempty"`
+	MaxCompletionTokens int      `json:"max_completion_tokens,omitempty"`
+	MaxTurns            int      `json:"max_turns,omitempty"`
+	// MaxModelCallsPerTurn caps a turn's model calls, its own and its
+	// script's ai() sub-calls; zero means the fleet's default.
+	MaxModelCallsPerTurn int       `json:"max_model_calls_per_turn,omitempty"`
+	CreatedAt            time.Time `json:"created_at"`
+	UpdatedAt            time.Time `json:"updated_at"`
 }
 
 // DefaultAgent is the name of the agent every tenant has.

@@ -94,8 +94,11 @@ const (
 	MaxTurnsDefault            = 20
 	MaxCompletionTokensDefault = 2048
 	AIMaxTokensDefault         = 1024
-	HistoryWindowDefault       = 30
-	ContextTokensDefault       = 24000
+	// MaxModelCallsPerTurnDefault caps a turn's model calls, its own
+	// and its script's ai() sub-calls, unless the agent sets its own.
+	MaxModelCallsPerTurnDefault = 16
+	HistoryWindowDefault        = 30
+	ContextTokensDefault        = 24000
 	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8 s in the
 	// chaos bench).
 	RecordRetryForDefault = 30 * time.Second
@@ -121,6 +124,10 @@ type Config struct {
 	MaxCompletionTokens int
 	// AIMaxTokens caps each ai()/aiJSON() sub-call's reply.
 	AIMaxTokens int
+	// MaxModelCallsPerTurn caps a turn's model calls (its own and its
+	// script's sub-calls) unless the agent sets its own; a sub-call
+	// past it throws to the script.
+	MaxModelCallsPerTurn int
 	// HistoryWindow is how many recent turns a caller should load
 	// (see Engine.HistoryFrom).
 	HistoryWindow int
@@ -147,6 +154,9 @@ func (c *Config) setDefaults() {
 	if c.AIMaxTokens == 0 {
 		c.AIMaxTokens = AIMaxTokensDefault
 	}
+	if c.MaxModelCallsPerTurn == 0 {
+		c.MaxModelCallsPerTurn = MaxModelCallsPerTurnDefault
+	}
 	if c.HistoryWindow == 0 {
 		c.HistoryWindow = HistoryWindowDefault
 	}
@@ -167,7 +177,8 @@ func (c *Config) validate() error {
 		return errors.New("loop: Config.Model is nil: pass a model client (llm.New, or a fake in tests)")
 	case c.Sandbox == nil:
 		return errors.New("loop: Config.Sandbox is nil: pass a sandbox (sandbox.New)")
-	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.HistoryWindow < 0 || c.ContextTokens < 0 || c.RecordRetryFor < 0:
+	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.MaxModelCallsPerTurn < 0 ||
+		c.HistoryWindow < 0 || c.ContextTokens < 0 || c.RecordRetryFor < 0:
 		return errors.New("loop: limits must not be negative (zero selects the default)")
 	}
 	return nil
@@ -299,8 +310,14 @@ type turn struct {
 	run    *agentfleet.Run
 	n      int
 	res    TurnResult
-	mu     sync.Mutex // guards res.Events and aiUsage: ai() sub-calls append from the sandbox's goroutine
 	redact *strings.Replacer
+	// mu guards res.Events and what the script's ai() sub-calls count:
+	// they run on the sandbox's host-call goroutine.
+	mu sync.Mutex
+	// calls is the turn's model calls so far, its own reply included;
+	// subUsage what its sub-calls used so far.
+	calls    int
+	subUsage agentfleet.Usage
 }
 
 // Step executes turn Run.Turn+1 of a run. Errors are infrastructure
@@ -361,6 +378,7 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		return *stop, nil
 	}
 	t.res.Usage = t.res.Usage.Add(reply.Usage)
+	t.calls = 1
 	content := t.clean(reply.Content)
 	t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Content: content, Summary: reply.Model,
 		Tokens: &agentfleet.Tokens{Prompt: reply.Usage.PromptTokens, Completion: reply.Usage.CompletionTokens}})
@@ -613,7 +631,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 }
 
 // aiFunc is the ai()/aiJSON() sub-call of this turn's script: metered
-// through the same budget as the turn, its usage counted in the turn's.
+// through the same budget as the turn, its usage counted in the turn's,
+// and held to the run's max_tokens and the turn's model call cap. A
+// refused call is an error the script can catch.
 func (t *turn) aiFunc() agentfleet.AIFunc {
 	return func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
 		cfg := &t.e.cfg
@@ -625,11 +645,18 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 			}
 		}
 		msgs := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: system}, {Role: agentfleet.RoleUser, Content: req.Prompt}}
-		reserve := agentfleet.EstimateTokens(msgs) + int64(cfg.AIMaxTokens)
+		prompt := agentfleet.EstimateTokens(msgs)
+		maxTokens, err := t.admitSubCall(prompt)
+		if err != nil {
+			return agentfleet.AIResponse{}, err
+		}
 		resp, err := t.e.meteredCall(ctx, t.run, agentfleet.ModelRequest{
 			Model: firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel), Messages: msgs,
-			MaxTokens: cfg.AIMaxTokens, JSON: req.JSON || len(req.Schema) > 0,
-		}, reserve)
+			MaxTokens: int(maxTokens), JSON: req.JSON || len(req.Schema) > 0,
+		}, prompt+maxTokens)
+		t.mu.Lock()
+		t.subUsage = t.subUsage.Add(resp.Usage)
+		t.mu.Unlock()
 		if err != nil {
 			return agentfleet.AIResponse{}, err
 		}
@@ -637,6 +664,30 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 			Tokens: &agentfleet.Tokens{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens}})
 		return agentfleet.AIResponse{Content: resp.Content, Usage: resp.Usage}, nil
 	}
+}
+
+// admitSubCall counts a sub-call of prompt tokens against the turn's
+// model call cap and the run's max_tokens, and returns the most it may
+// complete.
+func (t *turn) admitSubCall(prompt int64) (maxTokens int64, err error) {
+	cfg := &t.e.cfg
+	limit := firstPositive(t.in.Agent.MaxModelCallsPerTurn, cfg.MaxModelCallsPerTurn)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.calls >= limit {
+		return 0, fmt.Errorf("this turn has made %d model calls, the most its agent allows (max_model_calls_per_turn %d): return what you have and go on next turn", t.calls, limit)
+	}
+	maxTokens = int64(cfg.AIMaxTokens)
+	if run := t.run; run.MaxTokens > 0 {
+		used := run.Usage.Total() + t.res.Usage.Total() + t.subUsage.Total()
+		left := run.MaxTokens - used - prompt
+		if left < 1 {
+			return 0, fmt.Errorf("the run's max_tokens (%d) leaves no room for this call: %d used, its prompt about %d", run.MaxTokens, used, prompt)
+		}
+		maxTokens = min(maxTokens, left)
+	}
+	t.calls++
+	return maxTokens, nil
 }
 
 // finish ends the run with status; answer or errMsg says how.

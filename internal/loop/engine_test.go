@@ -594,3 +594,61 @@ func BenchmarkTurn(b *testing.B) {
 		})
 	}
 }
+
+// A script looping on ai() is held to the run's max_tokens: every model
+// call of the run counts, not only the turn's own, and the call that
+// would pass the cap throws to the script. Each sub-call may complete
+// only what is left.
+func TestStepAILoopStopsAtTheRunsMaxTokens(t *testing.T) {
+	t.Parallel()
+	sub := llm.Reply{Content: "sub", Usage: agentfleet.Usage{PromptTokens: 400, CompletionTokens: 100}}
+	replies := []llm.Reply{{Content: js(`function run(){
+		var n = 0;
+		try { for (var i = 0; i < 200; i++) { ai("x"); n++; } } catch (e) { log("stopped: " + e.message); }
+		return {n: n};
+	}`), Usage: agentfleet.Usage{PromptTokens: 100, CompletionTokens: 10}}}
+	for range 6 {
+		replies = append(replies, sub)
+	}
+	b := setup(t, replies...)
+	out := b.drive(t, agentfleet.Run{Message: "t", MaxTokens: 3000}, agentfleet.Agent{MaxModelCallsPerTurn: 1000})
+	require.JSONEq(t, `{"n":6}`, string(out.results[0].Args), "110 + 6 x 500 tokens: the seventh call has no room")
+	require.Contains(t, out.results[0].Steps[1].Content, "max_tokens (3000) leaves no room")
+	reqs := b.model.Requests()
+	require.Len(t, reqs, 7)
+	require.Equal(t, loop.AIMaxTokensDefault, reqs[1].MaxTokens)
+	require.Less(t, reqs[6].MaxTokens, 400, "the last sub-call may complete only what the run has left")
+	require.Equal(t, agentfleet.StatusFailed, out.run.Status, "the next turn finds the run over its cap")
+	require.Contains(t, out.run.Error, "max_tokens of 3000")
+}
+
+// A turn makes at most MaxModelCallsPerTurn model calls (16 unless its
+// agent says otherwise), its own included: the sub-call past the cap
+// throws an error the script can catch.
+func TestStepModelCallsPerTurnAreCapped(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		agent agentfleet.Agent
+		calls int
+	}{
+		{agentfleet.Agent{}, loop.MaxModelCallsPerTurnDefault},
+		{agentfleet.Agent{MaxModelCallsPerTurn: 3}, 3},
+	} {
+		replies := []llm.Reply{{Content: js(`function run(){
+			var n = 0;
+			try { for (var i = 0; i < 100; i++) { ai("x"); n++; } } catch (e) { return {n: n, err: e.message}; }
+			return {n: n};
+		}`)}}
+		for range c.calls - 1 {
+			replies = append(replies, llm.Reply{Content: "sub"})
+		}
+		replies = append(replies, llm.Reply{Content: js(`function run(args){ answer(args.n) }`)})
+		b := setup(t, replies...)
+		out := b.drive(t, agentfleet.Run{Message: "t"}, c.agent)
+		require.Equal(t, agentfleet.StatusCompleted, out.run.Status, out.run.Error)
+		require.JSONEq(t, fmt.Sprint(c.calls-1), string(out.run.Answer))
+		var first struct{ Err string }
+		require.NoError(t, json.Unmarshal(out.results[0].Args, &first))
+		require.Contains(t, first.Err, fmt.Sprintf("max_model_calls_per_turn %d", c.calls))
+	}
+}
