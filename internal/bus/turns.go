@@ -742,6 +742,9 @@ func (d *Delivery) Exhausted() bool {
 	return d.NumDelivered > uint64(d.src.b.cfg.MaxDeliver)
 }
 
+// MaxDeliver is the fleet's dead-letter threshold (Config.MaxDeliver).
+func (d *Delivery) MaxDeliver() int { return d.src.b.cfg.MaxDeliver }
+
 // InProgress tells the server the turn is still being worked on, resetting
 // its AckWait clock.
 func (d *Delivery) InProgress() error {

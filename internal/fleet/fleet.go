@@ -241,7 +241,6 @@ type WorkerConfig struct {
 	// by default).
 	Queue bus.Queue
 	// WorkerConfig fields passed through to every worker.
-	MaxDeliver int
 	RetryDelay time.Duration
 	// BudgetMetrics: see DispatcherConfig.
 	BudgetMetrics *budget.Metrics
@@ -315,7 +314,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	for i := range cfg.Workers {
 		w, err := worker.New(worker.Config{
 			Bus: cfg.Bus, Store: cfg.Store, Engine: engine, Queue: queue, Slots: cfg.Slots,
-			MaxDeliver: cfg.MaxDeliver, RetryDelay: cfg.RetryDelay, Secrets: secrets,
+			RetryDelay: cfg.RetryDelay, Secrets: secrets,
 			Logger: cfg.Logger.With("worker", i), Metrics: wm,
 		})
 		if err != nil {
