@@ -341,4 +341,3 @@ func (w *Worker) onControl(_, runID, verb string) {
 		cancel(errCancelled)
 	}
 }
-
