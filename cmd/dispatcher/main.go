@@ -5,7 +5,8 @@
 // lease picks the one that schedules.
 //
 // Configuration is the environment of DESIGN §8: AGENTFLEET_LISTEN,
-// AGENTFLEET_ADMIN_TOKEN, AGENTFLEET_DATABASE_URL, AGENTFLEET_NATS_URL
+// AGENTFLEET_METRICS_LISTEN (/metrics, kept off the API port: default
+// 127.0.0.1:9463), AGENTFLEET_ADMIN_TOKEN, AGENTFLEET_DATABASE_URL, AGENTFLEET_NATS_URL
 // (unset: an embedded NATS server listening on AGENTFLEET_NATS_LISTEN, for
 // a single-host fleet), AGENTFLEET_DATA_DIR, AGENTFLEET_MAX_WAITING
 // (the workers' pull requests that may wait at once, default 4096) and

@@ -2,11 +2,11 @@ package api_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
@@ -196,17 +196,26 @@ func TestTenantIsolation(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	logs := &lockedBuffer{}
+	e := newEnv(t, func(c *api.Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	for _, path := range []string{"/healthz", "/readyz"} {
 		r := e.do("GET", path, "", nil)
 		require.Equal(t, http.StatusOK, r.status, "%s: %s", path, r)
 		require.Equal(t, "application/json", r.header.Get("Content-Type"))
 	}
 	require.JSONEq(t, `{"status":"ok"}`, string(e.do("GET", "/healthz", "", nil).body))
-	require.JSONEq(t, `{"status":"ready"}`, string(e.do("GET", "/readyz", "", nil).body))
+	require.JSONEq(t, `{"status":"ok","checks":{"store":"ok","nats":"ok"}}`, string(e.do("GET", "/readyz", "", nil).body))
 
 	require.NoError(t, e.bus.Close())
-	requireError(t, e.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "unavailable", "nats not ready")
+	natsErr := e.bus.Ready(e.ctx)
+	require.Error(t, natsErr)
+	// A probe every second for a while: the same fixed answer each time,
+	// and one log line with the cause, not one per probe.
+	for range 5 {
+		requireUnready(t, e.do("GET", "/readyz", "", nil), `{"store":"ok","nats":"failing"}`, natsErr)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "readiness check failing"), "logs: %s", logs)
+	require.Contains(t, logs.String(), natsErr.Error(), "the cause is logged server-side")
 	// Liveness does not depend on NATS.
 	require.Equal(t, http.StatusOK, e.do("GET", "/healthz", "", nil).status)
 }
@@ -215,26 +224,32 @@ func TestReadinessWithStoreClosed(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	require.NoError(t, e.store.Close())
-	requireError(t, e.do("GET", "/readyz", "", nil), http.StatusServiceUnavailable, "unavailable", "store not ready")
+	_, storeErr := e.store.TenantList(e.ctx, store.TenantListParams{Limit: 1})
+	require.Error(t, storeErr)
+	requireUnready(t, e.do("GET", "/readyz", "", nil), `{"store":"failing","nats":"ok"}`, storeErr)
 }
 
-func TestMetrics(t *testing.T) {
-	t.Parallel()
-	reg := prometheus.NewRegistry()
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "apitest_things_total", Help: "Things."})
-	reg.MustRegister(c)
-	c.Add(3)
-	e := newEnv(t, func(cfg *api.Config) { cfg.Gatherer = reg })
-	r := e.do("GET", "/metrics", "", nil)
-	require.Equal(t, http.StatusOK, r.status, "answer: %s", r)
-	require.True(t, strings.HasPrefix(r.header.Get("Content-Type"), "text/plain"), r.header.Get("Content-Type"))
-	require.Contains(t, string(r.body), "# TYPE apitest_things_total counter\napitest_things_total 3\n")
+// requireUnready asserts a 503 from /readyz that names the checks and
+// says nothing of the cause.
+func requireUnready(t *testing.T, r reply, checks string, cause error) {
+	t.Helper()
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "answer: %s", r)
+	require.Equal(t, "application/json", r.header.Get("Content-Type"))
+	require.JSONEq(t, `{"status":"unavailable","checks":`+checks+`}`, string(r.body))
+	require.NotContains(t, string(r.body), cause.Error())
+}
 
-	// The default is the default registry.
-	e2 := newEnv(t)
-	r = e2.do("GET", "/metrics", "", nil)
-	require.Equal(t, http.StatusOK, r.status)
-	require.Contains(t, string(r.body), "# TYPE go_goroutines gauge")
+// TestMetricsNotOnAPIPort: the metrics name every tenant and need no key,
+// so the API port does not serve them (the dispatcher serves them on a
+// listener of its own, internal/fleet).
+func TestMetricsNotOnAPIPort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.tenant("acme")
+	for _, token := range []string{"", adminToken} {
+		msg := requireError(t, e.do("GET", "/metrics", token, nil), http.StatusNotFound, "not_found", "AGENTFLEET_METRICS_LISTEN")
+		require.NotContains(t, msg, "acme")
+	}
 }
 
 func TestUnknownPathIs404JSON(t *testing.T) {

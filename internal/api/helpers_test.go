@@ -89,6 +89,25 @@ func newEnv(t *testing.T, mods ...func(*api.Config)) *env {
 	return e
 }
 
+// lockedBuffer is a log destination the server's goroutines write while
+// a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // reply is one HTTP answer, read in full.
 type reply struct {
 	status int

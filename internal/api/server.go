@@ -1,6 +1,6 @@
 // Package api is the dispatcher's HTTP API (DESIGN §8): run submission,
 // reads, listing, cancellation, events as Server-Sent Events, tenant
-// administration, metrics and health. It admits runs and publishes their
+// administration and health. It admits runs and publishes their
 // first turn; it never calls a model. It also sweeps for runs due a turn
 // that have no turn message in NATS and publishes what they are owed
 // (stranded.go).
@@ -9,7 +9,10 @@
 // the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant
 // key sees only its own tenant: another tenant's run is 404, not 403, so
 // ids do not leak. Errors are {"error":{"code","message"}} with the status
-// mapped in one place (writeError).
+// mapped in one place (writeError). The health checks answer fixed bodies
+// that name no tenant and no cause (ready.go); the metrics, which name
+// every tenant, are not served here but on the dispatcher's own metrics
+// listener (internal/fleet).
 //
 // A found API key's tenant and a found agent are kept for a few seconds
 // (Config.LookupCacheTTL), so a run submission costs the store one round
@@ -17,7 +20,6 @@
 package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -36,7 +38,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Defaults of Config.
@@ -56,8 +57,6 @@ type Config struct {
 	AdminToken string
 	// MaxBodyBytes caps request bodies (413 beyond it).
 	MaxBodyBytes int64
-	// Gatherer serves /metrics; nil means the default registry.
-	Gatherer prometheus.Gatherer
 	// Registerer, when set, receives the API's own metrics (the sweep's
 	// agentfleet_runs_requeued_total).
 	Registerer prometheus.Registerer
@@ -99,6 +98,8 @@ type Server struct {
 	// (its interval plus its age threshold), for the 503 of a run that
 	// was recorded but not queued; zero while no sweep runs.
 	sweepWithin atomic.Int64
+	// readyLog paces the log lines of failing readiness checks.
+	readyLog readyLog
 }
 
 // New returns a Server.
@@ -111,9 +112,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = MaxBodyBytesDefault
-	}
-	if cfg.Gatherer == nil {
-		cfg.Gatherer = prometheus.DefaultGatherer
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -152,7 +150,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/tenants/{id}", s.authed(s.handleTenantGet))
 	s.mux.HandleFunc("PUT /v1/tenants/{id}", s.adminOnly(s.handleTenantUpdate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/usage", s.authed(s.handleTenantUsage))
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, errNotFound("the API does not serve /metrics: the dispatcher serves them on AGENTFLEET_METRICS_LISTEN"))
+	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -160,21 +160,6 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
-}
-
-// handleReady is 200 only when the store and NATS are usable.
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-	defer cancel()
-	if _, err := s.cfg.Store.TenantList(ctx, store.TenantListParams{Limit: 1}); err != nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "store not ready: " + err.Error()})
-		return
-	}
-	if err := s.cfg.Bus.Ready(ctx); err != nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: "nats not ready: " + err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 // principal is who a request acts as: the admin, or one tenant.

@@ -3,11 +3,13 @@ package api_test
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
@@ -15,6 +17,15 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
+
+// scrape is reg's metrics as Prometheus reads them.
+func scrape(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	return rec.Body.String()
+}
 
 // recordOnly records a run as a submission does and publishes nothing, as
 // when the dispatcher dies between the store and NATS.
@@ -40,7 +51,7 @@ func (e *env) recordOnly(tenant, message, session string) agentfleet.Run {
 func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	e := newEnv(t, func(c *api.Config) { c.Gatherer, c.Registerer = reg, reg })
+	e := newEnv(t, func(c *api.Config) { c.Registerer = reg })
 	key := e.tenant("acme")
 	requeued := func(status string) string {
 		return `agentfleet_runs_requeued_total{status="` + status + `"}`
@@ -61,7 +72,7 @@ func TestRequeueStranded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the stranded run and the stranded head of s1")
 	require.EqualValues(t, 3, e.queued())
-	metrics := string(e.do("GET", "/metrics", "", nil).body)
+	metrics := scrape(t, reg)
 	require.Contains(t, metrics, requeued("queued")+" 2")
 	require.NotContains(t, metrics, requeued("running"))
 
@@ -113,7 +124,7 @@ func TestRequeueStranded(t *testing.T) {
 	require.Zero(t, n)
 	require.EqualValues(t, 1, e.queued())
 	require.Equal(t, fresh.ID, e.nextTurn().RunID)
-	metrics = string(e.do("GET", "/metrics", "", nil).body)
+	metrics = scrape(t, reg)
 	require.Contains(t, metrics, requeued("queued")+" 3")
 	require.Contains(t, metrics, requeued("running")+" 3")
 

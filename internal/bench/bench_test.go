@@ -315,7 +315,7 @@ func TestFleetByURL(t *testing.T) {
 	modelAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	dev, err := fleet.StartDev(ctx, fleet.Config{
-		Listen: "127.0.0.1:0", AdminToken: "admin-secret", NATSListen: "127.0.0.1:0", DataDir: t.TempDir(),
+		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", NATSListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		Workers: 1, WorkerSlots: 8, DrainTimeout: 5 * time.Second,
 		Model: llm.Config{Model: bench.ModelName, BaseURL: "http://" + modelAddr + "/v1"},
 	}, fleet.DevOptions{Logger: slog.New(slog.DiscardHandler)})

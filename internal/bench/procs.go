@@ -34,7 +34,7 @@ import (
 const RoleCommand = "__serve"
 
 // Readiness lines the roles print (the dispatcher and worker lines are
-// their log messages).
+// their log messages; the dispatcher's names its API and metrics URLs).
 const (
 	natsReadyLine       = "nats ready "
 	dispatcherReadyLine = "dispatcher listening"
@@ -256,6 +256,9 @@ type procFleet struct {
 	mu         sync.Mutex
 	nats       *proc
 	dispatcher *proc
+	// metricsURL is the dispatcher's /metrics: each dispatcher listens on
+	// a free port of its own and logs it.
+	metricsURL string
 	workers    []*proc
 	seq        int // names restarted processes apart
 }
@@ -396,7 +399,7 @@ func (f *procFleet) restartNATS(ctx context.Context, crash bool) error {
 }
 
 // crashDispatcher SIGKILLs the dispatcher, starts another on the same
-// address, and returns how long after the kill the new one was
+// API address, and returns how long after the kill the new one was
 // scheduling. It takes over the scheduler lease when the dead one does not
 // answer its probe subject (bus.Lease), well before the lease's TTL.
 func (f *procFleet) crashDispatcher(ctx context.Context) (time.Duration, error) {
@@ -429,7 +432,10 @@ func (f *procFleet) crashDispatcher(ctx context.Context) (time.Duration, error) 
 
 // schedulerLeading reads the dispatcher's agentfleet_scheduler_leading.
 func (f *procFleet) schedulerLeading(ctx context.Context) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.apiURL()+"/metrics", nil)
+	f.mu.Lock()
+	url := f.metricsURL
+	f.mu.Unlock()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return false, err
 	}
@@ -453,7 +459,8 @@ func (f *procFleet) schedulerLeading(ctx context.Context) (bool, error) {
 
 func (f *procFleet) startDispatcher(ctx context.Context) error {
 	name := f.name("dispatcher")
-	env := append(f.commonEnv(name), "AGENTFLEET_LISTEN=127.0.0.1:"+strconv.Itoa(f.apiPort), "AGENTFLEET_ADMIN_TOKEN="+f.token)
+	env := append(f.commonEnv(name), "AGENTFLEET_LISTEN=127.0.0.1:"+strconv.Itoa(f.apiPort),
+		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN="+f.token)
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), dispatcherReadyLine, []string{RoleCommand, "dispatcher"}, env)
 	if err != nil {
 		return err
@@ -461,9 +468,17 @@ func (f *procFleet) startDispatcher(ctx context.Context) error {
 	f.mu.Lock()
 	f.dispatcher = p
 	f.mu.Unlock()
-	if _, err := p.waitReady(ctx, 60*time.Second); err != nil {
+	line, err := p.waitReady(ctx, 60*time.Second)
+	if err != nil {
 		return err
 	}
+	murl := logValue(line, "metrics")
+	if !strings.HasPrefix(murl, "http://") {
+		return fmt.Errorf("%s's ready line names no metrics URL: %s", name, line)
+	}
+	f.mu.Lock()
+	f.metricsURL = murl
+	f.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.apiURL()+"/readyz", nil)
@@ -483,6 +498,17 @@ func (f *procFleet) startDispatcher(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// logValue is the value of key in a log/slog text line (key=value, the
+// value unquoted), or "".
+func logValue(line, key string) string {
+	for _, field := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(field, key+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func (f *procFleet) startWorker(ctx context.Context) (*proc, error) {

@@ -207,7 +207,7 @@ type ChaosFigures struct {
 	RepeatedCalls int `json:"repeated_calls"`
 	// SchedulerFailover is the time from the dispatcher's SIGKILL until
 	// its replacement schedules (agentfleet_scheduler_leading is 1 on its
-	// /metrics): the pause in first turns a dead dispatcher costs.
+	// metrics listener): the pause in first turns a dead dispatcher costs.
 	SchedulerFailover Duration    `json:"scheduler_failover"`
 	Wall              Duration    `json:"wall"`
 	Timeline          []ChaosStep `json:"timeline"`

@@ -106,7 +106,7 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 		mw = 0
 	}
 	fcfg := fleet.Config{
-		Listen: "127.0.0.1:0", AdminToken: newToken(), DatabaseURL: dbURL,
+		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: newToken(), DatabaseURL: dbURL,
 		NATSURL: cfg.NATSURL, NATSListen: natsListen, DataDir: dir,
 		Workers: cfg.Workers, WorkerSlots: cfg.Slots, DrainTimeout: 10 * time.Second,
 		AckWait: cfg.AckWait, MaxWaiting: mw, ReadyDepth: cfg.ReadyDepth,

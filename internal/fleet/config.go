@@ -10,6 +10,7 @@
 package fleet
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,11 @@ const (
 	SandboxProcessesDefaultMax = 64
 )
 
+// DispatcherMetricsListenDefault is where a dispatcher, and dev mode,
+// serve their metrics by default; MetricsListenDefault is a worker's.
+// They differ so that both can run on one host.
+const DispatcherMetricsListenDefault = "127.0.0.1:9463"
+
 // Config is the environment of a fleet process.
 type Config struct {
 	// Listen is the dispatcher's (or dev mode's) HTTP address.
@@ -53,7 +59,9 @@ type Config struct {
 	// Workers is how many in-process workers dev mode runs.
 	Workers     int
 	WorkerSlots int
-	// MetricsListen is the worker's /metrics and /healthz address.
+	// MetricsListen is where /metrics (with tenant labels, hence never
+	// on the API port) and /healthz are served; empty means the role's
+	// default (workerMetricsListen, dispatcherMetricsListen).
 	MetricsListen string
 	// Prefix is the NATS subject prefix (default "af").
 	Prefix string
@@ -112,7 +120,7 @@ func ConfigFromEnv() (Config, error) {
 		NATSURL:       os.Getenv("AGENTFLEET_NATS_URL"),
 		NATSListen:    envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
 		DataDir:       envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
-		MetricsListen: envOr("AGENTFLEET_METRICS_LISTEN", MetricsListenDefault),
+		MetricsListen: os.Getenv("AGENTFLEET_METRICS_LISTEN"),
 		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
 		DrainTimeout:  DrainTimeoutDefault,
 		Model:         llm.ConfigFromEnv(),
@@ -149,7 +157,8 @@ func (c Config) Validate() error {
 	}
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
-			errs = append(errs, fmt.Errorf("AGENTFLEET_METRICS_LISTEN=%q must be host:port (port 0 picks a free one)", c.MetricsListen))
+			errs = append(errs, fmt.Errorf("AGENTFLEET_METRICS_LISTEN=%q must be host:port (unset: %s for a dispatcher or dev mode, %s for a worker; port 0 picks a free one)",
+				c.MetricsListen, DispatcherMetricsListenDefault, MetricsListenDefault))
 		}
 	}
 	if c.NATSListen != "" {
@@ -179,6 +188,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
 	}
 	return errors.Join(errs...)
+}
+
+// workerMetricsListen is a worker process's metrics address.
+func (c Config) workerMetricsListen() string {
+	return cmp.Or(c.MetricsListen, MetricsListenDefault)
+}
+
+// dispatcherMetricsListen is the metrics address of a dispatcher, and of
+// dev mode, whose one listener serves the whole process's metrics.
+func (c Config) dispatcherMetricsListen() string {
+	return cmp.Or(c.MetricsListen, DispatcherMetricsListenDefault)
 }
 
 // SQLitePath is where the embedded store lives.

@@ -126,3 +126,29 @@ func TestOpenBusNamesTheProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(l.Holder(), fmt.Sprintf("dispatcher-%d@%s/", os.Getpid(), host)), "holder %q", l.Holder())
 }
+
+// A dispatcher (and dev mode) and a worker serve their metrics on
+// different default ports, so both run on one host; the variable sets
+// either.
+func TestMetricsListenFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env, dispatcher, worker, err string
+	}{
+		{env: "", dispatcher: "127.0.0.1:9463", worker: "127.0.0.1:9464"},
+		{env: "0.0.0.0:9100", dispatcher: "0.0.0.0:9100", worker: "0.0.0.0:9100"},
+		{env: "127.0.0.1:0", dispatcher: "127.0.0.1:0", worker: "127.0.0.1:0"},
+		{env: "9463", err: `AGENTFLEET_METRICS_LISTEN="9463" must be host:port (unset: 127.0.0.1:9463 for a dispatcher or dev mode, 127.0.0.1:9464 for a worker`},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv("AGENTFLEET_METRICS_LISTEN", tc.env)
+			cfg, err := ConfigFromEnv()
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.dispatcher, cfg.dispatcherMetricsListen(), "dispatcher and dev mode")
+			require.Equal(t, tc.worker, cfg.workerMetricsListen(), "worker")
+		})
+	}
+}

@@ -77,7 +77,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	reg := NewRegistry()
 	bm := budget.NewMetrics(reg)
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
-		Listen: cfg.Listen, AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
+		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
@@ -97,6 +97,10 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 
 // URL is the API's base URL.
 func (d *Dev) URL() string { return d.Dispatcher.URL() }
+
+// MetricsURL is where the process's metrics, the dispatcher's and the
+// workers' on one registry, are served.
+func (d *Dev) MetricsURL() string { return d.Dispatcher.MetricsURL() }
 
 // Run serves until ctx ends, then drains the workers (within the drain
 // timeout) and closes everything.

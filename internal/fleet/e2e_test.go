@@ -156,7 +156,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 
 	f := &testFleet{t: t, ctx: ctx, store: st, emb: emb, bus: b, model: model}
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
-		Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
+		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
 	})
 	require.NoError(t, err)

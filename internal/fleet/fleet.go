@@ -93,13 +93,16 @@ func NewRegistry() *prometheus.Registry {
 
 // DispatcherConfig configures a Dispatcher.
 type DispatcherConfig struct {
-	Listen     string
-	AdminToken string
-	ReadyDepth int
-	Store      store.Store
-	Bus        *bus.Bus
-	Registry   *prometheus.Registry
-	Logger     *slog.Logger
+	Listen string
+	// MetricsListen, when set, is where the registry's /metrics is
+	// served (port 0: any free port); the API port never serves it.
+	MetricsListen string
+	AdminToken    string
+	ReadyDepth    int
+	Store         store.Store
+	Bus           *bus.Bus
+	Registry      *prometheus.Registry
+	Logger        *slog.Logger
 	// Elect runs the scheduler under a NATS lease, for several
 	// dispatchers on one fleet.
 	Elect bool
@@ -118,19 +121,20 @@ type DispatcherConfig struct {
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
-// sweep of runs stranded at admission), the fair scheduler and the budget
-// keeper.
+// sweep of runs stranded at admission), the fair scheduler, the budget
+// keeper and, on a listener apart from the API's, the metrics.
 type Dispatcher struct {
 	cfg      DispatcherConfig
 	listener net.Listener
 	server   *http.Server
+	metrics  *metricsServer // nil without MetricsListen
 	api      *api.Server
 	sched    *scheduler.Scheduler
 	keeper   *budget.Keeper
 }
 
-// NewDispatcher binds the listener (so URL is known at once) and builds
-// the parts; Run serves.
+// NewDispatcher binds the listeners (so URL and MetricsURL are known at
+// once) and builds the parts; Run serves.
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.StrandedInterval < 0 || cfg.StrandedAfter < 0 {
 		return nil, errors.New("fleet: StrandedInterval and StrandedAfter must not be negative (zero selects the default)")
@@ -168,7 +172,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, err
 	}
 	srv, err := api.New(api.Config{
-		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Gatherer: cfg.Registry, Registerer: cfg.Registry, Logger: cfg.Logger,
+		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 	})
 	if err != nil {
@@ -177,6 +181,12 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (AGENTFLEET_LISTEN): %w", cfg.Listen, err)
+	}
+	if cfg.MetricsListen != "" {
+		if d.metrics, err = listenMetrics(cfg.MetricsListen, cfg.Registry, cfg.Logger); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	d.listener = ln
 	d.api = srv
@@ -187,12 +197,25 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 // URL is the API's base URL.
 func (d *Dispatcher) URL() string { return "http://" + d.listener.Addr().String() }
 
+// MetricsURL is the address of the dispatcher's /metrics, or "" when
+// it serves none.
+func (d *Dispatcher) MetricsURL() string {
+	if d.metrics == nil {
+		return ""
+	}
+	return d.metrics.URL()
+}
+
 // Run serves until ctx ends, then shuts the HTTP server down gracefully
 // (open event streams are cut after a few seconds).
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	wg.Add(4)
+	if d.metrics != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- d.metrics.serve(ctx) }()
+	}
 	go func() { defer wg.Done(); errs <- d.sched.Run(ctx) }()
 	go func() { defer wg.Done(); errs <- d.keeper.Run(ctx) }()
 	go func() {
@@ -372,12 +395,20 @@ func (wp *WorkerProcess) Shutdown(ctx context.Context) error {
 // Close releases the sandbox pool. Call it after Run returned.
 func (wp *WorkerProcess) Close() error { return wp.pool.Close() }
 
-// ServeMetrics serves /metrics and /healthz on addr until ctx ends; port 0
-// picks a free port, which is logged and returned through bound.
-func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, logger *slog.Logger, bound func(string)) error {
+// metricsServer serves a registry's /metrics, and a /healthz for a
+// liveness probe, on a listener of its own: the metrics name every
+// tenant, so they are kept off the public API port.
+type metricsServer struct {
+	ln  net.Listener
+	srv *http.Server
+}
+
+// listenMetrics binds addr (port 0 picks a free port) and logs the
+// address chosen; serve serves it.
+func listenMetrics(addr string, reg prometheus.Gatherer, logger *slog.Logger) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("listen for metrics on %s (AGENTFLEET_METRICS_LISTEN): %w", addr, err)
+		return nil, fmt.Errorf("listen for metrics on %s (AGENTFLEET_METRICS_LISTEN): %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -385,20 +416,29 @@ func ServeMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	logger.Info("worker metrics listening", "url", "http://"+ln.Addr().String()+"/metrics")
-	if bound != nil {
-		bound(ln.Addr().String())
+	m := &metricsServer{ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	logger.Info("metrics listening", "url", m.URL())
+	return m, nil
+}
+
+// URL is the address of /metrics.
+func (m *metricsServer) URL() string { return "http://" + m.ln.Addr().String() + "/metrics" }
+
+// serve serves until ctx ends, then shuts the server down.
+func (m *metricsServer) serve(ctx context.Context) error {
+	served := make(chan error, 1)
+	go func() { served <- m.srv.Serve(m.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve metrics: %w", err)
+	case <-ctx.Done():
 	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.srv.Shutdown(sctx); err != nil {
+		_ = m.srv.Close()
 	}
+	<-served
 	return nil
 }
 

@@ -136,7 +136,7 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
 	}
 	startProc(t, "dispatcher", dispatcherBin, append(common,
-		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
+		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
 	var workers []*proc
 	for i := range 3 {
 		workers = append(workers, startProc(t, fmt.Sprintf("worker%d", i), workerBin, append(common,

@@ -15,8 +15,9 @@ import (
 
 // RunDispatcher is the dispatcher process: it opens the store and the bus
 // cfg names, then serves the API, the fair scheduler (under the NATS
-// lease, so several dispatchers can share a fleet) and the budget keeper
-// until ctx ends. cmd/dispatcher and `agentctl __serve dispatcher` (the
+// lease, so several dispatchers can share a fleet), the budget keeper and
+// its metrics (on cfg.MetricsListen, by default
+// DispatcherMetricsListenDefault) until ctx ends. cmd/dispatcher and `agentctl __serve dispatcher` (the
 // processes `agentctl bench` spawns) are this function.
 func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.AdminToken == "" {
@@ -38,14 +39,14 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		}
 	}()
 	d, err := NewDispatcher(DispatcherConfig{
-		Listen: cfg.Listen, AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
+		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: st, Bus: b, Logger: logger, Elect: true,
 	})
 	if err != nil {
 		return err
 	}
-	logger.Info("dispatcher listening", "url", d.URL())
+	logger.Info("dispatcher listening", "url", d.URL(), "metrics", d.MetricsURL())
 	return d.Run(ctx)
 }
 
@@ -62,7 +63,8 @@ const WorkerGCPercent = 400
 
 // RunWorker is the worker process: it joins the fleet's NATS server
 // (cfg.NATSURL is required) and store, serves /metrics and /healthz on
-// cfg.MetricsListen, and executes turns. The end of ctx (SIGTERM, in
+// cfg.MetricsListen (by default WorkerMetricsListenDefault), and executes
+// turns. The end of ctx (SIGTERM, in
 // cmd/worker) does not abandon the turns in flight, it drains: the worker
 // stops pulling, lets them finish within cfg.DrainTimeout, hands back the
 // rest and returns nil. During setup the end of ctx aborts at once. A
@@ -94,13 +96,17 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	defer wp.Close()
+	metrics, err := listenMetrics(cfg.workerMetricsListen(), reg, logger)
+	if err != nil {
+		return err
+	}
 
 	// The turn loop runs on its own context: ctx starts a drain, and
 	// only the drain's end stops it.
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRun()
 	metricsErr := make(chan error, 1)
-	go func() { metricsErr <- ServeMetrics(runCtx, cfg.MetricsListen, reg, logger, nil) }()
+	go func() { metricsErr <- metrics.serve(runCtx) }()
 	done := make(chan error, 1)
 	go func() { done <- wp.Run(runCtx) }()
 	logger.Info("worker running", "slots", cfg.WorkerSlots, "model", ModelName(cfg.Model))
