@@ -122,6 +122,42 @@ func (q *FairQueue[T]) Pop(canAdmit func(tenant string) bool) (item T, tenant st
 	return item, "", false, false
 }
 
+// PopNewest removes and returns the item tenant queued last, a fresh run
+// before a continuation (continuations finish started runs), without
+// serving the tenant: for a caller that sets queued items aside. ok is
+// false when the tenant has nothing queued.
+func (q *FairQueue[T]) PopNewest(tenant string) (item T, fresh, ok bool) {
+	tq, found := q.tenants[tenant]
+	switch {
+	case !found:
+		return item, false, false
+	case tq.fresh.len() > 0:
+		item, fresh = tq.fresh.popLast(), true
+	case tq.cont.len() > 0:
+		item = tq.cont.popLast()
+	default:
+		return item, false, false
+	}
+	q.n--
+	if tq.cont.len()+tq.fresh.len() == 0 {
+		if tq.index >= 0 {
+			heap.Remove(&q.ready, tq.index)
+		}
+		delete(q.blocked, tenant)
+	}
+	return item, fresh, true
+}
+
+// Largest is the tenant with the most items queued, and how many.
+func (q *FairQueue[T]) Largest() (tenant string, n int) {
+	for id, tq := range q.tenants {
+		if l := tq.cont.len() + tq.fresh.len(); l > n {
+			tenant, n = id, l
+		}
+	}
+	return tenant, n
+}
+
 // Recheck makes set-aside tenants eligible again (their active runs may
 // have finished).
 func (q *FairQueue[T]) Recheck() {
@@ -179,6 +215,14 @@ func (f *fifo[T]) push(v T) {
 		f.items, f.head = f.items[:0], 0
 	}
 	f.items = append(f.items, v)
+}
+
+func (f *fifo[T]) popLast() T {
+	var zero T
+	v := f.items[len(f.items)-1]
+	f.items[len(f.items)-1] = zero
+	f.items = f.items[:len(f.items)-1]
+	return v
 }
 
 func (f *fifo[T]) pop() T {

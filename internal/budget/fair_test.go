@@ -106,3 +106,36 @@ func TestFairQueueManyTenantsRoundRobin(t *testing.T) {
 	}
 	require.Len(t, seen, tenants, "each tenant served once before any is served twice")
 }
+
+// PopNewest takes a tenant's last queued item, a fresh run before a
+// continuation, without serving the tenant; a tenant emptied so leaves
+// the queue.
+func TestFairQueuePopNewest(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	q.Push("a", 1, "a-cont", false)
+	q.Push("a", 1, "a-fresh-1", true)
+	q.Push("a", 1, "a-fresh-2", true)
+	q.Push("b", 1, "b-1", true)
+	tenant, n := q.Largest()
+	require.Equal(t, "a", tenant)
+	require.Equal(t, 3, n)
+	for _, want := range []struct {
+		item  string
+		fresh bool
+	}{{"a-fresh-2", true}, {"a-fresh-1", true}, {"a-cont", false}} {
+		item, fresh, ok := q.PopNewest("a")
+		require.True(t, ok)
+		require.Equal(t, want.item, item)
+		require.Equal(t, want.fresh, fresh)
+	}
+	_, _, ok := q.PopNewest("a")
+	require.False(t, ok)
+	require.Equal(t, 1, q.Len())
+	item, tenant, _, ok := q.Pop(nil)
+	require.True(t, ok)
+	require.Equal(t, "b-1", item, "a left the queue")
+	require.Equal(t, "b", tenant)
+	_, _, _, ok = q.Pop(nil)
+	require.False(t, ok)
+}

@@ -57,11 +57,6 @@ type Bus struct {
 
 	beats heartbeats // KeepAlive's deliveries
 
-	// forwarded holds the AF_WORK stream sequences of the last
-	// ForwardTurns batch, which Pending counts as undelivered until the
-	// consumer's state shows them (undeliveredAtLeast).
-	forwardedMu sync.Mutex
-	forwarded   []uint64
 }
 
 type closerEntry struct{ fn func() }
@@ -479,6 +474,7 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		queue(streamRunQ, QueueRunQ, "agentfleet: turns to execute"),
 		queue(streamWork, QueueWork, "agentfleet: turns dispatched to workers by the fair scheduler"),
+		queue(streamSpill, QueueSpill, "agentfleet: turns the fair scheduler set aside beyond what it holds"),
 		limits(streamEvents, b.n.eventsAll(), c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run events"),
 		limits(streamDLQ, b.n.dlqAll(), c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
 	}

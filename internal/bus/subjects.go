@@ -54,7 +54,7 @@ func validRun(tenant, runID string) error {
 	return nil
 }
 
-// Queue names one of the two turn queues.
+// Queue names one of the turn queues.
 type Queue int
 
 const (
@@ -63,7 +63,14 @@ const (
 	// QueueWork is AF_WORK: the fair scheduler forwards turns here from
 	// AF_RUNQ, and workers pull from it.
 	QueueWork
+	// QueueSpill is AF_SPILL: the fair scheduler moves here the turns of
+	// a tenant holding more than its share of what the scheduler can
+	// hold, and takes them back, a tenant at a time, as it has room.
+	QueueSpill
 )
+
+// turnQueues are the queues a turn message may wait in.
+var turnQueues = []Queue{QueueRunQ, QueueWork, QueueSpill}
 
 func (q Queue) String() string {
 	switch q {
@@ -71,13 +78,15 @@ func (q Queue) String() string {
 		return "runq"
 	case QueueWork:
 		return "work"
+	case QueueSpill:
+		return "spill"
 	}
 	return fmt.Sprintf("Queue(%d)", int(q))
 }
 
 func (q Queue) valid() error {
-	if q != QueueRunQ && q != QueueWork {
-		return fmt.Errorf("unknown queue %d: use QueueRunQ or QueueWork", int(q))
+	if q != QueueRunQ && q != QueueWork && q != QueueSpill {
+		return fmt.Errorf("unknown queue %d: use QueueRunQ, QueueWork or QueueSpill", int(q))
 	}
 	return nil
 }
@@ -92,6 +101,7 @@ type names struct {
 const (
 	streamRunQ   = "RUNQ"
 	streamWork   = "WORK"
+	streamSpill  = "SPILL"
 	streamEvents = "EVENTS"
 	streamDLQ    = "DLQ"
 )
@@ -99,13 +109,16 @@ const (
 func (n names) stream(suffix string) string { return n.streamPrefix + suffix }
 
 func (n names) queueStream(q Queue) string {
-	if q == QueueWork {
+	switch q {
+	case QueueWork:
 		return n.stream(streamWork)
+	case QueueSpill:
+		return n.stream(streamSpill)
 	}
 	return n.stream(streamRunQ)
 }
 
-// queueSubject is <p>.runq.<tenant>.<run> or <p>.work.<tenant>.<run>; an
+// queueSubject is <p>.<queue>.<tenant>.<run> (runq, work, spill); an
 // empty tenant or run becomes the matching wildcard.
 func (n names) queueSubject(q Queue, tenant, runID string) string {
 	return n.prefix + "." + q.String() + "." + orStar(tenant) + "." + orStar(runID)

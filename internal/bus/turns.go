@@ -99,25 +99,38 @@ func (b *Bus) ContinueTurn(ctx context.Context, prev, next Turn) (direct bool, e
 
 // ForwardTurns publishes turns to AF_WORK at once and waits for every
 // ack: the scheduler forwards a batch with one round trip's wait instead
-// of one per turn. errs[i] is the outcome of ts[i]; the message ids are
-// the same as ForwardTurn's, so a repeat is deduplicated.
-func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
+// of one per turn. errs[i] is the outcome of ts[i], and seqs holds the
+// stream sequences of those stored; the message ids are the same as
+// ForwardTurn's, so a repeat is deduplicated.
+func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (seqs []uint64, errs []error) {
+	return b.publishTurns(ctx, QueueWork, ts)
+}
+
+// SpillTurns publishes turns to AF_SPILL at once and waits for every ack,
+// like ForwardTurns: the scheduler keeps there the turns of a tenant that
+// holds more than its share of what it can hold in memory.
+func (b *Bus) SpillTurns(ctx context.Context, ts []Turn) (errs []error) {
+	_, errs = b.publishTurns(ctx, QueueSpill, ts)
+	return errs
+}
+
+func (b *Bus) publishTurns(ctx context.Context, q Queue, ts []Turn) (seqs []uint64, errs []error) {
 	errs = make([]error, len(ts))
 	if err := b.checkConn(); err != nil {
 		for i := range errs {
-			errs[i] = fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), err)
+			errs[i] = fmt.Errorf("publish turn %s to %s: %w", ts[i].MsgID(), q, err)
 		}
-		return errs
+		return nil, errs
 	}
 	ctx, cancel := b.opCtx(ctx)
 	defer cancel()
-	stream := b.n.queueStream(QueueWork)
+	stream := b.n.queueStream(q)
 	futures := make([]jetstream.PubAckFuture, len(ts))
-	seqs := make([]uint64, 0, len(ts))
+	seqs = make([]uint64, 0, len(ts))
 	for i, t := range ts {
-		msg, err := b.turnMsg(QueueWork, t)
+		msg, err := b.turnMsg(q, t)
 		if err != nil {
-			errs[i] = fmt.Errorf("forward turn: %w", err)
+			errs[i] = fmt.Errorf("publish turn to %s: %w", q, err)
 			continue
 		}
 		futures[i], errs[i] = b.js.PublishMsgAsync(msg, jetstream.WithMsgID(t.MsgID()), jetstream.WithExpectStream(stream))
@@ -130,15 +143,12 @@ func (b *Bus) ForwardTurns(ctx context.Context, ts []Turn) (errs []error) {
 		case ack := <-f.Ok():
 			seqs = append(seqs, ack.Sequence)
 		case err := <-f.Err():
-			errs[i] = fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), err)
+			errs[i] = fmt.Errorf("publish turn %s to %s: %w", ts[i].MsgID(), q, err)
 		case <-ctx.Done():
-			errs[i] = opErr(ctx, fmt.Errorf("forward turn %s: %w", ts[i].MsgID(), ctx.Err()))
+			errs[i] = opErr(ctx, fmt.Errorf("publish turn %s to %s: %w", ts[i].MsgID(), q, ctx.Err()))
 		}
 	}
-	b.forwardedMu.Lock()
-	b.forwarded = seqs
-	b.forwardedMu.Unlock()
-	return errs
+	return seqs, errs
 }
 
 // turnMsg is the message of turn t on queue q.
@@ -179,10 +189,10 @@ func (b *Bus) QueueDepth(ctx context.Context, q Queue) (uint64, error) {
 	return st.CachedInfo().State.Msgs, nil
 }
 
-// TurnWaiting reports whether a turn message of the run is in either
-// turn queue (AF_RUNQ or AF_WORK), delivered or not: a work-queue message
-// stays in its stream until a worker or the scheduler acks it, so a run
-// with a turn due and no message in either queue has lost its turn. The
+// TurnWaiting reports whether a turn message of the run is in a turn
+// queue (AF_RUNQ, AF_WORK or AF_SPILL), delivered or not: a work-queue
+// message stays in its stream until a worker or the scheduler acks it, so
+// a run with a turn due and no message in any queue has lost its turn. The
 // dispatcher's sweep asks this of runs due a turn that have not changed
 // for a while.
 func (b *Bus) TurnWaiting(ctx context.Context, tenant, runID string) (bool, error) {
@@ -191,7 +201,7 @@ func (b *Bus) TurnWaiting(ctx context.Context, tenant, runID string) (bool, erro
 	}
 	ctx, cancel := b.opCtx(ctx)
 	defer cancel()
-	for _, q := range []Queue{QueueRunQ, QueueWork} {
+	for _, q := range turnQueues {
 		st, err := b.js.Stream(ctx, b.n.queueStream(q))
 		if err != nil {
 			return false, fmt.Errorf("turns of run %s in %s: %w", runID, q, err)
@@ -653,6 +663,9 @@ type Backlog struct {
 	// worker parks one at a time whatever its free slots, so this counts
 	// idle workers; their slots are in their announcements (TallySlots).
 	Waiting int
+	// LastDelivered is the stream sequence of the last message the
+	// consumer delivered.
+	LastDelivered uint64
 }
 
 // Pending reads the consumer's state, e.g. for a scheduler that keeps
@@ -674,38 +687,14 @@ func (s *TurnSource) Pending(ctx context.Context) (Backlog, error) {
 		if err != nil {
 			return Backlog{}, fmt.Errorf("consumer info %s/%s: %w", s.stream, s.durable, err)
 		}
-		undelivered := info.NumPending
-		if s.q == QueueWork && s.opts.tenant == "" { // the one consumer of the whole queue
-			s.b.forwardedMu.Lock()
-			undelivered = undeliveredAtLeast(undelivered, info.Delivered.Stream, s.b.forwarded)
-			s.b.forwardedMu.Unlock()
-		}
 		return Backlog{
-			Undelivered: undelivered,
-			AckPending:  info.NumAckPending,
-			Redelivered: info.NumRedelivered,
-			Waiting:     info.NumWaiting,
+			Undelivered:   info.NumPending,
+			AckPending:    info.NumAckPending,
+			Redelivered:   info.NumRedelivered,
+			Waiting:       info.NumWaiting,
+			LastDelivered: info.Delivered.Stream,
 		}, nil
 	}
-}
-
-// undeliveredAtLeast is a consumer's count of undelivered messages made
-// no lower than the turns this process just forwarded that it has not
-// delivered yet (stream sequence above deliveredStream, the last it
-// delivered: one consumer delivers a work queue in order). The server
-// counts a stored message as pending for its consumers only once the
-// stream has signalled them, after the publish's ack, so a look right
-// after a forward can miss the batch and the scheduler would fill the
-// cushion twice. The floor counts only the last batch, so a stream that
-// was reset (sequences starting over) costs at most one batch's room.
-func undeliveredAtLeast(numPending, deliveredStream uint64, forwarded []uint64) uint64 {
-	var ours uint64
-	for _, seq := range forwarded {
-		if seq > deliveredStream {
-			ours++
-		}
-	}
-	return max(numPending, ours)
 }
 
 // Delivery is one turn handed to one caller. The caller settles it exactly

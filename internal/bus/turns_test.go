@@ -64,7 +64,7 @@ func TestNextPullsExactlyOne(t *testing.T) {
 	require.NoError(t, d2.Ack(s.ctx))
 	bl, err := src.Pending(s.ctx)
 	require.NoError(t, err)
-	require.Equal(t, bus.Backlog{Undelivered: 1}, bl)
+	require.Equal(t, bus.Backlog{Undelivered: 1, LastDelivered: 2}, bl, "two delivered, one left")
 	// Acked work is gone from the work queue.
 	require.EqualValues(t, 1, streamInfo(t, s.js, "AF_RUNQ").State.Msgs)
 }

@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	queuedTurns  *prometheus.GaugeVec
 	forwardedN   *prometheus.CounterVec
+	spilledN     *prometheus.CounterVec
 	backlogReads prometheus.Counter
 	leading      prometheus.Gauge
 }
@@ -15,10 +16,13 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		queuedTurns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "agentfleet_scheduler_queued_turns", Help: "Turns held by the scheduler waiting for their fair share, by tenant.",
+			Name: "agentfleet_scheduler_queued_turns", Help: "Turns waiting for their fair share, held by the scheduler or spilled to AF_SPILL, by tenant.",
 		}, []string{"tenant"}),
 		forwardedN: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentfleet_scheduler_forwarded_turns_total", Help: "Turns handed to the workers' queue, by tenant.",
+		}, []string{"tenant"}),
+		spilledN: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_scheduler_spilled_turns_total", Help: "Turns moved to AF_SPILL because their tenant held more than its share of the hold, by tenant.",
 		}, []string{"tenant"}),
 		backlogReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentfleet_scheduler_backlog_reads_total", Help: "Reads of the workers' queue backlog (a JetStream consumer info request each).",
@@ -28,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 while this process schedules (it holds the scheduler lease), else 0. Summed over a fleet's dispatchers it should be 1.",
 		}),
 	}
-	reg.MustRegister(m.queuedTurns, m.forwardedN, m.backlogReads, m.leading)
+	reg.MustRegister(m.queuedTurns, m.forwardedN, m.spilledN, m.backlogReads, m.leading)
 	return m
 }
 
@@ -63,4 +67,11 @@ func (m *Metrics) backlogRead() {
 		return
 	}
 	m.backlogReads.Inc()
+}
+
+func (m *Metrics) spilled(tenant string) {
+	if m == nil {
+		return
+	}
+	m.spilledN.WithLabelValues(tenant).Inc()
 }

@@ -19,9 +19,13 @@
 //     successor resets the consumer and gets them all back at once;
 //     forwarding uses the turn's own message id, so a turn forwarded just
 //     before the crash is deduplicated by AF_WORK, never run twice.
-//   - Beyond HoldMax held turns the server stops delivering to the
-//     scheduler and newer turns wait in AF_RUNQ in arrival order: fairness
-//     then holds among the first HoldMax turns only.
+//   - At most HoldMax turns are held; the server delivers no more beyond
+//     that, and newer turns would wait in AF_RUNQ in arrival order. So
+//     before the hold is full, the tenant holding the most has its newest
+//     turns moved to AF_SPILL, a queue of its own (spill.go), and its
+//     arrivals follow them there while it has any; they come back as its
+//     held turns run low. Another tenant's turn therefore always finds
+//     room, whatever one tenant's backlog.
 //   - A turn takes one extra hop (AF_RUNQ -> scheduler -> AF_WORK), well
 //     under a millisecond on a local server but a third of the NATS work
 //     of a turn. A turn forwarded while no other tenant has turns waiting
@@ -77,9 +81,19 @@ const (
 	pullBatchMax = 256
 )
 
+// Bus is what the scheduler needs of the message bus (a *bus.Bus).
+type Bus interface {
+	TurnSource(ctx context.Context, q bus.Queue, durable string, opts ...bus.SourceOption) (*bus.TurnSource, error)
+	TenantSources(ctx context.Context, q bus.Queue) (map[string]bus.TenantSource, error)
+	TallySlots(ctx context.Context, durable string) (*bus.SlotTally, error)
+	Lease(ctx context.Context, name string, ttl time.Duration) (*bus.Lease, error)
+	ForwardTurns(ctx context.Context, ts []bus.Turn) (seqs []uint64, errs []error)
+	SpillTurns(ctx context.Context, ts []bus.Turn) []error
+}
+
 // Config configures a Scheduler.
 type Config struct {
-	Bus   *bus.Bus
+	Bus   Bus
 	Store store.Store
 	// ReadyDepth is how many turns may wait undelivered in the workers'
 	// queue beyond the idle worker slots. Deeper hides the scheduler's
@@ -236,7 +250,13 @@ func (s *Scheduler) lead(ctx context.Context) error {
 		pullers.Wait()
 	}()
 
-	st := &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}}
+	st := newState()
+	refills := make(chan refill, 16)
+	var refillers sync.WaitGroup
+	defer refillers.Wait()
+	if err := s.reclaimSpills(ctx, st); err != nil {
+		return err
+	}
 	// credit is how many more turns the workers' queue can take by its
 	// last reported backlog. When that backlog left no room, the next
 	// look waits until nextLook, however many turns arrive meanwhile.
@@ -266,6 +286,9 @@ func (s *Scheduler) lead(ctx context.Context) error {
 		retryAt = at
 	}
 	for {
+		// After the last round's forwards: a spilling tenant holding few
+		// turns takes some back.
+		s.startRefills(ctx, st, refills, &refillers)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -280,9 +303,12 @@ func (s *Scheduler) lead(ctx context.Context) error {
 					break drain
 				}
 			}
+		case r := <-refills:
+			s.refilled(ctx, st, r)
 		case <-retryC():
 			retry = nil
 		}
+		s.relieve(ctx, st)
 		if st.q.Len() == 0 {
 			continue
 		}
@@ -295,7 +321,7 @@ func (s *Scheduler) lead(ctx context.Context) error {
 				retryIn(wait)
 				continue
 			}
-			room, bl, err := s.room(ctx, work, slots)
+			room, bl, err := s.room(ctx, st, work, slots)
 			if err != nil {
 				// NATS is away: look again later, later each time.
 				wait := lookFailures.fail(s.log, "scheduler: read work queue backlog", err)
@@ -412,23 +438,83 @@ func (s *Scheduler) pull(ctx context.Context, src *bus.TurnSource, intake chan<-
 	}
 }
 
-// state is what the leader holds: the fair queue of message ids and the
-// newest delivery of each.
+// state is what the leader holds: the fair queue of message ids, the
+// newest delivery of each, and the tenants with turns spilled.
 type state struct {
 	q    *budget.FairQueue[string]
 	held map[string]*bus.Delivery
+	// runqHeld counts the held deliveries from AF_RUNQ, which the
+	// server stops delivering at HoldMax of.
+	runqHeld int
+	spills   map[string]*spill
+	// toSpill are arrivals of spilling tenants, spilled after the
+	// intake is drained.
+	toSpill []*bus.Delivery
+	// lastForwarded is the last forward's AF_WORK stream sequences (see
+	// undeliveredAtLeast).
+	lastForwarded []uint64
+}
+
+func newState() *state {
+	return &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}, spills: map[string]*spill{}}
 }
 
 func (s *Scheduler) take(ctx context.Context, st *state, d *bus.Delivery) {
 	id := d.Turn.MsgID()
-	if _, ok := st.held[id]; ok {
+	if old, ok := st.held[id]; ok {
+		if old.Queue != d.Queue {
+			// The same turn from the other queue (a spill whose ack
+			// was lost): keep the handle held, settle this copy.
+			_ = d.AckAsync()
+			return
+		}
 		st.held[id] = d // a redelivery of a turn we hold: keep the newest handle
 		return
 	}
-	st.held[id] = d
 	tenant := d.Turn.Tenant
+	if d.Queue == bus.QueueRunQ {
+		if sp := st.spills[tenant]; sp != nil {
+			// Behind its spilled turns, in arrival order.
+			st.toSpill = append(st.toSpill, d)
+			return
+		}
+		st.runqHeld++
+	}
+	s.hold(ctx, st, d)
+}
+
+// hold queues a delivery for forwarding.
+func (s *Scheduler) hold(ctx context.Context, st *state, d *bus.Delivery) {
+	id, tenant := d.Turn.MsgID(), d.Turn.Tenant
+	st.held[id] = d
+	if sp := st.spills[tenant]; sp != nil && d.Queue == bus.QueueSpill {
+		sp.held++
+	}
 	st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, d.Turn.Turn == 1 && d.Turn.Wake == 0)
-	s.cfg.Metrics.queued(tenant, st.q.TenantLen(tenant))
+	s.cfg.Metrics.queued(tenant, st.queued(tenant))
+}
+
+// release drops a forwarded (or dropped) delivery from the hold.
+func (st *state) release(id string) {
+	d := st.held[id]
+	switch {
+	case d == nil:
+	case d.Queue == bus.QueueRunQ:
+		st.runqHeld--
+	case st.spills[d.Turn.Tenant] != nil:
+		st.spills[d.Turn.Tenant].held--
+	}
+	delete(st.held, id)
+}
+
+// queued is how many of tenant's turns wait for the workers: held, and
+// spilled.
+func (st *state) queued(tenant string) int {
+	n := st.q.TenantLen(tenant)
+	if sp := st.spills[tenant]; sp != nil {
+		n += sp.waiting
+	}
+	return n
 }
 
 // start moves a new run from queued to running. started is false when the
@@ -456,11 +542,12 @@ func (s *Scheduler) start(ctx context.Context, d *bus.Delivery) (started bool, e
 // its free slots, so the parked requests alone would count idle workers,
 // not slots, and keep a worker of 64 slots fed a cushion at a time; they
 // are the floor for workers not heard from yet.
-func (s *Scheduler) room(ctx context.Context, work *bus.TurnSource, slots *bus.SlotTally) (int, bus.Backlog, error) {
+func (s *Scheduler) room(ctx context.Context, st *state, work *bus.TurnSource, slots *bus.SlotTally) (int, bus.Backlog, error) {
 	bl, err := work.Pending(ctx)
 	if err != nil {
 		return 0, bus.Backlog{}, err
 	}
+	bl.Undelivered = undeliveredAtLeast(bl.Undelivered, bl.LastDelivered, st.lastForwarded)
 	s.cfg.Metrics.backlogRead()
 	idle := max(bl.Waiting, slots.Total()-bl.AckPending)
 	return max(0, idle+s.cfg.ReadyDepth-int(bl.Undelivered)), bl, nil
@@ -494,7 +581,7 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 				break
 			}
 			if !started {
-				delete(st.held, id)
+				st.release(id)
 				continue
 			}
 			s.tenants.started(tenant)
@@ -512,7 +599,8 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 		turns[i] = p.d.Turn
 		turns[i].Direct = p.direct
 	}
-	errs := s.cfg.Bus.ForwardTurns(ctx, turns)
+	seqs, errs := s.cfg.Bus.ForwardTurns(ctx, turns)
+	st.lastForwarded = seqs
 	n := 0
 	for i, p := range picks {
 		if errs[i] != nil {
@@ -522,14 +610,33 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			st.q.Push(p.tenant, s.tenants.get(ctx, p.tenant).weight, p.id, p.fresh)
 			continue
 		}
-		delete(st.held, p.id)
+		st.release(p.id)
 		// Forwarded; if the ack is lost the turn comes back after
 		// HoldAckWait and the work queue drops it as a duplicate.
 		if err := p.d.AckAsync(); err != nil {
 			s.log.Warn("scheduler: ack forwarded turn", "run", p.d.Turn.RunID, "err", err)
 		}
-		s.cfg.Metrics.forwarded(p.tenant, st.q.TenantLen(p.tenant))
+		s.cfg.Metrics.forwarded(p.tenant, st.queued(p.tenant))
 		n++
 	}
 	return n
+}
+
+// undeliveredAtLeast is the workers' queue's count of undelivered turns
+// made no lower than the turns the last forward stored that the consumer
+// has not delivered yet (stream sequence above lastDelivered: one
+// consumer delivers a work queue in order). The server counts a stored
+// message as pending for its consumers only once the stream has signalled
+// them, after the publish's ack, so a look right after a forward can miss
+// the batch and the scheduler would fill the cushion twice. The floor
+// counts only the last batch, so a stream that was reset (sequences
+// starting over) costs at most one batch's room.
+func undeliveredAtLeast(numPending, lastDelivered uint64, forwarded []uint64) uint64 {
+	var ours uint64
+	for _, seq := range forwarded {
+		if seq > lastDelivered {
+			ours++
+		}
+	}
+	return max(numPending, ours)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -103,7 +102,7 @@ func TestDispatchMarksTurnsDirectOnlyWhenNoOtherTenantWaits(t *testing.T) {
 				want++
 			}
 		}
-		state := &state{q: budget.NewFairQueue[string](), held: map[string]*bus.Delivery{}}
+		state := newState()
 		for got := 0; got < want; {
 			ds, err := runq.Fetch(ctx, want-got, time.Second)
 			require.NoError(t, err)
