@@ -11,7 +11,7 @@ import (
 
 // fairness: tenant A queues Runs runs, the fleet saturates for
 // FairnessSettle, then tenant B submits BRuns runs. B's runs must each
-// complete within FairnessBound of their submission (DESIGN §6: a
+// complete within FairnessBound of their submission (docs/ARCHITECTURE.md §7: a
 // backlog delays another tenant by about one turn's service time), while
 // most of A's backlog is still queued.
 func (e *env) fairness(ctx context.Context) error {

@@ -1,5 +1,5 @@
 // Package budget owns the per-tenant token budgets and the fairness policy
-// of the fleet (DESIGN §6).
+// of the fleet (docs/ARCHITECTURE.md §7).
 //
 // Budgets. Before every model call — a turn's and a script's ai() alike —
 // the turn engine reserves "estimated prompt tokens + max completion

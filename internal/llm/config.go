@@ -11,7 +11,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm/openaiwire"
 )
 
-// Environment variables read by ConfigFromEnv (DESIGN §8: users script
+// Environment variables read by ConfigFromEnv (docs/ARCHITECTURE.md §9: users script
 // against these names; keep them stable).
 const (
 	EnvModel   = "AGENTFLEET_MODEL"

@@ -11,14 +11,14 @@
 // through the small interfaces declared here, which is what lets the same
 // Step run in a unit test, in `agentctl dev` and on a worker.
 //
-// The protocol ("code as action", DESIGN §3): the model answers with one
+// The protocol ("code as action", docs/ARCHITECTURE.md §3): the model answers with one
 // fenced javascript block defining run(args); run's return value is carried
 // to the next turn in full but the model only sees its structural Digest;
 // answer(result) ends the run; a reply without code is the final answer;
 // errors are shown to the model with args left unchanged; only the latest
 // script stays verbatim in the history.
 //
-// Crash rules (DESIGN §2) the engine keeps: the budget is reserved before
+// Crash rules (docs/ARCHITECTURE.md §4) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free
 // reservation from the Meter) and settled after it; the reply is recorded
 // (fenced by the turn number) before the script runs, and a turn that
