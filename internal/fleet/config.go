@@ -1,7 +1,8 @@
 // Package fleet assembles agentfleet's processes from their parts: the
-// dispatcher (HTTP API, fair scheduler, budget keeper), the worker (turn
-// executors, sandbox pool, model client, metrics endpoint), and dev mode,
-// which runs both on an embedded NATS server and SQLite in one process.
+// dispatcher (HTTP API, fair scheduler, budget keeper, retention sweep),
+// the worker (turn executors, sandbox pool, model client, metrics
+// endpoint), and dev mode, which runs both on an embedded NATS server and
+// SQLite in one process.
 // cmd/dispatcher, cmd/worker and `agentctl dev` are thin wrappers around
 // it, and the end-to-end tests boot the same assemblies on port 0.
 //
@@ -83,7 +84,7 @@ type Config struct {
 	// workers' consumer (or the NATS store) first.
 	MaxWaiting int
 	// EventsMaxAge is how long the NATS events stream keeps run events
-	// (zero: the bus default, 7 days). The store keeps them regardless;
+	// (zero: the bus default, 7 days). The store keeps them for Retention;
 	// the stream serves subscribers that replay a run from NATS. The
 	// server holds about 110 bytes of heap per stored event (its index
 	// of the stream's subjects, one per run and event type), so a fleet

@@ -207,7 +207,10 @@ type Store interface {
 	// with everything that belongs to them: steps, events, model replies
 	// and approvals. The usage ledger is kept. It returns how many runs
 	// it deleted; fewer than Limit means no more are due. One call is one
-	// short transaction, so a sweep calls it repeatedly.
+	// short transaction, so a sweep calls it repeatedly. A table added
+	// later that belongs to a run (the side-effect journal) must go with
+	// it too: ON DELETE CASCADE, or on Postgres the runs_delete_children
+	// trigger, checked in storetest/retention.go.
 	RunDeleteEnded(ctx context.Context, p RunDeleteEndedParams) (deleted int, err error)
 	// RunDelete deletes one ended run the same way. A run that has not
 	// ended is ErrConflict (cancel it first); an unknown run, or another
