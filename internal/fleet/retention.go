@@ -11,19 +11,12 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// Retention: the dispatcher deletes ended runs older than
-// AGENTFLEET_RETENTION, with their trace, so the store does not grow for
-// ever. One dispatcher of a fleet does it, the one whose scheduler leads
-// (several would only race for the same rows).
-//
-// It deletes a batch of runs per store transaction. On SQLite every
-// write, turn commits included, waits for the one writer while a batch
-// runs, so batches are sized by time, not count: a run's trace may be 20
-// rows or 20,000. The batch halves when one takes longer than
-// retentionBatchTarget and doubles (up to the configured maximum) when one
-// takes under half of it; after each batch the sweep pauses at least as
-// long as the batch took, so it never holds the writer more than half
-// the time.
+// Retention: the dispatcher whose scheduler leads deletes ended runs
+// older than AGENTFLEET_RETENTION with their trace. Batches are sized by
+// time, not count (a trace may be 20 rows or 20,000): on SQLite every
+// write waits for the one writer while a batch runs. Each batch is
+// followed by a pause at least as long, so the sweep holds the writer at
+// most half the time and a turn commit waits at most one batch.
 const (
 	// RetentionDefault is how long ended runs are kept when
 	// AGENTFLEET_RETENTION is unset.
