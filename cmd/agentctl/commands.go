@@ -207,7 +207,7 @@ func answerText(raw json.RawMessage) string {
 
 func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("runs needs a subcommand: ls, show or cancel")
+		return usagef("runs needs a subcommand: ls, show, cancel or rm")
 	}
 	c := e.client()
 	switch args[0] {
@@ -276,8 +276,17 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 			fmt.Fprintf(e.stdout, "run %s will stop at its next turn boundary\n", run.ID)
 		}
 		return nil
+	case "rm":
+		if len(args) != 2 {
+			return usagef("runs rm takes one RUN id")
+		}
+		if err := c.DeleteRun(ctx, args[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "run %s deleted\n", args[1])
+		return nil
 	}
-	return usagef("unknown runs subcommand %q (ls, show, cancel)", args[0])
+	return usagef("unknown runs subcommand %q (ls, show, cancel, rm)", args[0])
 }
 
 func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {

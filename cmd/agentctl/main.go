@@ -42,6 +42,7 @@ Usage:
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
   agentctl runs cancel RUN
+  agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
                           [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
   agentctl tenants show [--json] ID

@@ -258,3 +258,32 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 	}
 	writeJSON(w, http.StatusAccepted, res.Run)
 }
+
+// handleRunDelete deletes an ended run with its trace (steps, events,
+// model replies); the usage ledger keeps what it was charged. A run that
+// has not ended is 409: cancel it first.
+func (s *Server) handleRunDelete(w http.ResponseWriter, r *http.Request, p principal) {
+	run, err := s.lookupRun(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err = s.cfg.Store.RunDelete(r.Context(), store.RunDeleteParams{ID: run.ID, Tenant: run.Tenant})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		// The store saw it unfinished, so the status read above (which
+		// can only have moved on to an end since) was unfinished too.
+		err = errConflict("run %s is %s: only an ended run can be deleted; cancel it first (POST /v1/runs/%s/cancel) and delete it once it has ended",
+			run.ID, run.Status, run.ID)
+	case errors.Is(err, store.ErrNotFound):
+		err = errNotFound("no run %q", run.ID) // deleted meanwhile
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if s.cfg.RunsDeleted != nil {
+		s.cfg.RunsDeleted.Inc()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

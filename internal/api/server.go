@@ -72,6 +72,8 @@ type Config struct {
 	// neither.
 	LookupCacheTTL time.Duration
 	Logger         *slog.Logger
+	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
+	RunsDeleted prometheus.Counter
 }
 
 // Server serves the API.
@@ -146,6 +148,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
+	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}", s.authed(s.handleTenantGet))
 	s.mux.HandleFunc("PUT /v1/tenants/{id}", s.adminOnly(s.handleTenantUpdate))

@@ -159,6 +159,12 @@ func (c *Client) CancelRun(ctx context.Context, id string) (agentfleet.Run, erro
 	return run, err
 }
 
+// DeleteRun deletes an ended run with its trace. A run that has not ended
+// is an *Error with Status 409 (cancel it first).
+func (c *Client) DeleteRun(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil)
+}
+
 // CreateTenant creates a tenant (admin token); the view carries the
 // tenant's API key, shown this once.
 func (c *Client) CreateTenant(ctx context.Context, req api.TenantRequest) (api.TenantView, error) {

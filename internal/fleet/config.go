@@ -1,7 +1,8 @@
 // Package fleet assembles agentfleet's processes from their parts: the
-// dispatcher (HTTP API, fair scheduler, budget keeper), the worker (turn
-// executors, sandbox pool, model client, metrics endpoint), and dev mode,
-// which runs both on an embedded NATS server and SQLite in one process.
+// dispatcher (HTTP API, fair scheduler, budget keeper, retention sweep),
+// the worker (turn executors, sandbox pool, model client, metrics
+// endpoint), and dev mode, which runs both on an embedded NATS server and
+// SQLite in one process.
 // cmd/dispatcher, cmd/worker and `agentctl dev` are thin wrappers around
 // it, and the end-to-end tests boot the same assemblies on port 0.
 //
@@ -83,7 +84,7 @@ type Config struct {
 	// workers' consumer (or the NATS store) first.
 	MaxWaiting int
 	// EventsMaxAge is how long the NATS events stream keeps run events
-	// (zero: the bus default, 7 days). The store keeps them regardless;
+	// (zero: the bus default, 7 days). The store keeps them for Retention;
 	// the stream serves subscribers that replay a run from NATS. The
 	// server holds about 110 bytes of heap per stored event (its index
 	// of the stream's subjects, one per run and event type), so a fleet
@@ -109,6 +110,13 @@ type Config struct {
 	// its slots, at most SandboxProcessesDefaultMax.
 	SandboxProcesses int
 	Model            llm.Config
+	// Retention is how long the dispatcher keeps ended runs before it
+	// deletes them with their trace (AGENTFLEET_RETENTION, default
+	// RetentionDefault; zero keeps them all). RetentionInterval is how
+	// often it looks (no environment variable; zero:
+	// RetentionIntervalDefault).
+	Retention         time.Duration
+	RetentionInterval time.Duration
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -143,10 +151,26 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.EventsMaxAge = d
 	}
+	c.Retention = envRetention(&errs)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// envRetention reads AGENTFLEET_RETENTION: unset is RetentionDefault, 0
+// keeps every run, anything else a duration of at least RetentionMin.
+func envRetention(errs *[]error) time.Duration {
+	v, ok := os.LookupEnv("AGENTFLEET_RETENTION")
+	if !ok || v == "" {
+		return RetentionDefault
+	}
+	d, err := parseDays(v)
+	if err != nil || d < 0 || (d > 0 && d < RetentionMin) {
+		*errs = append(*errs, fmt.Errorf("AGENTFLEET_RETENTION=%q must be 0 (keep every run) or a duration of at least %s, like \"30d\" or \"72h\"", v, RetentionMin))
+		return RetentionDefault
+	}
+	return d
 }
 
 // Validate checks the configuration and says how to fix it.
@@ -183,6 +207,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
+	}
+	if c.Retention < 0 || c.RetentionInterval < 0 {
+		errs = append(errs, errors.New("fleet: Config.Retention and Config.RetentionInterval must not be negative (Retention 0 keeps every run)"))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))

@@ -79,6 +79,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
+		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {

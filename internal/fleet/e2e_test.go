@@ -337,8 +337,15 @@ func (f *testFleet) continued(i int, path string) int {
 // (0 when there is none).
 func (f *testFleet) metric(i int, name, label, value string) int {
 	f.t.Helper()
-	mfs, err := f.registries[i].Gather()
-	require.NoError(f.t, err)
+	return metricValue(f.t, f.registries[i], name, label, value)
+}
+
+// metricValue is the value in reg of the counter or gauge name with
+// label=value (0 when there is none).
+func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue

@@ -201,6 +201,21 @@ type Store interface {
 	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
 	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
 	SkillList(ctx context.Context, tenant string) ([]Skill, error)
+
+	// RunDeleteEnded deletes up to Limit runs that ended (completed,
+	// failed, cancelled, max turns) before EndedBefore, oldest first,
+	// with everything that belongs to them: steps, events, model replies
+	// and approvals. The usage ledger is kept. It returns how many runs
+	// it deleted; fewer than Limit means no more are due. One call is one
+	// short transaction, so a sweep calls it repeatedly. A table added
+	// later that belongs to a run (the side-effect journal) must go with
+	// it too: ON DELETE CASCADE, or on Postgres the runs_delete_children
+	// trigger, checked in storetest/retention.go.
+	RunDeleteEnded(ctx context.Context, p RunDeleteEndedParams) (deleted int, err error)
+	// RunDelete deletes one ended run the same way. A run that has not
+	// ended is ErrConflict (cancel it first); an unknown run, or another
+	// tenant's when Tenant is set, is ErrNotFound.
+	RunDelete(ctx context.Context, p RunDeleteParams) error
 }
 
 // TenantCreateParams creates a tenant. Zero TokenLimit means unlimited;
@@ -618,4 +633,23 @@ func SessionNext(ctx context.Context, s Store, tenant, sessionID string) (*agent
 		return nil, nil
 	}
 	return &queued.Runs[0], nil
+}
+
+// RunDeleteEndedParams selects ended runs to delete. EndedBefore is
+// required; Limit (1 to RunDeleteEndedLimitMax) bounds one transaction.
+type RunDeleteEndedParams struct {
+	EndedBefore time.Time
+	Limit       int
+}
+
+// RunDeleteEndedLimitMax bounds RunDeleteEndedParams.Limit: a delete
+// holds its transaction (on SQLite, the one writer) for its whole
+// length.
+const RunDeleteEndedLimitMax = 10_000
+
+// RunDeleteParams names a run to delete; a non-empty Tenant scopes the
+// lookup, so another tenant's run is ErrNotFound.
+type RunDeleteParams struct {
+	ID     string
+	Tenant string
 }

@@ -55,6 +55,10 @@
 //     reply: not when the reply existed, not when the fence fails (the
 //     reservation stays for the caller), and when the reservation is gone
 //     the reply is still recorded and ChargeErr is ErrNotFound.
+//   - Retention: a run is deleted only once it ended, with its steps,
+//     events, model replies and approvals; the usage ledger keeps its
+//     rows. Deleting a session's ended runs never changes which run is
+//     its head.
 //   - Steps and events of a commit, a batch of commits, a run's creation
 //     or an append land whole and in order at any count (0, 1, 150, ...).
 package storetest
@@ -125,6 +129,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Batch", testBatch},
 		{"Trigger", testTrigger},
 		{"Skill", testSkill},
+		{"Retention", testRetention},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
 	}
