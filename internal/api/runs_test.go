@@ -165,6 +165,13 @@ func TestRunCreateValidation(t *testing.T) {
 		{"zero timeout", `{"message":"x","timeout":"0s"}`, 422, []string{`timeout "0s"`}},
 		{"idempotency key too long", `{"message":"x","idempotency_key":"` + strings.Repeat("k", 201) + `"}`, 422, []string{"idempotency_key", "200"}},
 		{"too much metadata", `{"message":"x","metadata":` + string(metaJSON) + `}`, 422, []string{"metadata has 65 keys", "64"}},
+		// U+0000 cannot be stored (PostgreSQL refuses it in text and
+		// jsonb): each field that holds one is named.
+		{"NUL in message", `{"message":"x\u0000y"}`, 422, []string{"message contains U+0000"}},
+		{"NUL in metadata value", `{"message":"x","metadata":{"team":"a\u0000"}}`, 422, []string{`metadata value of "team" contains U+0000`}},
+		{"NUL in metadata key", `{"message":"x","metadata":{"t\u0000":"a"}}`, 422, []string{`metadata key`, "contains U+0000"}},
+		{"NUL in context", `{"message":"x","context":{"doc":"\u0000"}}`, 422, []string{"context contains U+0000"}},
+		{"NUL in idempotency key", `{"message":"x","idempotency_key":"k\u0000"}`, 422, []string{"idempotency key contains U+0000"}},
 		// 413: over 1 MiB, whatever it holds.
 		{"body over 1 MiB", `{"message":"x","context":"` + strings.Repeat("c", 1<<20) + `"}`, 413, []string{"exceeds 1048576 bytes"}},
 	}

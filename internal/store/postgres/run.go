@@ -546,17 +546,14 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 }
 
 func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	if p.ID == "" {
-		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
-	}
 	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
+	p, err := rules.RunCancel(p, now)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
 	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, evs, now)
+		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, p.Events, now)
 		return err
 	})
 	if err != nil {

@@ -258,6 +258,9 @@ func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval,
 }
 
 func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolveParams) (store.Approval, error) {
+	if err := rules.ApprovalResolve(p); err != nil {
+		return store.Approval{}, err
+	}
 	status := store.ApprovalDenied
 	if p.Approve {
 		status = store.ApprovalApproved

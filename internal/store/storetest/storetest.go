@@ -57,6 +57,11 @@
 //     the reply is still recorded and ChargeErr is ErrNotFound.
 //   - Steps and events of a commit, a batch of commits, a run's creation
 //     or an append land whole and in order at any count (0, 1, 150, ...).
+//   - Text: what scripts and models produce (steps, events, args, answers,
+//     errors, replies) is stored with each NUL and invalid byte as U+FFFD
+//     (in JSON an escaped \u0000 as \ufffd); what a client submits (a
+//     run's message, metadata, context, ids; agents', skills', triggers'
+//     text) with either is ErrInvalid naming the field.
 package storetest
 
 import (
@@ -125,6 +130,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Batch", testBatch},
 		{"Trigger", testTrigger},
 		{"Skill", testSkill},
+		{"Text", testText},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
 	}

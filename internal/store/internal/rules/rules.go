@@ -1,7 +1,8 @@
 // Package rules holds what both store backends decide in Go rather than in
 // SQL: parameter validation and defaults, identifiers and timestamps, the
 // legal status transitions, budget window arithmetic and the ledger maths,
-// cursors and API key hashing.
+// cursors, API key hashing, and text hygiene (text.go: no NUL or invalid
+// UTF-8 reaches either backend).
 //
 // Keeping these in one place is what lets the SQLite and Postgres backends
 // agree to the bit on the values they return, which the contract suite
