@@ -41,15 +41,15 @@ func (s *Server) tenantByAPIKey(ctx context.Context, token string) (string, erro
 	if id, ok := s.keys.Get(digest); ok {
 		return id, nil
 	}
-	t, err := s.cfg.Store.TenantGetByAPIKey(ctx, token)
+	res, err := s.cfg.Store.TenantGetByAPIKey(ctx, store.TenantGetByAPIKeyParams{Key: token})
 	if errors.Is(err, store.ErrNotFound) {
 		return "", errUnauthorized("invalid API key")
 	}
 	if err != nil {
 		return "", fmt.Errorf("look up API key: %w", err)
 	}
-	s.keys.Put(digest, t.ID)
-	return t.ID, nil
+	s.keys.Put(digest, res.Tenant.ID)
+	return res.Tenant.ID, nil
 }
 
 // checkAgent returns nil when tenant has an agent called name, and a 422

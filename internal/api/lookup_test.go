@@ -22,9 +22,9 @@ type countingStore struct {
 	agentLookups atomic.Int64
 }
 
-func (s *countingStore) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
+func (s *countingStore) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
 	s.keyLookups.Add(1)
-	return s.Store.TenantGetByAPIKey(ctx, key)
+	return s.Store.TenantGetByAPIKey(ctx, p)
 }
 
 func (s *countingStore) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
@@ -98,7 +98,8 @@ func TestLookupCacheUnknownKey(t *testing.T) {
 		require.EqualValues(t, i+1, keys, "a rejected key is asked for every time")
 	}
 
-	require.NoError(t, e.store.APIKeyCreate(e.ctx, store.APIKeyCreateParams{Tenant: "acme", Key: key, Name: "later"}))
+	_, err := e.store.APIKeyCreate(e.ctx, store.APIKeyCreateParams{Tenant: "acme", Key: key, Name: "later"})
+	require.NoError(t, err)
 	r := e.createRun(key, map[string]any{"message": "go"})
 	require.Equal(t, "acme", r.Tenant, "a key created after a rejection works at once")
 }

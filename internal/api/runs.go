@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -61,7 +62,7 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 	}}
 	res, err := s.cfg.Store.RunCreate(r.Context(), params)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, tooManyRuns(w, err))
 		return
 	}
 	// A repeated submission (same idempotency key) publishes again what
@@ -89,6 +90,17 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		status = http.StatusOK
 	}
 	writeJSON(w, status, res.Run)
+}
+
+// tooManyRuns turns a refusal for the tenant's max_queued_runs into a 429
+// whose Retry-After says when to try again; other errors pass as they are.
+func tooManyRuns(w http.ResponseWriter, err error) error {
+	var full *store.QueueFullError
+	if !errors.As(err, &full) {
+		return err
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(full.RetryAfter.Seconds())))))
+	return &apiError{status: http.StatusTooManyRequests, code: "too_many_runs", msg: full.Error()}
 }
 
 // publishAdmission publishes a new run's events and, when it may start,

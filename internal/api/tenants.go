@@ -12,6 +12,9 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
+// DefaultKeyName names the key a tenant is created with.
+const DefaultKeyName = "default"
+
 // DefaultPersona is the persona of every tenant's "default" agent.
 const DefaultPersona = "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."
 
@@ -29,8 +32,11 @@ type TenantRequest struct {
 	Budget            *BudgetSpec `json:"budget,omitempty"`
 	TokensPerMinute   *int64      `json:"tokens_per_minute,omitempty"`
 	MaxConcurrentRuns *int        `json:"max_concurrent_runs,omitempty"`
-	Weight            *int        `json:"weight,omitempty"`
-	Exhausted         *string     `json:"exhausted,omitempty"`
+	// MaxQueuedRuns caps the tenant's runs not yet finished (0 or
+	// absent: store.MaxQueuedRunsDefault); beyond it submissions are 429.
+	MaxQueuedRuns *int    `json:"max_queued_runs,omitempty"`
+	Weight        *int    `json:"weight,omitempty"`
+	Exhausted     *string `json:"exhausted,omitempty"`
 }
 
 // TenantView is a tenant as the API shows it.
@@ -39,6 +45,7 @@ type TenantView struct {
 	Budget            agentfleet.BudgetState     `json:"budget"`
 	TokensPerMinute   int64                      `json:"tokens_per_minute"`
 	MaxConcurrentRuns int                        `json:"max_concurrent_runs"`
+	MaxQueuedRuns     int                        `json:"max_queued_runs"`
 	Weight            int                        `json:"weight"`
 	Exhausted         agentfleet.ExhaustedPolicy `json:"exhausted"`
 	WaitingRuns       int                        `json:"waiting_runs"`
@@ -64,6 +71,8 @@ func (req *TenantRequest) validate() error {
 		return errUnprocessable("tokens_per_minute must not be negative (0: no per-minute limit)")
 	case req.MaxConcurrentRuns != nil && *req.MaxConcurrentRuns < 0:
 		return errUnprocessable("max_concurrent_runs must not be negative (0: no limit)")
+	case req.MaxQueuedRuns != nil && *req.MaxQueuedRuns < 0:
+		return errUnprocessable("max_queued_runs must not be negative (0 or absent: the default, %d)", store.MaxQueuedRunsDefault)
 	case req.Weight != nil && (*req.Weight < 1 || *req.Weight > 1000):
 		return errUnprocessable("weight must be from 1 to 1000")
 	case req.Exhausted != nil && *req.Exhausted != string(agentfleet.ExhaustedQueue) && *req.Exhausted != string(agentfleet.ExhaustedFail):
@@ -113,6 +122,9 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 	if req.MaxConcurrentRuns != nil {
 		p.MaxConcurrentRuns = *req.MaxConcurrentRuns
 	}
+	if req.MaxQueuedRuns != nil {
+		p.MaxQueuedRuns = *req.MaxQueuedRuns
+	}
 	if req.Weight != nil {
 		p.Weight = *req.Weight
 	}
@@ -146,7 +158,7 @@ func CreateTenant(ctx context.Context, st store.Store, p store.TenantCreateParam
 		return "", err
 	}
 	key := NewAPIKey()
-	if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: p.ID, Key: key, Name: "initial"}); err != nil {
+	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: p.ID, Key: key, Name: DefaultKeyName}); err != nil {
 		return "", err
 	}
 	return key, nil
@@ -191,7 +203,8 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 		s.fail(w, r, err)
 		return
 	}
-	p := store.TenantUpdateParams{ID: id, TokensPerMinute: req.TokensPerMinute, MaxConcurrentRuns: req.MaxConcurrentRuns, Weight: req.Weight}
+	p := store.TenantUpdateParams{ID: id, TokensPerMinute: req.TokensPerMinute, MaxConcurrentRuns: req.MaxConcurrentRuns,
+		MaxQueuedRuns: req.MaxQueuedRuns, Weight: req.Weight}
 	if b := req.Budget; b != nil {
 		p.TokenLimit = b.Tokens
 		if b.Window != nil {
@@ -241,7 +254,7 @@ func (s *Server) TenantView(ctx context.Context, id string) (TenantView, error) 
 		}
 	}
 	return TenantView{
-		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns,
+		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns, MaxQueuedRuns: t.MaxQueuedRuns,
 		Weight: t.Weight, Exhausted: t.Exhausted, WaitingRuns: counts[agentfleet.StatusWaitingBudget], ActiveRuns: active,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}, nil

@@ -135,6 +135,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
 	pipe  pipeline
+	queue rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)

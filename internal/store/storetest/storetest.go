@@ -21,7 +21,12 @@
 //     the fleet's defaults).
 //   - RunCreate writes the trace's first step, the message as a user step
 //     at turn 0. An idempotent repeat returns the first run, no events,
-//     and Startable as of now.
+//     and Startable as of now, even at the tenant's max_queued_runs; a
+//     new run beyond it is a *store.QueueFullError (default cap
+//     store.MaxQueuedRunsDefault).
+//   - API keys have public ids ("key_" and 32 hex digits), list newest
+//     first, and record their last use at most once a minute; a revoked
+//     key is never found again, and revoking is scoped to the tenant.
 //   - Sessions: runs are ordered by creation. A run's end hands out
 //     SessionNext only when it was the session's head (no unfinished run
 //     before it) and the next unfinished run is queued.
@@ -115,6 +120,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"APIKey", testAPIKey},
 		{"Agent", testAgent},
 		{"RunCreate", testRunCreate},
+		{"QueueCap", testQueueCap},
 		{"RunList", testRunList},
 		{"Session", testSession},
 		{"RunTransition", testRunTransition},

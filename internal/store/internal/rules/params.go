@@ -24,6 +24,10 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 	if p.Weight == 0 {
 		p.Weight = 1
 	}
+	var err error
+	if p.MaxQueuedRuns, err = maxQueuedRuns(p.ID, p.MaxQueuedRuns); err != nil {
+		return p, Window{}, err
+	}
 	w, err := ParseWindow(p.Window)
 	if err != nil {
 		return p, Window{}, err
@@ -33,6 +37,17 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 		return p, Window{}, err
 	}
 	return p, w, nil
+}
+
+// maxQueuedRuns checks a tenant's max_queued_runs and fills the default.
+func maxQueuedRuns(tenant string, n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, Invalidf("tenant %s: max queued runs must not be negative (zero means the default, %d)", tenant, store.MaxQueuedRunsDefault)
+	case n == 0:
+		return store.MaxQueuedRunsDefault, nil
+	}
+	return n, nil
 }
 
 func exhausted(e agentfleet.ExhaustedPolicy) (agentfleet.ExhaustedPolicy, error) {
@@ -56,6 +71,13 @@ func TenantUpdate(p store.TenantUpdateParams) (store.TenantUpdateParams, *Window
 	}
 	if p.MaxConcurrentRuns != nil && *p.MaxConcurrentRuns < 0 {
 		return p, nil, Invalidf("tenant %s: max concurrent runs must not be negative (zero means unlimited)", p.ID)
+	}
+	if p.MaxQueuedRuns != nil {
+		n, err := maxQueuedRuns(p.ID, *p.MaxQueuedRuns)
+		if err != nil {
+			return p, nil, err
+		}
+		p.MaxQueuedRuns = &n
 	}
 	if p.Weight != nil {
 		if *p.Weight < 0 {
@@ -82,6 +104,52 @@ func TenantUpdate(p store.TenantUpdateParams) (store.TenantUpdateParams, *Window
 	}
 	p.Window = &w.Name
 	return p, &w, nil
+}
+
+// apiKeyNameMax bounds a key's name.
+const apiKeyNameMax = 100
+
+// APIKeyCreate validates p.
+func APIKeyCreate(p store.APIKeyCreateParams) error {
+	if p.Tenant == "" || p.Key == "" {
+		return Invalidf("api key: tenant and key are required")
+	}
+	if len(p.Name) > apiKeyNameMax {
+		return Invalidf("api key name is %d bytes: use at most %d", len(p.Name), apiKeyNameMax)
+	}
+	return CheckText("api key name", p.Name)
+}
+
+// APIKeyList validates p and fills its defaults; it returns the position
+// the cursor continues after (zero: from the newest).
+func APIKeyList(p store.APIKeyListParams) (store.APIKeyListParams, int64, error) {
+	if p.Tenant == "" {
+		return p, 0, Invalidf("api key list: tenant is empty")
+	}
+	if p.Limit < 0 {
+		return p, 0, Invalidf("api key list: limit must not be negative")
+	}
+	if p.Limit == 0 {
+		p.Limit = RunListLimitDefault
+	}
+	p.Limit = min(p.Limit, RunListLimitMax)
+	if p.Cursor == "" {
+		return p, 0, nil
+	}
+	after, err := DecodeCursor(p.Cursor, false)
+	return p, after, err
+}
+
+// APIKeyPage is APIKeyList p's answer from rows read newest first, one
+// more than p.Limit when a page follows; seqs are the rows' positions.
+func APIKeyPage(keys []store.APIKey, seqs []int64, p store.APIKeyListParams) store.APIKeyListResult {
+	var res store.APIKeyListResult
+	if len(keys) > p.Limit {
+		keys = keys[:p.Limit]
+		res.NextCursor = EncodeCursor(false, seqs[p.Limit-1])
+	}
+	res.Keys = keys
+	return res
 }
 
 // AgentUpsert validates p.
