@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -315,4 +317,151 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 		out.Rows = append(out.Rows, UsageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// APIKeyRequest is the body of POST /v1/tenants/{id}/keys.
+type APIKeyRequest struct {
+	Name string `json:"name"`
+}
+
+// APIKeyView is an API key as the API shows it. APIKey, the key itself,
+// is only in the answer to its creation.
+type APIKeyView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"` // null: never used
+	APIKey     string     `json:"api_key,omitempty"`
+}
+
+// APIKeyList is a page of GET /v1/tenants/{id}/keys, newest first.
+type APIKeyList struct {
+	Keys       []APIKeyView `json:"keys"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+func keyView(k store.APIKey) APIKeyView {
+	v := APIKeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt}
+	if !k.LastUsedAt.IsZero() {
+		used := k.LastUsedAt
+		v.LastUsedAt = &used
+	}
+	return v
+}
+
+// keyNameMax bounds a key's name (the store's limit).
+const keyNameMax = 100
+
+// tenantForKeys checks that the principal may manage the keys of the
+// tenant in the path (the admin, or the tenant's own key) and that it
+// exists; either failing is a 404, so ids do not leak.
+func (s *Server) tenantForKeys(r *http.Request, p principal) (string, error) {
+	id := r.PathValue("id")
+	if !p.canSee(id) {
+		return "", errNotFound("no tenant %q", id)
+	}
+	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errNotFound("no tenant %q", id)
+		}
+		return "", err
+	}
+	return id, nil
+}
+
+// handleKeyCreate makes a tenant another key; the key is in this answer
+// only.
+func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req APIKeyRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	switch name := strings.TrimSpace(req.Name); {
+	case name == "":
+		s.fail(w, r, errUnprocessable("name is required: say what the key is for, e.g. \"ci\""))
+		return
+	case len(req.Name) > keyNameMax:
+		s.fail(w, r, errUnprocessable("name is %d bytes; the limit is %d", len(req.Name), keyNameMax))
+		return
+	}
+	key := NewAPIKey()
+	k, err := s.cfg.Store.APIKeyCreate(r.Context(), store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: req.Name})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.keyCreated(key)
+	v := keyView(k)
+	v.APIKey = key
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// handleKeyList lists a tenant's keys: names, ids, when made and last
+// used, never the keys.
+func (s *Server) handleKeyList(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	params := store.APIKeyListParams{Tenant: tenant, Cursor: q.Get("cursor")}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > listLimitMax {
+			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
+			return
+		}
+		params.Limit = n
+	}
+	res, err := s.cfg.Store.APIKeyList(r.Context(), params)
+	if errors.Is(err, store.ErrInvalid) {
+		err = errBadRequest("cursor %q is not valid: pass the next_cursor of the previous page", params.Cursor)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := APIKeyList{Keys: make([]APIKeyView, len(res.Keys)), NextCursor: res.NextCursor}
+	for i, k := range res.Keys {
+		out.Keys[i] = keyView(k)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleKeyRevoke revokes a key at once, on every dispatcher. A tenant
+// may revoke any of its keys, the one it calls with and its last one
+// included: the admin token can always make it a new one.
+func (s *Server) handleKeyRevoke(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	keyID := r.PathValue("key")
+	if err := s.cfg.Store.APIKeyDelete(r.Context(), store.APIKeyDeleteParams{Tenant: tenant, ID: keyID}); err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+			err = errNotFound("tenant %q has no key %q (list them with GET /v1/tenants/%s/keys)", tenant, keyID, tenant)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	s.keyRevoked(keyID)
+	if rv := s.cfg.KeyRevocations; rv != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+		defer cancel()
+		// Revoked in the store either way; a dispatcher that misses
+		// this drops the key when its cache entry expires.
+		if err := rv.PublishKeyRevoked(ctx, keyID); err != nil {
+			s.log.Warn("broadcast key revocation", "tenant", tenant, "key", keyID, "err", err,
+				"bound", s.cfg.LookupCacheTTL)
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
