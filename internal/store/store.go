@@ -103,10 +103,10 @@ type Store interface {
 	// run when (tenant, idempotency key) was seen before (Created false),
 	// even when the tenant is at its cap. A new run that would take the
 	// tenant's unfinished runs past its max_queued_runs is a
-	// *QueueFullError. The cap is exact within one store; stores in
-	// other processes may each admit past it by what they admitted
-	// within about a second, and only when the tenant has over ten
-	// thousand runs unfinished or is far below its cap (rules/queue.go).
+	// *QueueFullError. One store never passes the cap; stores in
+	// several processes pass it at most by what the others admitted
+	// since a store's last count, which near the cap is at most a
+	// second old (rules/queue.go).
 	RunCreate(ctx context.Context, p RunCreateParams) (RunCreateResult, error)
 	RunGetByID(ctx context.Context, p RunGetByIDParams) (agentfleet.Run, error)
 	// TurnLoad reads what a worker needs to execute turn Turn of a run,
