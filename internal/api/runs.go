@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -200,13 +201,10 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 			params.Status = append(params.Status, status)
 		}
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > listLimitMax {
-			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
-			return
-		}
-		params.Limit = n
+	var err error
+	if params.Limit, err = pageLimit(q); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	res, err := s.cfg.Store.RunList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
@@ -221,6 +219,20 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 		res.Runs = []agentfleet.Run{}
 	}
 	writeJSON(w, http.StatusOK, RunList{Runs: res.Runs, NextCursor: res.NextCursor})
+}
+
+// pageLimit reads a list endpoint's ?limit= (zero when absent: the
+// store's default page).
+func pageLimit(q url.Values) (int, error) {
+	l := q.Get("limit")
+	if l == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > listLimitMax {
+		return 0, errBadRequest("limit must be a number from 1 to %d", listLimitMax)
+	}
+	return n, nil
 }
 
 func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p principal) {

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -412,13 +411,9 @@ func (s *Server) handleKeyList(w http.ResponseWriter, r *http.Request, p princip
 	}
 	q := r.URL.Query()
 	params := store.APIKeyListParams{Tenant: tenant, Cursor: q.Get("cursor")}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > listLimitMax {
-			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
-			return
-		}
-		params.Limit = n
+	if params.Limit, err = pageLimit(q); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	res, err := s.cfg.Store.APIKeyList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
