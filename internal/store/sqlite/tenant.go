@@ -244,15 +244,16 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	}
 	res := store.TenantGetByAPIKeyResult{Tenant: t, Key: r.key()}
 	if rules.APIKeyTouchDue(res.Key.LastUsedAt, now) {
+		// Best effort: a use that could not be written is no reason to
+		// refuse the key; the next lookup writes it.
 		err := s.write(ctx, func(tx *wtx) error {
 			_, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE hash = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
 				now.UnixMicro(), hash, now.Add(-rules.APIKeyTouchEvery).UnixMicro())
 			return err
 		})
-		if err != nil {
-			return store.TenantGetByAPIKeyResult{}, fmt.Errorf("record use of api key %s: %w", res.Key.ID, err)
+		if err == nil {
+			res.Key.LastUsedAt = now
 		}
-		res.Key.LastUsedAt = now
 	}
 	return res, nil
 }
