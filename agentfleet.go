@@ -241,15 +241,18 @@ const (
 
 // Tenant is one customer of the fleet. A zero TokenLimit means unlimited.
 type Tenant struct {
-	ID                string          `json:"id"`
-	TokenLimit        int64           `json:"-"`
-	Window            BudgetWindow    `json:"-"`
-	TokensPerMinute   int64           `json:"tokens_per_minute,omitempty"`
-	MaxConcurrentRuns int             `json:"max_concurrent_runs,omitempty"`
-	Weight            int             `json:"weight"`
-	Exhausted         ExhaustedPolicy `json:"exhausted"`
-	CreatedAt         time.Time       `json:"created_at"`
-	UpdatedAt         time.Time       `json:"updated_at"`
+	ID                string       `json:"id"`
+	TokenLimit        int64        `json:"-"`
+	Window            BudgetWindow `json:"-"`
+	TokensPerMinute   int64        `json:"tokens_per_minute,omitempty"`
+	MaxConcurrentRuns int          `json:"max_concurrent_runs,omitempty"`
+	// MaxQueuedRuns caps the tenant's runs not yet finished (queued,
+	// running or waiting); a submission beyond it is refused.
+	MaxQueuedRuns int             `json:"max_queued_runs"`
+	Weight        int             `json:"weight"`
+	Exhausted     ExhaustedPolicy `json:"exhausted"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
 }
 
 // Agent is a profile a run executes under: persona, model and the

@@ -44,11 +44,16 @@ Usage:
   agentctl runs cancel RUN
   agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
-                          [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+                          [--max-concurrent N] [--max-queued N] [--weight N]
+                          [--exhausted queue|fail] ID
   agentctl tenants show [--json] ID
   agentctl tenants set-budget [--tokens N] [--window W] [--tokens-per-minute N]
-                              [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+                              [--max-concurrent N] [--max-queued N] [--weight N]
+                              [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
+  agentctl tenants keys create --name N ID
+  agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
+  agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
   agentctl bench [throughput|latency|scale|fairness|chaos] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
@@ -57,6 +62,7 @@ Usage:
 Environment:
   AGENTFLEET_URL    the dispatcher (default http://127.0.0.1:8080)
   AGENTFLEET_TOKEN  a tenant API key, or the admin token for 'tenants'
+                    (a tenant's own key may show it and manage its keys)
 
 'run --wait' prints events to stderr and the answer alone to stdout, and exits
 0 completed, 1 failed, 2 max turns, 3 usage error, 4 cancelled, 5 budget.

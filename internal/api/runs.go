@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -61,7 +63,7 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 	}}
 	res, err := s.cfg.Store.RunCreate(r.Context(), params)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, tooManyRuns(w, err))
 		return
 	}
 	// A repeated submission (same idempotency key) publishes again what
@@ -89,6 +91,17 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		status = http.StatusOK
 	}
 	writeJSON(w, status, res.Run)
+}
+
+// tooManyRuns turns a refusal for the tenant's max_queued_runs into a 429
+// whose Retry-After says when to try again; other errors pass as they are.
+func tooManyRuns(w http.ResponseWriter, err error) error {
+	var full *store.QueueFullError
+	if !errors.As(err, &full) {
+		return err
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(full.RetryAfter.Seconds())))))
+	return &apiError{status: http.StatusTooManyRequests, code: "too_many_runs", msg: full.Error()}
 }
 
 // publishAdmission publishes a new run's events and, when it may start,
@@ -188,13 +201,10 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 			params.Status = append(params.Status, status)
 		}
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > listLimitMax {
-			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
-			return
-		}
-		params.Limit = n
+	var err error
+	if params.Limit, err = pageLimit(q); err != nil {
+		s.fail(w, r, err)
+		return
 	}
 	res, err := s.cfg.Store.RunList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
@@ -209,6 +219,20 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 		res.Runs = []agentfleet.Run{}
 	}
 	writeJSON(w, http.StatusOK, RunList{Runs: res.Runs, NextCursor: res.NextCursor})
+}
+
+// pageLimit reads a list endpoint's ?limit= (zero when absent: the
+// store's default page).
+func pageLimit(q url.Values) (int, error) {
+	l := q.Get("limit")
+	if l == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > listLimitMax {
+		return 0, errBadRequest("limit must be a number from 1 to %d", listLimitMax)
+	}
+	return n, nil
 }
 
 func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p principal) {

@@ -159,7 +159,7 @@ func secretFile(value, path string) (string, error) {
 func ensureDevTenant(ctx context.Context, st store.Store, keyPath string) (string, error) {
 	if b, err := os.ReadFile(keyPath); err == nil {
 		key := strings.TrimSpace(string(b))
-		if t, err := st.TenantGetByAPIKey(ctx, key); err == nil && t.ID == DevTenant {
+		if res, err := st.TenantGetByAPIKey(ctx, store.TenantGetByAPIKeyParams{Key: key}); err == nil && res.Tenant.ID == DevTenant {
 			return key, nil
 		}
 	}
@@ -177,7 +177,7 @@ func ensureDevTenant(ctx context.Context, st store.Store, keyPath string) (strin
 		return "", fmt.Errorf("look up dev tenant: %w", err)
 	default:
 		key = api.NewAPIKey()
-		if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: DevTenant, Key: key, Name: "dev"}); err != nil {
+		if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: DevTenant, Key: key, Name: "dev"}); err != nil {
 			return "", fmt.Errorf("create dev tenant key: %w", err)
 		}
 	}

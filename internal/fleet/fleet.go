@@ -203,12 +203,15 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 		RunsDeleted:   deleted.WithLabelValues("api"),
+		// Keys revoked on any dispatcher leave every one's cache.
+		KeyRevocations: cfg.Bus,
 	})
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		srv.Close()
 		return nil, fmt.Errorf("listen on %s (AGENTFLEET_LISTEN): %w", cfg.Listen, err)
 	}
 	if cfg.MetricsListen != "" {
@@ -270,6 +273,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		_ = d.server.Close()
 	}
 	wg.Wait()
+	d.api.Close()
 	close(errs)
 	var all []error
 	for err := range errs {

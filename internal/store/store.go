@@ -7,8 +7,12 @@
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
 // default). Both are held to one contract suite, store/storetest; a change
 // of behaviour starts there. Nothing outside the backends sees a driver
-// type, and callers branch only on the sentinel errors declared here and on
-// *agentfleet.BudgetExhaustedError.
+// type, and callers branch only on the sentinel errors declared here, on
+// *QueueFullError and on *agentfleet.BudgetExhaustedError.
+//
+// A tenant's runs not yet finished are capped (max_queued_runs): RunCreate
+// refuses a run beyond the cap with a *QueueFullError, found without
+// counting a large backlog per submission (see RunCreate).
 //
 // Every method that changes a run appends the run's events in the same
 // transaction and returns them with their seq assigned, so seq is dense per
@@ -38,6 +42,27 @@ var (
 	ErrInvalid = errors.New("invalid")
 )
 
+// MaxQueuedRunsDefault is a tenant's max_queued_runs when none is given:
+// far above the largest batch, so only a runaway submitter meets it.
+const MaxQueuedRunsDefault = 1_000_000
+
+// QueueFullError is RunCreate's refusal of runs beyond their tenant's
+// max_queued_runs. Nothing was written.
+type QueueFullError struct {
+	Tenant string
+	// Unfinished is how many of the tenant's runs were not finished
+	// (queued, running or waiting) when it was decided; Limit is the
+	// tenant's max_queued_runs; Requested how many runs were asked for.
+	Unfinished, Limit, Requested int
+	// RetryAfter is how long the caller should wait before trying again.
+	RetryAfter time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("tenant %s has %d runs not finished (queued, running or waiting) and may have at most %d (max_queued_runs): "+
+		"wait for some to end, cancel some, or raise the tenant's max_queued_runs", e.Tenant, e.Unfinished, e.Limit)
+}
+
 // Store is the store of record. Methods are named NounVerb and take one
 // params struct each, so call sites read like sentences and grow without
 // breaking. All are safe for concurrent use.
@@ -54,18 +79,34 @@ type Store interface {
 	TenantUpdate(ctx context.Context, p TenantUpdateParams) (agentfleet.Tenant, error)
 	TenantList(ctx context.Context, p TenantListParams) ([]agentfleet.Tenant, error)
 
-	// APIKeyCreate stores the hash of a key for a tenant. The key itself
-	// is never stored.
-	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) error
-	// TenantGetByAPIKey hashes key and returns its tenant, or ErrNotFound.
-	TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error)
+	// APIKeyCreate stores the hash of a key for a tenant under a fresh
+	// public id and returns the key's record. The key itself is never
+	// stored. A key stored before is ErrConflict.
+	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
+	// APIKeyList lists a tenant's keys, newest first; it never shows a
+	// key or its hash.
+	APIKeyList(ctx context.Context, p APIKeyListParams) (APIKeyListResult, error)
+	// APIKeyDelete revokes a tenant's key: no lookup finds it once the
+	// call returns. An unknown id, or another tenant's, is ErrNotFound.
+	APIKeyDelete(ctx context.Context, p APIKeyDeleteParams) error
+	// TenantGetByAPIKey hashes Key and returns its tenant and the key's
+	// record, or ErrNotFound. It records the use: the key's LastUsedAt
+	// is written only when older than about a minute, so lookups are
+	// not writes.
+	TenantGetByAPIKey(ctx context.Context, p TenantGetByAPIKeyParams) (TenantGetByAPIKeyResult, error)
 
 	AgentUpsert(ctx context.Context, p AgentUpsertParams) (agentfleet.Agent, error)
 	AgentGetByName(ctx context.Context, p AgentGetByNameParams) (agentfleet.Agent, error)
 	AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error)
 
 	// RunCreate creates a run in status queued, or returns the existing
-	// run when (tenant, idempotency key) was seen before (Created false).
+	// run when (tenant, idempotency key) was seen before (Created false),
+	// even when the tenant is at its cap. A new run that would take the
+	// tenant's unfinished runs past its max_queued_runs is a
+	// *QueueFullError. One store never passes the cap; stores in
+	// several processes pass it at most by what the others admitted
+	// since a store's last count, which near the cap is at most a
+	// second old (rules/queue.go).
 	RunCreate(ctx context.Context, p RunCreateParams) (RunCreateResult, error)
 	RunGetByID(ctx context.Context, p RunGetByIDParams) (agentfleet.Run, error)
 	// TurnLoad reads what a worker needs to execute turn Turn of a run,
@@ -226,8 +267,11 @@ type TenantCreateParams struct {
 	Window            agentfleet.BudgetWindow
 	TokensPerMinute   int64
 	MaxConcurrentRuns int
-	Weight            int // zero means 1
-	Exhausted         agentfleet.ExhaustedPolicy
+	// MaxQueuedRuns caps runs not finished; zero means
+	// MaxQueuedRunsDefault.
+	MaxQueuedRuns int
+	Weight        int // zero means 1
+	Exhausted     agentfleet.ExhaustedPolicy
 }
 
 // TenantUpdateParams changes the set fields of a tenant. Changing the
@@ -248,6 +292,7 @@ type TenantUpdateParams struct {
 	Window            *agentfleet.BudgetWindow
 	TokensPerMinute   *int64
 	MaxConcurrentRuns *int
+	MaxQueuedRuns     *int // zero means MaxQueuedRunsDefault
 	Weight            *int
 	Exhausted         *agentfleet.ExhaustedPolicy
 }
@@ -256,10 +301,54 @@ type TenantListParams struct {
 	Limit int // zero: all
 }
 
+// APIKey is a tenant's API key as the store shows it: never the key or
+// its hash.
+type APIKey struct {
+	// ID names the key in URLs ("key_" and 32 hex digits); it is not
+	// secret.
+	ID         string
+	Tenant     string
+	Name       string
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero: never used
+}
+
+// APIKeyCreateParams stores Key (hashed) for Tenant. Name says what it is
+// for (at most 100 bytes).
 type APIKeyCreateParams struct {
 	Tenant string
 	Key    string
 	Name   string
+}
+
+// APIKeyListParams pages a tenant's keys, newest first. Cursor is the
+// NextCursor of the previous page.
+type APIKeyListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type APIKeyListResult struct {
+	Keys       []APIKey
+	NextCursor string // empty on the last page
+}
+
+type APIKeyDeleteParams struct {
+	Tenant string
+	ID     string
+}
+
+// TenantGetByAPIKeyParams looks up Key; Now is when it is used (zero:
+// the store's clock).
+type TenantGetByAPIKeyParams struct {
+	Key string
+	Now time.Time
+}
+
+type TenantGetByAPIKeyResult struct {
+	Tenant agentfleet.Tenant
+	Key    APIKey
 }
 
 type AgentUpsertParams struct {

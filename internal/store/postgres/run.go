@@ -21,8 +21,9 @@ const runCols = `seq, id, tenant, agent, session_id, status, message, context, m
 	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
 
 var (
-	terminalList = rules.SQLList(rules.Terminal)
-	activeList   = rules.SQLList(rules.Active)
+	terminalList   = rules.SQLList(rules.Terminal)
+	activeList     = rules.SQLList(rules.Active)
+	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
@@ -103,11 +104,44 @@ func (a *eventArrays) add(e agentfleet.Event) {
 // contend.
 const lockSessionSQL = `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2 || '/' || $3))`
 
+// queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
+// and its unfinished runs, counted no further than one past it (an index
+// scan of runs_tenant_status).
+var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
+		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + unfinishedList + `) LIMIT t.max_queued_runs + 1) x)
+	FROM tenants t WHERE t.id = $1`
+
+func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	type counted struct{ limit, unfinished int }
+	c, err := queryOne(ctx, s, queueCountSQL, func(sc scanner) (counted, error) {
+		var c counted
+		err := sc.Scan(&c.limit, &c.unfinished)
+		return c, err
+	}, tenant)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, err)
+	}
+	return c.limit, c.unfinished, nil
+}
+
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	p, err := rules.RunCreate(p)
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
+	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	var full *store.QueueFullError
+	if errors.As(err, &full) && p.IdempotencyKey != "" {
+		// A repeat of a run already admitted is never refused.
+		if res, err := s.runByIdempotency(ctx, p); !isNotFound(err) {
+			return res, err
+		}
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
+	}
+	admitted := 0 // of the one admitted, what was created
+	defer func() { done(admitted) }()
 	now := rules.Now()
 	evs, err := rules.Events(p.Events, 0, now)
 	if err != nil {
@@ -189,15 +223,20 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
 	}
 	if created {
+		admitted = 1
 		return res, nil
 	}
-	// The idempotency key was seen before: return that run.
-	// The non-empty condition is the partial unique index's predicate,
-	// so a generic plan can use the index too.
+	return s.runByIdempotency(ctx, p)
+}
+
+// runByIdempotency is RunCreate's answer when the idempotency key was seen
+// before: that run. The non-empty condition is the partial unique index's
+// predicate, so a generic plan can use the index too.
+func (s *Store) runByIdempotency(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
 		scanRunRow, p.Tenant, p.IdempotencyKey)
+	res := store.RunCreateResult{Run: prev.Run}
 	if err == nil {
-		res = store.RunCreateResult{Run: prev.Run}
 		res.Startable, err = s.startable(ctx, prev)
 	}
 	if err != nil {
@@ -546,17 +585,14 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 }
 
 func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	if p.ID == "" {
-		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
-	}
 	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
+	p, err := rules.RunCancel(p, now)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
 	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, evs, now)
+		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, p.Events, now)
 		return err
 	})
 	if err != nil {

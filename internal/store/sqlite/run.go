@@ -18,8 +18,9 @@ const runCols = `seq, id, tenant, agent, session_id, status, message, context, m
 	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
 
 var (
-	terminalList = rules.SQLList(rules.Terminal)
-	activeList   = rules.SQLList(rules.Active)
+	terminalList   = rules.SQLList(rules.Terminal)
+	activeList     = rules.SQLList(rules.Active)
+	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
@@ -59,11 +60,48 @@ func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, 
 const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
 	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
 
+// queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
+// and its unfinished runs, counted no further than one past it.
+// (SQLite's LIMIT cannot name an outer column, hence the second read of
+// the tenant.)
+var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
+		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + unfinishedList + `)
+		LIMIT (SELECT max_queued_runs + 1 FROM tenants WHERE id = ?1)))
+	FROM tenants t WHERE t.id = ?1`
+
+// countQueued reads on the read pool: the gate's own accounting covers
+// what the writer has queued and not committed.
+func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	if err := s.rd.QueryRowContext(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished); err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, mapErr(err))
+	}
+	return limit, unfinished, nil
+}
+
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	p, err := rules.RunCreate(p)
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
+	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	var full *store.QueueFullError
+	if errors.As(err, &full) && p.IdempotencyKey != "" {
+		// A repeat of a run already admitted is never refused.
+		row, rerr := scanRun(s.rd.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
+		if rerr == nil {
+			res := store.RunCreateResult{Run: row.Run}
+			res.Startable, rerr = startable(ctx, s.rd, row)
+			return res, rerr
+		}
+		if !errors.Is(rerr, sql.ErrNoRows) {
+			return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, rerr)
+		}
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
+	}
+	admitted := 0 // of the one admitted, what was created
+	defer func() { done(admitted) }()
 	now := rules.Now()
 	evs, err := rules.Events(p.Events, 0, now)
 	if err != nil {
@@ -106,6 +144,9 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	})
 	if err != nil {
 		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
+	}
+	if res.Created {
+		admitted = 1
 	}
 	return res, nil
 }
@@ -271,17 +312,14 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 }
 
 func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	if p.ID == "" {
-		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
-	}
 	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
+	p, err := rules.RunCancel(p, now)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
 	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, evs, now)
+		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, p.Events, now)
 		return err
 	})
 	if err != nil {
