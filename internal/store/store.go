@@ -359,6 +359,9 @@ type AgentUpsertParams struct {
 	Primitives          []string
 	MaxCompletionTokens int
 	MaxTurns            int
+	// MaxModelCallsPerTurn caps a turn's model calls; 0 is the fleet's
+	// default.
+	MaxModelCallsPerTurn int
 }
 
 type AgentGetByNameParams struct {

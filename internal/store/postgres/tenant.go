@@ -256,12 +256,12 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
 
 func scanAgent(sc scanner) (agentfleet.Agent, error) {
 	var a agentfleet.Agent
 	var prims []byte
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.CreatedAt, &a.UpdatedAt); err != nil {
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &a.CreatedAt, &a.UpdatedAt); err != nil {
 		return a, err
 	}
 	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
@@ -274,12 +274,12 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 	if err := rules.AgentUpsert(p); err != nil {
 		return agentfleet.Agent{}, err
 	}
-	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
 		ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
 			primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-			max_turns = excluded.max_turns, updated_at = excluded.updated_at
+			max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
 		RETURNING `+agentCols, scanAgent,
-		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, rules.Now())
+		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, rules.Now())
 	if err != nil {
 		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
 	}

@@ -258,13 +258,13 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
 
 func scanAgent(sc interface{ Scan(...any) error }) (agentfleet.Agent, error) {
 	var a agentfleet.Agent
 	var prims []byte
 	var created, updated int64
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &created, &updated); err != nil {
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &created, &updated); err != nil {
 		return a, err
 	}
 	a.CreatedAt, a.UpdatedAt = fromMicros(created), fromMicros(updated)
@@ -281,12 +281,12 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 	var a agentfleet.Agent
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
 				primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-				max_turns = excluded.max_turns, updated_at = excluded.updated_at
+				max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
 			RETURNING `+agentCols,
-			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, now, now))
+			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, now, now))
 		return err
 	})
 	if err != nil {

@@ -250,10 +250,10 @@ func testAgent(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		a, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1",
-			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9})
+			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4})
 		require.NoError(t, err)
 		require.Equal(t, agentfleet.Agent{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1", Primitives: []string{"fetch", "ai"},
-			MaxCompletionTokens: 512, MaxTurns: 9, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
+			MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
 		got, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "writer"})
 		require.NoError(t, err)
 		require.Equal(t, a, got)

@@ -157,7 +157,7 @@ func AgentUpsert(p store.AgentUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
 		return Invalidf("agent: tenant and name are required")
 	}
-	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 {
+	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 || p.MaxModelCallsPerTurn < 0 {
 		return Invalidf("agent %s: limits must not be negative (zero means the default)", p.Name)
 	}
 	if err := checkTexts("agent name", p.Name, "agent persona", p.Persona, "agent model", p.Model); err != nil {
