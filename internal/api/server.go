@@ -1,4 +1,4 @@
-// Package api is the dispatcher's HTTP API (DESIGN §8): run submission,
+// Package api is the dispatcher's HTTP API (the README lists it): run submission,
 // reads, listing, cancellation, events as Server-Sent Events, tenant
 // administration and health. It admits runs and publishes their
 // first turn; it never calls a model. It also sweeps for runs due a turn
