@@ -1,0 +1,173 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// run executes one turn on c. reusable is false when c must not serve
+// again (it died, was killed, or broke the protocol).
+//
+// computing is whether the turn holds a compute token; run gives it back
+// for each host call and takes it again after, and clears computing when
+// the turn ended (cancelled, or the pool closed) before it got it back.
+func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
+	lim := p.cfg.Limits
+	turnCtx, cancel := context.WithTimeoutCause(ctx, lim.TurnTimeout, errWallTime)
+	defer cancel()
+
+	c.seq++
+	seq := c.seq
+	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args, secrets: req.Secrets}
+	frame := encodeExec(&c.enc, &msg)
+	if len(frame) > maxFrame(lim.CarryBytes) {
+		// The process would refuse the frame; say why instead.
+		res.Return = []byte("null")
+		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptLimit, Message: fmt.Sprintf(
+			"the script and its args take %s; the limit is %s", formatBytes(int64(len(frame))), formatBytes(int64(maxFrame(lim.CarryBytes))))}
+		return res, true, nil
+	}
+	if err := c.write(frame); err != nil {
+		return p.died(c, stopNone, fmt.Errorf("write request: %w", err), &res)
+	}
+
+	w := startWatch(c, seq, lim.CPUTime+killGrace)
+	stopCancel := context.AfterFunc(turnCtx, func() {
+		reason := stopCancelled
+		if context.Cause(turnCtx) == errWallTime {
+			reason = stopWallTime
+		}
+		w.cancel(reason)
+	})
+	defer stopCancel()
+
+	max := maxFrame(lim.CarryBytes)
+	for {
+		typ, payload, err := readFrame(c.r, &c.rbuf, max)
+		if err != nil {
+			return p.died(c, w.finish(), err, &res)
+		}
+		switch typ {
+		case frameHostCall:
+			w.pause()
+			if *computing { // not after a take below failed
+				<-p.compute
+				*computing = false
+			}
+			hseq, status, data := p.hostCall(turnCtx, req, set, payload, &res.AIUsage)
+			// Without the token again, the script goes on only to be
+			// stopped: its turn was cancelled or the pool is closing.
+			*computing = p.take(turnCtx, p.compute) == nil
+			w.resume()
+			if hseq != seq {
+				w.finish()
+				return p.broken(c, fmt.Errorf("%w: host call for turn %d during turn %d", errProtocol, hseq, seq), &res)
+			}
+			// A failed write shows up as EOF on the next read.
+			e := &c.enc
+			e.start(frameHostRep)
+			e.uint(seq)
+			e.byte(status)
+			e.bytes(data)
+			_ = c.write(e.frame())
+		case frameResult:
+			killed := w.finish()
+			m, err := decodeResult(payload)
+			if err == nil && m.seq != seq {
+				err = fmt.Errorf("%w: result for turn %d during turn %d", errProtocol, m.seq, seq)
+			}
+			if err != nil {
+				return p.broken(c, err, &res)
+			}
+			c.cpuMark = m.cpu
+			fillResult(&res, &m)
+			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
+				// The turn was cancelled (or ran out of wall time) but
+				// finished before the cancel reached it, typically
+				// because a host call failed on the cancelled context
+				// and the script went on. Whatever it produced then is
+				// not a result: report the cancellation.
+				reason := stopCancelled
+				if context.Cause(turnCtx) == errWallTime {
+					reason = stopWallTime
+				}
+				res.Answered, res.Answer, res.Return = false, nil, []byte("null")
+				res.Err = p.stopError(reason, true)
+			}
+			return res, killed == stopNone, nil
+		default:
+			w.finish()
+			return p.broken(c, fmt.Errorf("%w: unexpected frame %q", errProtocol, typ), &res)
+		}
+	}
+}
+
+func fillResult(res *agentfleet.ExecResult, m *resultMsg) {
+	res.Answered = m.answered
+	if m.answered {
+		res.Answer = m.answer
+	}
+	res.Return = m.ret
+	if len(res.Return) == 0 {
+		res.Return = []byte("null")
+	}
+	res.Logs = m.logs
+	if m.errKind != 0 {
+		res.Err = &agentfleet.ScriptError{Kind: kindFromCode(m.errKind), Message: m.errMsg}
+	}
+}
+
+// broken discards a child that broke the protocol.
+func (p *Pool) broken(c *child, err error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
+	c.kill()
+	return p.died(c, stopNone, err, res)
+}
+
+// died reports a turn whose process is gone: killed by us (killed says
+// why), out of memory, or crashed. The process is reaped here.
+func (p *Pool) died(c *child, killed stopReason, cause error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
+	byParent := c.killed.Load() // before the kill below, which only makes sure
+	c.kill()
+	c.wait()
+	if p.isClosed() {
+		return *res, false, ErrClosed
+	}
+	res.Return = []byte("null")
+	stderr := strings.TrimSpace(c.stderr.String())
+	exit := exitDescription(c.waitErr)
+	switch {
+	case killed != stopNone:
+		res.Err = p.stopError(killed, false)
+	case oomExit(c.waitErr, stderr, byParent):
+		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptMemory, Message: fmt.Sprintf(
+			"the script exceeded the memory limit of %s (an allocation too large to satisfy) and its sandbox process was terminated; hold less data at once",
+			formatBytes(p.cfg.Limits.MemoryBytes))}
+	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
+		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptLimit, Message: "the script recursed too deeply and its sandbox process was terminated; use a loop instead of deep recursion"}
+	default:
+		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException, Message: fmt.Sprintf("sandbox process crashed (%s); the turn did not complete", exit)}
+	}
+	p.cfg.Logger.Warn("sandbox process ended during a turn",
+		"pid", c.cmd.Process.Pid, "kind", res.Err.Kind, "exit", exit, "cause", cause, "stderr", firstLines(stderr, 12))
+	return *res, false, nil
+}
+
+// stopError is the error of a turn the parent stopped. cooperative is
+// false when the process had to be killed because it did not stop.
+func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError {
+	l := p.cfg.Limits
+	switch r {
+	case stopCancelled:
+		return &agentfleet.ScriptError{Kind: agentfleet.ScriptCancelled, Message: "the execution was cancelled"}
+	case stopWallTime:
+		return &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: fmt.Sprintf("the turn exceeded its wall-clock time limit of %s (including fetch and ai calls) and was stopped", shortDuration(l.TurnTimeout))}
+	}
+	msg := fmt.Sprintf("the script used its CPU time limit of %s and was stopped", shortDuration(l.CPUTime))
+	if !cooperative {
+		msg = fmt.Sprintf("the script did not stop at its CPU time limit of %s (stuck in a long built-in call, such as sorting or filling a huge array) and its sandbox process was killed", shortDuration(l.CPUTime))
+	}
+	return &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: msg}
+}
