@@ -104,7 +104,10 @@
 // line:column, never a Go stack or goja internals. A process that crashes
 // for a reason other than memory fails the turn with "sandbox process
 // crashed". Values listed in ExecRequest.Secrets are replaced by
-// "[redacted]" in logs, return value, answer and error message.
+// "[redacted]" in logs, return value, answer and error message (also
+// where the log or message cap cuts one in two), and in a crashed
+// process's stderr before it is logged. The parent redacts what a
+// process reports: no secret is ever sent to a sandbox process.
 //
 // # Primitives, policy, network guard
 //

@@ -19,9 +19,12 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	turnCtx, cancel := context.WithTimeoutCause(ctx, lim.TurnTimeout, errWallTime)
 	defer cancel()
 
+	// Secrets stay here: what the process reports is redacted on
+	// arrival, so the process never needs them.
+	red := p.redactorFor(req.Secrets)
 	c.seq++
 	seq := c.seq
-	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args, secrets: req.Secrets}
+	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args}
 	frame := encodeExec(&c.enc, &msg)
 	if len(frame) > maxFrame(lim.CarryBytes) {
 		// The process would refuse the frame; say why instead.
@@ -31,7 +34,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 		return res, true, nil
 	}
 	if err := c.write(frame); err != nil {
-		return p.died(c, stopNone, fmt.Errorf("write request: %w", err), &res)
+		return p.died(c, stopNone, fmt.Errorf("write request: %w", err), red, &res)
 	}
 
 	w := startWatch(c, seq, lim.CPUTime+killGrace)
@@ -48,7 +51,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	for {
 		typ, payload, err := readFrame(c.r, &c.rbuf, max)
 		if err != nil {
-			return p.died(c, w.finish(), err, &res)
+			return p.died(c, w.finish(), err, red, &res)
 		}
 		switch typ {
 		case frameHostCall:
@@ -64,7 +67,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 			w.resume()
 			if hseq != seq {
 				w.finish()
-				return p.broken(c, fmt.Errorf("%w: host call for turn %d during turn %d", errProtocol, hseq, seq), &res)
+				return p.broken(c, fmt.Errorf("%w: host call for turn %d during turn %d", errProtocol, hseq, seq), red, &res)
 			}
 			// A failed write shows up as EOF on the next read.
 			e := &c.enc
@@ -80,10 +83,10 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 				err = fmt.Errorf("%w: result for turn %d during turn %d", errProtocol, m.seq, seq)
 			}
 			if err != nil {
-				return p.broken(c, err, &res)
+				return p.broken(c, err, red, &res)
 			}
 			c.cpuMark = m.cpu
-			fillResult(&res, &m)
+			fillResult(&res, &m, red)
 			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
 				// The turn was cancelled (or ran out of wall time) but
 				// finished before the cancel reached it, typically
@@ -100,35 +103,39 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 			return res, killed == stopNone, nil
 		default:
 			w.finish()
-			return p.broken(c, fmt.Errorf("%w: unexpected frame %q", errProtocol, typ), &res)
+			return p.broken(c, fmt.Errorf("%w: unexpected frame %q", errProtocol, typ), red, &res)
 		}
 	}
 }
 
-func fillResult(res *agentfleet.ExecResult, m *resultMsg) {
+// fillResult turns a result frame into the turn's result, redacting
+// everything the process reported.
+func fillResult(res *agentfleet.ExecResult, m *resultMsg, red *redactor) {
 	res.Answered = m.answered
 	if m.answered {
-		res.Answer = m.answer
+		res.Answer = red.json(m.answer)
 	}
-	res.Return = m.ret
+	res.Return = red.json(m.ret)
 	if len(res.Return) == 0 {
 		res.Return = []byte("null")
 	}
-	res.Logs = m.logs
+	res.Logs = red.logs(m.logHead, m.logTail, m.logCut)
 	if m.errKind != 0 {
-		res.Err = &agentfleet.ScriptError{Kind: kindFromCode(m.errKind), Message: m.errMsg}
+		res.Err = &agentfleet.ScriptError{Kind: kindFromCode(m.errKind), Message: red.message(m.errMsg, m.errCut)}
 	}
 }
 
 // broken discards a child that broke the protocol.
-func (p *Pool) broken(c *child, err error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
+func (p *Pool) broken(c *child, err error, red *redactor, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
 	c.kill()
-	return p.died(c, stopNone, err, res)
+	return p.died(c, stopNone, err, red, res)
 }
 
 // died reports a turn whose process is gone: killed by us (killed says
-// why), out of memory, or crashed. The process is reaped here.
-func (p *Pool) died(c *child, killed stopReason, cause error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
+// why), out of memory, or crashed. The process is reaped here. Its
+// stderr, logged, is redacted with red: a crash report can quote the
+// script's data.
+func (p *Pool) died(c *child, killed stopReason, cause error, red *redactor, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
 	byParent := c.killed.Load() // before the kill below, which only makes sure
 	c.kill()
 	c.wait()
@@ -151,7 +158,7 @@ func (p *Pool) died(c *child, killed stopReason, cause error, res *agentfleet.Ex
 		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException, Message: fmt.Sprintf("sandbox process crashed (%s); the turn did not complete", exit)}
 	}
 	p.cfg.Logger.Warn("sandbox process ended during a turn",
-		"pid", c.cmd.Process.Pid, "kind", res.Err.Kind, "exit", exit, "cause", cause, "stderr", firstLines(stderr, 12))
+		"pid", c.cmd.Process.Pid, "kind", res.Err.Kind, "exit", exit, "cause", cause, "stderr", red.str(firstLines(stderr, 12)))
 	return *res, false, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -30,6 +31,7 @@ type Pool struct {
 	guard  *netGuard
 	client *http.Client
 	decls  string // declarations of the default set
+	red    atomic.Pointer[redactorEntry]
 
 	// procs holds one token per Execute that has or will get a process:
 	// at most MaxProcesses. compute holds one per script running
