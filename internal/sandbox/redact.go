@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -16,8 +17,10 @@ import (
 type redactor struct {
 	r *strings.Replacer
 	// forms are the secrets and their JSON-escaped forms, for the
-	// pieces a cut leaves (cutEnd, cutStart).
-	forms []string
+	// pieces a cut leaves (cutEnd, cutStart) and for found; rawForms
+	// are the same as bytes, for foundIn.
+	forms    []string
+	rawForms [][]byte
 }
 
 const redacted = "[redacted]"
@@ -33,6 +36,7 @@ func newRedactor(secrets []string) *redactor {
 	add := func(s string) {
 		if s != "" && !slices.Contains(r.forms, s) {
 			r.forms = append(r.forms, s)
+			r.rawForms = append(r.rawForms, []byte(s))
 			pairs = append(pairs, s, redacted)
 		}
 	}
@@ -71,10 +75,30 @@ func (p *Pool) redactorFor(secrets []string) *redactor {
 }
 
 func (r *redactor) str(s string) string {
-	if r == nil {
+	if r == nil || !r.found(s) {
 		return s
 	}
 	return r.r.Replace(s)
+}
+
+// found says whether s holds a secret. It is the common case's whole
+// cost: no copy of a document with no secret in it.
+func (r *redactor) found(s string) bool {
+	for _, f := range r.forms {
+		if strings.Contains(s, f) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *redactor) foundIn(doc []byte) bool {
+	for _, f := range r.rawForms {
+		if bytes.Contains(doc, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // cutEnd redacts s, which a cut ended: the beginning of a secret left at
@@ -159,13 +183,10 @@ func capMessage(s string, dropped int) string {
 // cheap; when it would break the document (a secret that is a number, or
 // JSON syntax) the value is redacted structurally instead.
 func (r *redactor) json(doc []byte) []byte {
-	if r == nil || len(doc) == 0 {
+	if r == nil || !r.foundIn(doc) {
 		return doc
 	}
 	s := r.r.Replace(string(doc))
-	if len(s) == len(doc) && s == string(doc) {
-		return doc
-	}
 	if json.Valid([]byte(s)) {
 		return []byte(s)
 	}
