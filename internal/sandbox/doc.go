@@ -29,6 +29,13 @@
 //     protocol runs on fds 3 (requests), 4 (replies) and 5 (cancels); stdout
 //     is discarded and the head of stderr is kept for crash reports.
 //
+// On Linux a sandbox process also runs with no_new_privs on every thread
+// (it is forked from a thread of the pool that has it), no core dumps,
+// RLIMIT_NOFILE 32, an RLIMIT_NPROC that stops a fork bomb (see
+// limitResources for why it cannot be tighter), hard limits lowered with
+// the soft ones, and the highest OOM score, so that a machine or cgroup
+// short of memory loses a sandbox process rather than the worker.
+//
 // # The process pool
 //
 // A Pool runs JavaScript in PoolSize processes at once (default

@@ -32,6 +32,7 @@ type Pool struct {
 	client *http.Client
 	decls  string // declarations of the default set
 	red    atomic.Pointer[redactorEntry]
+	spawn  *spawner
 
 	// procs holds one token per Execute that has or will get a process:
 	// at most MaxProcesses. compute holds one per script running
@@ -98,6 +99,7 @@ func New(cfg Config) (*Pool, error) {
 		compute: make(chan struct{}, cfg.PoolSize),
 		done:    make(chan struct{}),
 		live:    map[*child]struct{}{},
+		spawn:   newSpawner(),
 	}
 	p.decls = declarations(1<<numPrims-1, cfg.Limits)
 	return p, nil
@@ -324,6 +326,7 @@ func (p *Pool) Close() error {
 	for _, c := range idle {
 		c.destroy()
 	}
+	p.spawn.stopAndWait()
 	p.client.CloseIdleConnections()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,78 @@ type child struct {
 	killed   atomic.Bool
 	waitOnce sync.Once
 	waitErr  error
+}
+
+// spawner starts the sandbox processes from one OS thread, locked to its
+// goroutine, on which prepareSpawnThread set no_new_privs: a process
+// inherits the flag from the thread that forks it, so every thread of a
+// sandbox process has it from its first instruction (set by the process
+// itself, it would hold only for the thread that set it). The thread
+// lives until the pool is closed, which also keeps Pdeathsig, tied to
+// the forking thread, from firing while the pool runs.
+type spawner struct {
+	once sync.Once
+	reqs chan func()
+	err  error         // from prepareSpawnThread; read once done is closed
+	stop chan struct{} // closed by stopAndWait
+	done chan struct{} // closed when the thread's goroutine has returned
+}
+
+func newSpawner() *spawner {
+	return &spawner{reqs: make(chan func()), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start starts cmd from the spawner's thread; closed aborts the wait
+// for the thread (the pool is closing).
+func (s *spawner) start(cmd *exec.Cmd, closed <-chan struct{}) error {
+	s.once.Do(func() { go s.serve() })
+	result := make(chan error, 1)
+	select {
+	case s.reqs <- func() { result <- cmd.Start() }:
+	case <-s.done:
+		return s.failure()
+	case <-closed:
+		return ErrClosed
+	}
+	return <-result
+}
+
+func (s *spawner) failure() error {
+	if s.err != nil {
+		return s.err
+	}
+	return ErrClosed
+}
+
+func (s *spawner) serve() {
+	defer close(s.done)
+	// Never unlocked: the thread ends with the goroutine rather than
+	// go back to the runtime with no_new_privs set.
+	runtime.LockOSThread()
+	if s.err = prepareSpawnThread(); s.err != nil {
+		s.err = fmt.Errorf("sandbox: prepare the thread that starts sandbox processes: %w", s.err)
+		return
+	}
+	for {
+		select {
+		case f := <-s.reqs:
+			f()
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// stopAndWait ends the spawner's thread, if it was started. Only Close
+// calls it, once, after every process is reaped.
+func (s *spawner) stopAndWait() {
+	started := true
+	s.once.Do(func() { started = false })
+	if !started {
+		return
+	}
+	close(s.stop)
+	<-s.done
 }
 
 func (p *Pool) startChild() (*child, error) {
@@ -76,7 +149,7 @@ func (p *Pool) startChild() (*child, error) {
 	stderr := &headBuffer{max: 8 << 10}
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = childSysProcAttr()
-	if err := cmd.Start(); err != nil {
+	if err := p.spawn.start(cmd, p.done); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("sandbox: start process %s: %w", p.exe, err)
 	}
