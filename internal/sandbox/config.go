@@ -73,6 +73,14 @@ type Config struct {
 	// IdleTimeout is how long a process beyond PoolSize is kept idle
 	// before it is stopped. Zero means IdleTimeoutDefault.
 	IdleTimeout time.Duration
+	// MemoryTotal bounds the memory of all the pool's sandbox processes
+	// together, in bytes: each is charged ProcessMemory(Limits), what it
+	// can come to hold, while it lives, and a turn that needs another
+	// process when the charges would pass the bound waits for one to go
+	// idle or end. Zero means DefaultMemoryTotal of the cgroup memory
+	// limit (at least one process), or no bound outside a cgroup with a
+	// limit; negative means no bound.
+	MemoryTotal int64
 	Limits      Limits
 	// Policy decides each host primitive call (fetch, http, ai, aiJSON).
 	// Nil means DefaultPolicy.
@@ -203,6 +211,10 @@ func (c Config) validate() error {
 	}
 	if c.ChildProcs < 0 {
 		errs = append(errs, fmt.Errorf("ChildProcs is %d; use a positive GOMAXPROCS for sandbox processes, or 0 for %d", c.ChildProcs, ChildProcsDefault))
+	}
+	if per := ProcessMemory(c.Limits); c.MemoryTotal > 0 && c.MemoryTotal < per {
+		errs = append(errs, fmt.Errorf("MemoryTotal is %s, less than one sandbox process can hold (%s: twice Limits.MemoryBytes plus %s); raise it, lower Limits.MemoryBytes, or use 0 to derive it from the cgroup memory limit",
+			formatBytes(c.MemoryTotal), formatBytes(per), formatBytes(512<<20+childBaseBytes)))
 	}
 	l := c.Limits
 	if l.CPUTime < minCPUTime {

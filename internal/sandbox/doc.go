@@ -46,7 +46,13 @@
 // in up to MaxProcesses processes while no more than PoolSize compute.
 // Execute waits (honouring its context) for a place and, beyond
 // MaxProcesses, for a process. Processes beyond PoolSize are stopped
-// after IdleTimeout idle. A process that dies or is killed is reaped and
+// after IdleTimeout idle. Their memory together is bounded by
+// Config.MemoryTotal (by default three quarters or so of the cgroup's
+// memory limit, see DefaultMemoryTotal): each live process is charged
+// ProcessMemory, the most it can hold under RLIMIT_AS, and an Execute that
+// needs another process while that would pass the bound waits for one to
+// go idle or end, so that the worker is not the one the kernel's OOM
+// killer finds. A process that dies or is killed is reaped and
 // replaced on demand; Close kills and reaps them all. Each turn runs in a fresh goja runtime, built
 // by the process between turns, so nothing a script does - globals,
 // patched prototypes, replaced builtins - is visible to any later turn,

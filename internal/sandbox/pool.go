@@ -59,6 +59,17 @@ type Pool struct {
 	live     map[*child]struct{}
 	trim     *time.Timer // pending trimIdle, nil when none
 	inflight sync.WaitGroup
+
+	// Memory accounting (memory.go): each process from its start until
+	// it is reaped is charged perProcess; charged never passes
+	// memTotal (negative: no bound). Executes that found neither an
+	// idle process nor room wait for room to close, which is replaced
+	// each time a process goes idle or is reaped while roomWaiters > 0.
+	perProcess  int64
+	memTotal    int64
+	charged     int64
+	room        chan struct{}
+	roomWaiters int
 }
 
 // New validates cfg and returns a pool. Sandbox processes are started
@@ -100,7 +111,11 @@ func New(cfg Config) (*Pool, error) {
 		done:    make(chan struct{}),
 		live:    map[*child]struct{}{},
 		spawn:   newSpawner(),
+
+		perProcess: ProcessMemory(cfg.Limits),
+		room:       make(chan struct{}),
 	}
+	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
 	p.decls = declarations(1<<numPrims-1, cfg.Limits)
 	return p, nil
 }
@@ -155,8 +170,11 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	}
 	defer p.inflight.Done()
 
-	c, err := p.acquire()
+	c, err := p.acquire(ctx, &computing)
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+			return cancelledResult(start), nil // while waiting for memory
+		}
 		return agentfleet.ExecResult{}, err
 	}
 	res, reusable, err := p.run(ctx, c, &req, set, &computing)
@@ -211,29 +229,92 @@ func (p *Pool) isClosed() bool {
 	return p.closed
 }
 
-// acquire takes the most recently used idle process, or starts one.
-func (p *Pool) acquire() (*child, error) {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		c := p.idle[n-1]
-		p.idle = p.idle[:n-1]
+// acquire takes the most recently used idle process, or starts one if
+// the memory bound leaves room for it; else it waits, honouring ctx,
+// until a process goes idle or is reaped. While it waits it gives up its
+// compute place (*computing), which the turns holding the memory may
+// need in order to finish.
+func (p *Pool) acquire(ctx context.Context, computing *bool) (*child, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if n := len(p.idle); n > 0 {
+			c := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return c, nil
+		}
+		if p.memTotal < 0 || p.charged+p.perProcess <= p.memTotal {
+			p.charged += p.perProcess
+			p.mu.Unlock()
+			return p.start()
+		}
+		p.roomWaiters++
+		room := p.room
 		p.mu.Unlock()
-		return c, nil
+
+		if *computing {
+			<-p.compute
+			*computing = false
+		}
+		var err error
+		select {
+		case <-room:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-p.done:
+			err = ErrClosed
+		}
+		p.mu.Lock()
+		p.roomWaiters--
+		p.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.take(ctx, p.compute); err != nil {
+			return nil, err
+		}
+		*computing = true
 	}
-	p.mu.Unlock()
+}
+
+// start starts a process whose memory acquire has charged.
+func (p *Pool) start() (*child, error) {
 	c, err := p.startChild()
 	if err != nil {
+		p.uncharge()
 		return nil, err
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		c.destroy()
+		p.uncharge()
 		return nil, ErrClosed
 	}
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
+}
+
+// uncharge gives back the memory of a process that was reaped (or never
+// started).
+func (p *Pool) uncharge() {
+	p.mu.Lock()
+	p.charged -= p.perProcess
+	p.signalRoom()
+	p.mu.Unlock()
+}
+
+// signalRoom wakes the Executes waiting for room; p.mu held.
+func (p *Pool) signalRoom() {
+	if p.roomWaiters > 0 {
+		close(p.room)
+		p.room = make(chan struct{})
+	}
 }
 
 // release returns a healthy process to idle, or destroys it.
@@ -245,12 +326,15 @@ func (p *Pool) release(c *child, reusable bool) {
 		if len(p.idle) > p.cfg.PoolSize && p.trim == nil {
 			p.trim = time.AfterFunc(p.cfg.IdleTimeout, p.trimIdle)
 		}
+		p.signalRoom()
 		p.mu.Unlock()
 		return
 	}
 	delete(p.live, c)
 	p.mu.Unlock()
+	// Its memory counts until it is reaped.
 	c.destroy()
+	p.uncharge()
 }
 
 // trimIdle stops the idle processes beyond PoolSize that have been idle
@@ -285,7 +369,16 @@ func (p *Pool) trimIdle() {
 	defer p.inflight.Done()
 	for _, c := range stale {
 		c.destroy()
+		p.uncharge()
 	}
+}
+
+// Memory reports the memory charged to the live sandbox processes and
+// the bound on it (negative: none); see Config.MemoryTotal.
+func (p *Pool) Memory() (charged, total int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.charged, p.memTotal
 }
 
 // Processes reports the started sandbox processes and how many of them

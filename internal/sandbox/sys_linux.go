@@ -27,9 +27,7 @@ func limitAddressSpace(memory int64) error {
 	if err != nil {
 		return fmt.Errorf("read address space size: %w", err)
 	}
-	// Room for the heap at the bound and the GC's headroom over it, plus
-	// thread stacks, goroutine stacks and runtime metadata.
-	room := 2*memory + 512<<20
+	room := addressSpaceRoom(memory)
 	if raceEnabled {
 		// The race runtime maps shadow memory for every heap arena.
 		room *= 6
