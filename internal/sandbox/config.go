@@ -18,8 +18,12 @@ const (
 	CarryBytesDefault    = 1 << 20
 	FetchMaxBytesDefault = 1 << 20
 	FetchTimeoutDefault  = 10 * time.Second
-	TurnTimeoutDefault   = 2 * time.Minute
-	MaxRedirectsDefault  = 5
+	// TurnTimeoutDefault bounds a turn in wall time, host calls
+	// included, which the CPU limit does not count: room for a few slow
+	// ai() sub-calls (tens of seconds each) and fetches (FetchTimeout
+	// each), while a script looping on them ends within two minutes.
+	TurnTimeoutDefault  = 2 * time.Minute
+	MaxRedirectsDefault = 5
 	// ChildProcsDefault is the GOMAXPROCS of a sandbox process. A script
 	// is single-threaded, and a process that sleeps between requests pays
 	// for a second P on every wake-up (the runtime starts a second thread
@@ -106,7 +110,9 @@ type Limits struct {
 	// script past it is interrupted (kind timeout).
 	CPUTime time.Duration
 	// TurnTimeout bounds the whole execution in wall time, host calls
-	// included (kind timeout).
+	// included (kind timeout, with a message naming the wall-clock
+	// limit). A host call whose function ignores its context is given
+	// up a second after it.
 	TurnTimeout time.Duration
 	// MemoryBytes bounds the heap of the sandbox process during a turn
 	// (kind memory). See the package doc for how.

@@ -71,7 +71,9 @@
 //     period of CPU time (a long native call such as a catastrophic
 //     regexp does not see interrupts) the parent, reading the process's
 //     CPU time from /proc, kills it. Limits.TurnTimeout bounds the whole
-//     turn in wall time, host calls included.
+//     turn in wall time, host calls included (a script looping on ai()
+//     or on slow fetches); a host function that ignores its context is
+//     given up a grace after it, and the turn ends.
 //   - Memory: a process sets RLIMIT_AS to what it has mapped at start plus
 //     room for the turn's heap (Linux only), asks the GC to stay under
 //     Limits.MemoryBytes, and samples its heap every few milliseconds while

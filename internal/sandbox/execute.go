@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -60,7 +62,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 				<-p.compute
 				*computing = false
 			}
-			hseq, status, data := p.hostCall(turnCtx, req, set, payload, &res.AIUsage)
+			hseq, status, data := p.hostCallWithin(turnCtx, req, set, payload, &res.AIUsage)
 			// Without the token again, the script goes on only to be
 			// stopped: its turn was cancelled or the pool is closing.
 			*computing = p.take(turnCtx, p.compute) == nil
@@ -110,6 +112,44 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 
 // fillResult turns a result frame into the turn's result, redacting
 // everything the process reported.
+// hostCallWithin runs a host call, but stops waiting for it killGrace
+// after the turn's context ends, so that a host function that ignores
+// its context (a stuck client) cannot hold the turn past its wall-clock
+// limit. An abandoned call finishes on its goroutine, which Close waits
+// for; what it used is then not in the turn's AIUsage.
+func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, usage *agentfleet.Usage) (uint64, byte, []byte) {
+	type outcome struct {
+		seq    uint64
+		status byte
+		data   []byte
+		usage  agentfleet.Usage
+	}
+	call := bytes.Clone(payload) // payload aliases the read buffer
+	done := make(chan outcome, 1)
+	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
+	go func() {
+		defer p.inflight.Done()
+		var o outcome
+		o.seq, o.status, o.data = p.hostCall(ctx, req, set, call, &o.usage)
+		done <- o
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-ctx.Done():
+		grace := time.NewTimer(killGrace)
+		defer grace.Stop()
+		select {
+		case o = <-done:
+		case <-grace.C:
+			d := decoder{b: call}
+			return d.uint(), hostError, []byte("the turn was stopped while this call was still running")
+		}
+	}
+	*usage = usage.Add(o.usage)
+	return o.seq, o.status, o.data
+}
+
 func fillResult(res *agentfleet.ExecResult, m *resultMsg, red *redactor) {
 	res.Answered = m.answered
 	if m.answered {
