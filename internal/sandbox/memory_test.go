@@ -21,6 +21,27 @@ func (p *Pool) waitingForRoom() int {
 	return p.roomWaiters
 }
 
+// holdProcess starts a turn that holds its process in an ai() call until
+// release is called (or the test ends), and returns once it does.
+func holdProcess(t *testing.T, p *Pool) (result <-chan agentfleet.ExecResult, release func()) {
+	t.Helper()
+	entered, held := make(chan struct{}), make(chan struct{})
+	release = sync.OnceFunc(func() { close(held) })
+	t.Cleanup(release) // before the pool's Close, which waits for the turn
+	ai := func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
+		close(entered)
+		<-held
+		return agentfleet.AIResponse{Content: "held"}, nil
+	}
+	out := make(chan agentfleet.ExecResult, 1)
+	go func() {
+		res, _ := p.Execute(context.Background(), agentfleet.ExecRequest{Script: `function run() { return ai("hold") }`, AI: ai})
+		out <- res
+	}()
+	<-entered
+	return out, release
+}
+
 // With room for one process, a second turn waits for the first one's
 // process rather than start another: it runs once that process is idle
 // again, or once it is gone.
@@ -31,23 +52,7 @@ func TestMemoryTotalWaitsForRoom(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			t.Parallel()
 			p := newPool(t, Config{PoolSize: 2, MaxProcesses: 4, MemoryTotal: per + per/2})
-			entered, release := make(chan struct{}), make(chan struct{})
-			releaseFirst := sync.OnceFunc(func() { close(release) })
-			t.Cleanup(releaseFirst) // before Close, which waits for the first turn
-			ai := func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
-				close(entered)
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-				return agentfleet.AIResponse{Content: "first"}, nil
-			}
-			first := make(chan agentfleet.ExecResult, 1)
-			go func() {
-				res, _ := p.Execute(context.Background(), agentfleet.ExecRequest{Script: `function run() { return ai("hold") }`, AI: ai})
-				first <- res
-			}()
-			<-entered
+			first, releaseFirst := holdProcess(t, p)
 			firstPid := onlyChildPid(t, p)
 
 			second := make(chan agentfleet.ExecResult, 1)
@@ -67,7 +72,7 @@ func TestMemoryTotalWaitsForRoom(t *testing.T) {
 			switch end {
 			case "idle":
 				releaseFirst()
-				require.Equal(t, `"first"`, ok(t, <-first))
+				require.Equal(t, `"held"`, ok(t, <-first))
 				require.Equal(t, "2", ok(t, <-second))
 				require.Equal(t, firstPid, onlyChildPid(t, p), "the second turn ran on the first one's process")
 			case "gone":
@@ -134,20 +139,7 @@ func TestMemoryWaitHonoursContext(t *testing.T) {
 	t.Parallel()
 	per := ProcessMemory(Limits{})
 	p := newPool(t, Config{PoolSize: 2, MemoryTotal: per})
-	entered, release := make(chan struct{}), make(chan struct{})
-	releaseFirst := sync.OnceFunc(func() { close(release) })
-	t.Cleanup(releaseFirst) // before Close, which waits for the first turn
-	ai := func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
-		close(entered)
-		<-release
-		return agentfleet.AIResponse{Content: "done"}, nil
-	}
-	first := make(chan agentfleet.ExecResult, 1)
-	go func() {
-		res, _ := p.Execute(context.Background(), agentfleet.ExecRequest{Script: `function run() { return ai("hold") }`, AI: ai})
-		first <- res
-	}()
-	<-entered
+	first, releaseFirst := holdProcess(t, p)
 	ctx, cancel := context.WithCancel(context.Background())
 	second := make(chan agentfleet.ExecResult, 1)
 	go func() {
@@ -159,7 +151,7 @@ func TestMemoryWaitHonoursContext(t *testing.T) {
 	failed(t, <-second, agentfleet.ScriptCancelled)
 	require.Equal(t, 0, p.waitingForRoom())
 	releaseFirst()
-	require.Equal(t, `"done"`, ok(t, <-first))
+	require.Equal(t, `"held"`, ok(t, <-first))
 	require.Equal(t, "3", ok(t, run(t, p, `function run() { return 3 }`, "")))
 }
 

@@ -103,46 +103,33 @@ func (r *redactor) foundIn(doc []byte) bool {
 
 // cutEnd redacts s, which a cut ended: the beginning of a secret left at
 // its end is redacted too.
-func (r *redactor) cutEnd(s string) string {
-	if r == nil {
-		return s
-	}
-	s = r.r.Replace(s)
-	best := 0
-	for _, f := range r.forms {
-		for k := min(len(f)-1, len(s)); k >= partialMin && k > best; k-- {
-			if strings.HasSuffix(s, f[:k]) {
-				best = k
-				break
-			}
-		}
-	}
-	if best > 0 {
-		s = s[:len(s)-best] + redacted
-	}
-	return s
-}
+func (r *redactor) cutEnd(s string) string { return r.cutAt(s, true) }
 
 // cutStart redacts s, which a cut began: the end of a secret left at its
 // start is redacted too.
-func (r *redactor) cutStart(s string) string {
+func (r *redactor) cutStart(s string) string { return r.cutAt(s, false) }
+
+func (r *redactor) cutAt(s string, end bool) string {
 	if r == nil {
 		return s
 	}
 	s = r.r.Replace(s)
-	best := 0
+	best := 0 // the longest piece of a secret at the cut
 	for _, f := range r.forms {
 		for k := min(len(f)-1, len(s)); k >= partialMin && k > best; k-- {
-			if strings.HasPrefix(s, f[len(f)-k:]) {
+			if end && strings.HasSuffix(s, f[:k]) || !end && strings.HasPrefix(s, f[len(f)-k:]) {
 				best = k
 				break
 			}
 		}
 	}
-	if best > 0 {
-		s = redacted + s[best:]
+	switch {
+	case best == 0:
+		return s
+	case end:
+		return s[:len(s)-best] + redacted
 	}
-	return s
+	return redacted + s[best:]
 }
 
 // logs redacts a log's parts (logBuffer.parts) and joins them. A secret

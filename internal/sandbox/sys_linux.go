@@ -97,20 +97,30 @@ func limitResources() error {
 // machineTasks is the number of processes and threads on the machine
 // (the fourth field of /proc/loadavg, "running/total").
 func machineTasks() (uint64, error) {
-	b, err := os.ReadFile("/proc/loadavg")
+	f, err := procFields("/proc/loadavg", 4)
 	if err != nil {
 		return 0, err
-	}
-	f := bytes.Fields(b)
-	if len(f) < 4 {
-		return 0, fmt.Errorf("unexpected /proc/loadavg %q", b)
 	}
 	_, total, ok := bytes.Cut(f[3], []byte("/"))
 	n, err := strconv.ParseUint(string(total), 10, 64)
 	if !ok || err != nil {
-		return 0, fmt.Errorf("unexpected /proc/loadavg %q", b)
+		return 0, fmt.Errorf("unexpected /proc/loadavg field %q", f[3])
 	}
 	return n, nil
+}
+
+// procFields reads the space-separated fields of a /proc file that has
+// at least n.
+func procFields(path string, n int) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f := bytes.Fields(b)
+	if len(f) < n {
+		return nil, fmt.Errorf("unexpected %s: %q", path, b)
+	}
+	return f, nil
 }
 
 // prepareSpawnThread sets no_new_privs on the calling thread, locked to
@@ -126,13 +136,9 @@ func prepareSpawnThread() error {
 
 // mappedBytes is the process's current virtual size.
 func mappedBytes() (int64, error) {
-	b, err := os.ReadFile("/proc/self/statm")
+	f, err := procFields("/proc/self/statm", 1)
 	if err != nil {
 		return 0, err
-	}
-	f := bytes.Fields(b)
-	if len(f) == 0 {
-		return 0, fmt.Errorf("empty /proc/self/statm")
 	}
 	pages, err := strconv.ParseInt(string(f[0]), 10, 64)
 	if err != nil {
