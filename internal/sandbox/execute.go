@@ -125,12 +125,13 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 		usage  agentfleet.Usage
 	}
 	call := bytes.Clone(payload) // payload aliases the read buffer
+	hreq := *req                 // not req itself, which would then live on the heap for every turn
 	done := make(chan outcome, 1)
 	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.seq, o.status, o.data = p.hostCall(ctx, req, set, call, &o.usage)
+		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.usage)
 		done <- o
 	}()
 	var o outcome
