@@ -1,12 +1,12 @@
 // Package sandbox runs the JavaScript an agent writes each turn ("code as
-// action", DESIGN §3) and reports what happened. It owns the JavaScript
-// runtime (it is the only importer of goja; no goja type crosses its API),
-// the primitives scripts call (log, answer, fetch, http, ai, markdown, ...)
-// with their TypeScript declarations, the policy check every host call
-// passes, the network guard, and the per-turn limits. It knows nothing of
-// runs, queues, stores or models beyond the agentfleet domain types: the
-// caller hands it an agentfleet.ExecRequest (with an AIFunc it meters) and
-// gets an agentfleet.ExecResult.
+// action", docs/ARCHITECTURE.md §3) and reports what happened. It owns
+// the JavaScript runtime (it is the only importer of goja; no goja type
+// crosses its API), the primitives scripts call (log, answer, fetch,
+// http, ai, markdown, ...) with their TypeScript declarations, the policy
+// check every host call passes, the network guard, and the per-turn
+// limits. It knows nothing of runs, queues, stores or models beyond the
+// agentfleet domain types: the caller hands it an agentfleet.ExecRequest
+// (with an AIFunc it meters) and gets an agentfleet.ExecResult.
 //
 // # The child-process hook: every importing binary is also a sandbox
 //
