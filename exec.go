@@ -23,7 +23,8 @@ type ExecRequest struct {
 	Primitives []string
 	// AI performs ai()/aiJSON() sub-calls. Nil disables them.
 	AI AIFunc
-	// Secrets are values to redact from logs and results.
+	// Secrets are values to redact from logs and results. The sandbox
+	// redacts in the caller's process; they never reach the script's.
 	Secrets []string
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 // Defaults (DESIGN §8).
@@ -109,7 +110,12 @@ type Config struct {
 	// its turns that can wait on fetch, http or ai at once; zero means
 	// its slots, at most SandboxProcessesDefaultMax.
 	SandboxProcesses int
-	Model            llm.Config
+	// SandboxMemory bounds the memory of a worker process's sandbox
+	// processes together (sandbox.Config.MemoryTotal); zero derives it
+	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
+	// none outside a cgroup with a limit.
+	SandboxMemory int64
+	Model         llm.Config
 	// Retention is how long the dispatcher keeps ended runs before it
 	// deletes them with their trace (AGENTFLEET_RETENTION, default
 	// RetentionDefault; zero keeps them all). RetentionInterval is how
@@ -140,6 +146,7 @@ func ConfigFromEnv() (Config, error) {
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
+	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)
@@ -205,6 +212,10 @@ func (c Config) Validate() error {
 	if c.SandboxProcesses < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_PROCESSES must not be negative (0: the worker slots, at most %d)", SandboxProcessesDefaultMax))
 	}
+	if per := sandbox.ProcessMemory(sandbox.Limits{}); c.SandboxMemory < 0 || (c.SandboxMemory > 0 && c.SandboxMemory < per) {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_MEMORY=%d bytes is less than one sandbox process can hold (%d bytes, %.2f GiB); raise it, or unset it to derive it from the cgroup memory limit",
+			c.SandboxMemory, per, float64(per)/(1<<30)))
+	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
 	}
@@ -269,6 +280,35 @@ func envOr(key, def string) string {
 	return def
 }
 
+// byteUnits are the suffixes envBytes takes: binary as in "512MiB" or,
+// as Kubernetes writes them, "512Mi"; decimal as in "2GB".
+var byteUnits = map[string]float64{
+	"": 1, "B": 1,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+}
+
+// envBytes reads a size in bytes ("2GiB", "1.5Gi", "2147483648");
+// unset means 0.
+func envBytes(key string, errs *[]error) int64 {
+	v := strings.TrimSpace(os.Getenv(key))
+	if v == "" {
+		return 0
+	}
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(v)
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	unit, known := byteUnits[strings.TrimSpace(v[i:])]
+	if err != nil || !known || n*unit >= 1<<63 {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not a size; write bytes, or a number with KiB, MiB, GiB (or Ki, Mi, Gi), like \"4GiB\"", key, v))
+		return 0
+	}
+	return int64(n * unit)
+}
+
 func envInt(key string, def int, errs *[]error) int {
 	v := os.Getenv(key)
 	if v == "" {
@@ -290,6 +330,12 @@ func (c Config) databaseMaxConns() int {
 		return c.DatabaseMaxConns
 	}
 	return min(max(10, c.WorkerSlots/2), 32)
+}
+
+// sandboxConfig is the sandbox pool of a worker process running workers
+// workers.
+func (c Config) sandboxConfig(workers int) sandbox.Config {
+	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

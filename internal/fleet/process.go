@@ -9,8 +9,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-
-	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 // RunDispatcher is the dispatcher process: it opens the store and the bus
@@ -91,7 +89,7 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	reg := NewRegistry()
 	wp, err := NewWorkerProcess(WorkerConfig{
 		Workers: 1, Slots: cfg.WorkerSlots, Model: cfg.Model, Store: st, Bus: b, Registry: reg, Logger: logger,
-		Sandbox: sandbox.Config{MaxProcesses: cfg.sandboxProcesses(1)},
+		Sandbox: cfg.sandboxConfig(1),
 	})
 	if err != nil {
 		return err

@@ -193,7 +193,7 @@ func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []
 	}
 	doc := strings.TrimSpace(stripFence(resp.Content))
 	if !json.Valid([]byte(doc)) {
-		return hostErr("aiJSON: the model's reply is not valid JSON: %s", capMessage(firstLine(resp.Content)))
+		return hostErr("aiJSON: the model's reply is not valid JSON: %s", capMessage(firstLine(resp.Content), 0))
 	}
 	return hostOK, []byte(doc)
 }

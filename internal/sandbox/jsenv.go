@@ -94,7 +94,6 @@ type turnState struct {
 	env     *jsEnv
 	ctl     *turnCtl
 	prims   primSet
-	red     *redactor
 	modules map[string]*goja.Object
 	// denials are the PolicyError objects thrown this turn: an uncaught
 	// one makes the turn fail with kind denied.
@@ -138,53 +137,48 @@ func rethrow(err error) {
 
 func (t *turnState) logFn(prefix string) func(goja.FunctionCall) goja.Value {
 	return func(c goja.FunctionCall) goja.Value {
-		var b strings.Builder
-		b.WriteString(prefix)
+		// Straight into the capped buffer: a 64 MiB string logged is
+		// not copied on the way.
+		logs := &t.s.logs
+		logs.WriteString(prefix)
 		for i, a := range c.Arguments {
 			if i > 0 {
-				b.WriteByte(' ')
+				logs.WriteString(" ")
 			}
-			t.format(&b, a)
+			logs.WriteString(t.format(a))
 		}
-		b.WriteByte('\n')
-		t.s.logs.WriteString(t.red.str(b.String()))
+		logs.WriteString("\n")
 		return goja.Undefined()
 	}
 }
 
-// format writes v as log output: strings verbatim, objects as JSON,
+// format renders v as log output: strings verbatim, objects as JSON,
 // errors as "Name: message".
-func (t *turnState) format(b *strings.Builder, v goja.Value) {
+func (t *turnState) format(v goja.Value) string {
 	obj, ok := v.(*goja.Object)
 	if !ok {
 		if v == nil || goja.IsUndefined(v) {
-			b.WriteString("undefined")
-			return
+			return "undefined"
 		}
-		b.WriteString(v.String())
-		return
+		return v.String()
 	}
 	if _, isFn := goja.AssertFunction(obj); isFn {
-		b.WriteString("[Function]")
-		return
+		return "[Function]"
 	}
 	if obj.ClassName() == "Error" {
-		b.WriteString(t.errorString(obj))
-		return
+		return t.errorString(obj)
 	}
 	s, err := t.env.stringify(goja.Undefined(), obj)
 	if err != nil {
 		if _, interrupted := err.(*goja.InterruptedError); interrupted {
 			rethrow(err)
 		}
-		b.WriteString("[unserializable object: " + firstLine(errMessage(err)) + "]")
-		return
+		return "[unserializable object: " + firstLine(errMessage(err)) + "]"
 	}
 	if goja.IsUndefined(s) {
-		b.WriteString("undefined")
-		return
+		return "undefined"
 	}
-	b.WriteString(s.String())
+	return s.String()
 }
 
 // ---- answer / assert / help ----

@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// The network guard keeps fetch and http on the public internet (DESIGN
-// §9, SSRF). It works in two places:
+// The network guard keeps fetch and http on the public internet
+// (docs/ARCHITECTURE.md §10, SSRF). It works in two places:
 //
 //   - Up front, on the URL (and on every redirect's URL): only http and
 //     https; host names that name the local machine or a metadata service
