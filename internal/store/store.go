@@ -127,8 +127,25 @@ type Store interface {
 	// next turn boundary. Cancelling a cancelled run is a no-op; a run
 	// that ended otherwise is ErrConflict.
 	RunCancel(ctx context.Context, p RunCancelParams) (RunCancelResult, error)
-	// RunCountActive counts a tenant's runs that have started and not
-	// ended (running or waiting).
+	// RunEnded settles what a run's end owes other runs, and is safe to
+	// repeat: its parent, waiting for it, resumes (running, its wake
+	// counted) once every child it waits for has ended; its unfinished
+	// children are cancelled: at once when queued or waiting (and theirs
+	// in turn), at their next turn boundary when running. A run that has
+	// not ended owes nothing.
+	RunEnded(ctx context.Context, p RunEndedParams) (RunEndedResult, error)
+	// RunChildrenDue settles what RunEnded's callers missed (a process
+	// that died in between, a wait that timed out): it wakes up to Limit
+	// runs waiting for children that have all ended or whose wait ended
+	// by Now, and settles up to Limit ended runs with unfinished
+	// children as RunEnded would.
+	RunChildrenDue(ctx context.Context, p RunChildrenDueParams) (RunEndedResult, error)
+	// RunChildrenUsage sums the usage of every run below id (its
+	// children, theirs, and so on).
+	RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error)
+	// RunCountActive counts a tenant's running runs: those that hold, or
+	// are about to hold, a worker. Runs waiting (for budget, approval or
+	// children) do not count.
 	RunCountActive(ctx context.Context, tenant string) (int, error)
 	// RunCountByStatus counts a tenant's runs by status (statuses with
 	// no runs are absent from the map).
@@ -384,6 +401,9 @@ type RunCreateParams struct {
 	MaxTokens      int64
 	Deadline       time.Time
 	BatchID        string
+	// ParentRunID and Depth make the run a child of another (spawn()).
+	ParentRunID string
+	Depth       int
 	// Events are appended in the same transaction (seq from 1), only
 	// when the run is created.
 	Events []agentfleet.Event
@@ -445,8 +465,10 @@ type RunListParams struct {
 	Agent     string
 	SessionID string
 	BatchID   string
-	Limit     int // zero: 50
-	Cursor    string
+	// ParentRunID lists that run's children.
+	ParentRunID string
+	Limit       int // zero: 50
+	Cursor      string
 	// Oldest lists oldest first instead (for resuming parked runs in
 	// order).
 	Oldest bool
@@ -482,6 +504,34 @@ type RunChangeResult struct {
 	// history from them instead of loading it.
 	Steps       []agentfleet.Step
 	SessionNext *agentfleet.Run
+}
+
+type RunEndedParams struct {
+	ID string
+}
+
+// RunEndedResult is what a run's end changed in its family.
+type RunEndedResult struct {
+	// Changes are the runs changed, with their events to publish: woken
+	// parents, and children cancelled at once.
+	Changes []RunChangeResult
+	// Woken are the parents that resume: their next turn is due.
+	Woken []agentfleet.Run
+	// Stopping are running children asked to stop at their next turn
+	// boundary (a worker running one stops it sooner when told).
+	Stopping []agentfleet.Run
+}
+
+// Add appends o to r.
+func (r *RunEndedResult) Add(o RunEndedResult) {
+	r.Changes = append(r.Changes, o.Changes...)
+	r.Woken = append(r.Woken, o.Woken...)
+	r.Stopping = append(r.Stopping, o.Stopping...)
+}
+
+type RunChildrenDueParams struct {
+	Now   time.Time
+	Limit int // zero: 100
 }
 
 type RunCancelParams struct {
@@ -546,6 +596,15 @@ type TurnCommitParams struct {
 	Usage            agentfleet.Usage
 	DataBytesCarried int64
 	Events           []agentfleet.Event
+	// Spawned counts the children the turn's script spawned.
+	Spawned int
+	// WaitIDs, with Status waiting_children, are the children the run
+	// waits for, until WaitUntil (zero: until they end). The commit
+	// leaves the run running instead when every one has ended already.
+	// The ids stay on the run until its next turn commits, which reads
+	// the children's results.
+	WaitIDs   []string
+	WaitUntil time.Time
 }
 
 type StepListByRunParams struct {

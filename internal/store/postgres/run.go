@@ -18,30 +18,32 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
 
 var (
 	terminalList   = rules.SQLList(rules.Terminal)
-	activeList     = rules.SQLList(rules.Active)
 	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
 func scanRun(sc scanner, extra ...any) (rules.RunRow, error) {
 	var r rules.RunRow
-	var ctxJSON, meta, args, answer []byte
-	var deadline *time.Time
+	var ctxJSON, meta, args, answer, waitIDs []byte
+	var deadline, waitUntil *time.Time
 	dest := append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt)
+		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)
 	if err := sc.Scan(dest...); err != nil {
 		return r, err
 	}
 	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
-	r.Deadline = tsVal(deadline)
+	r.Deadline, r.WaitUntil = tsVal(deadline), tsVal(waitUntil)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	var err error
+	if r.WaitIDs, err = rules.DecodeStrings(waitIDs); err != nil {
+		return r, err
+	}
 	r.Metadata, err = rules.DecodeMetadata(meta)
 	return r, err
 }
@@ -150,7 +152,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	run := rules.NewRun(p, now)
 	insertArgs := append([]any{run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message,
 		bytesArg(run.Context), rules.EncodeMetadata(run.Metadata), run.IdempotencyKey, run.BatchID, run.MaxTurns,
-		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, string(agentfleet.StepUser)}, evArgs(evs)...)
+		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, run.ParentRunID, run.Depth, string(agentfleet.StepUser)}, evArgs(evs)...)
 	var res store.RunCreateResult
 	created := false
 	// One round trip, one transaction: the session lock, the run with
@@ -162,15 +164,15 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		}
 		b.Queue(`WITH r AS (
 				INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
-					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, $17)
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
 				RETURNING `+runCols+`
 			), s AS (
-				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $16, message, created_at FROM r
+				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $18, message, created_at FROM r
 			), e AS (
 				`+insertEventsInto+` SELECT r.id, x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
-				FROM r, `+evUnnest(17)+`
+				FROM r, `+evUnnest(19)+`
 			)
 			SELECT `+runCols+` FROM r`, insertArgs...)
 		if run.SessionID != "" {
@@ -602,7 +604,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 }
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status IN (`+activeList+`)`, func(sc scanner) (int, error) {
+	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, func(sc scanner) (int, error) {
 		var n int
 		err := sc.Scan(&n)
 		return n, err

@@ -15,30 +15,32 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
 
 var (
 	terminalList   = rules.SQLList(rules.Terminal)
-	activeList     = rules.SQLList(rules.Active)
 	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
 func scanRun(sc interface{ Scan(...any) error }, extra ...any) (rules.RunRow, error) {
 	var r rules.RunRow
-	var ctxJSON, meta, args, answer []byte
-	var deadline sql.NullInt64
+	var ctxJSON, meta, args, answer, waitIDs []byte
+	var deadline, waitUntil sql.NullInt64
 	var created, updated int64
 	err := sc.Scan(append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &created, &updated)...)
+		&r.CancelReason, &r.Wake, &created, &updated, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)...)
 	if err != nil {
 		return r, err
 	}
 	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
-	r.Deadline = tsVal(deadline)
+	r.Deadline, r.WaitUntil = tsVal(deadline), tsVal(waitUntil)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	if r.WaitIDs, err = rules.DecodeStrings(waitIDs); err != nil {
+		return r, err
+	}
 	r.Metadata, err = rules.DecodeMetadata(meta)
 	return r, err
 }
@@ -123,11 +125,11 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		run := rules.NewRun(p, now)
 		run.EventSeq = int64(len(evs))
 		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
-				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
 			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
 			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
-			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro()))
+			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth))
 		if err != nil {
 			return err
 		}
@@ -330,7 +332,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
 	var n int
-	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status IN (`+activeList+`)`, tenant).Scan(&n)
+	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status = 'running'`, tenant).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
 	}
@@ -452,10 +454,17 @@ func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (stor
 // without Args or Answer keeps the stored ones: a failed turn carries the
 // previous args on. A cancellation without an error takes the requested
 // cancel's reason.
-const commitRunSQL = `UPDATE runs SET turn = ?1, status = ?2, args = COALESCE(?3, args), answer = COALESCE(?4, answer),
+// A commit that parks its run for its children (waiting_children) leaves
+// it running instead when every child it waits for (?14) has ended.
+var commitRunSQL = `UPDATE runs SET turn = ?1,
+		status = CASE WHEN ?2 = 'waiting_children' AND NOT EXISTS (
+				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + terminalList + `))
+			THEN 'running' ELSE ?2 END,
+		args = COALESCE(?3, args), answer = COALESCE(?4, answer),
 		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
 		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
-		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10
+		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10,
+		children = children + ?13, wait_ids = ?14, wait_until = ?15
 	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + runCols
 
 // commitFrom lists, per status a commit moves a run to, the statuses the
@@ -590,7 +599,8 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			}
 			n := len(p.Events)
 			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
-				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status]))
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status],
+				p.Spawned, textArg(rules.EncodeStrings(p.WaitIDs)), tsArg(p.WaitUntil)))
 			if errors.Is(err, sql.ErrNoRows) {
 				if commitErrs[i], err = s.commitLost(ctx, tx, p); err != nil {
 					return err

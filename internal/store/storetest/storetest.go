@@ -142,6 +142,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Skill", testSkill},
 		{"Retention", testRetention},
 		{"Text", testText},
+		{"Children", testChildren},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
 	}

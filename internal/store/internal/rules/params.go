@@ -188,6 +188,14 @@ func RunCreate(p store.RunCreateParams) (store.RunCreateParams, error) {
 	if p.MaxTurns < 0 || p.MaxTokens < 0 {
 		return p, Invalidf("run %s: max turns and max tokens must not be negative (zero means the default)", p.ID)
 	}
+	if p.Depth < 0 || (p.Depth > 0) != (p.ParentRunID != "") {
+		return p, Invalidf("run %s: a child run names its parent and a depth from 1", p.ID)
+	}
+	if p.ParentRunID != "" {
+		if err := CheckID("parent run id", p.ParentRunID); err != nil {
+			return p, err
+		}
+	}
 	if err := CheckJSON("run context", p.Context); err != nil {
 		return p, err
 	}
@@ -304,6 +312,18 @@ func TurnCommit(p store.TurnCommitParams, now time.Time) (store.TurnCommitParams
 	if p.Usage.PromptTokens < 0 || p.Usage.CompletionTokens < 0 || p.DataBytesCarried < 0 {
 		return p, Invalidf("run %s: turn %d: usage and carried bytes must not be negative", p.RunID, p.Turn)
 	}
+	if p.Spawned < 0 {
+		return p, Invalidf("run %s: turn %d: spawned children must not be negative", p.RunID, p.Turn)
+	}
+	if (p.Status == agentfleet.StatusWaitingChildren) != (len(p.WaitIDs) > 0) {
+		return p, Invalidf("run %s: turn %d: a run waits for children (status %s) exactly when the commit names them", p.RunID, p.Turn, agentfleet.StatusWaitingChildren)
+	}
+	for _, id := range p.WaitIDs {
+		if err := CheckID("waited child id", id); err != nil {
+			return p, err
+		}
+	}
+	p.WaitUntil = Time(p.WaitUntil)
 	if err := CheckJSON("carried args", p.Args); err != nil {
 		return p, err
 	}
