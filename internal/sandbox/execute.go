@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +51,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	defer stopCancel()
 
 	max := maxFrame(lim.CarryBytes)
+	var host hostState
 	for {
 		typ, payload, err := readFrame(c.r, &c.rbuf, max)
 		if err != nil {
@@ -62,7 +64,8 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 				<-p.compute
 				*computing = false
 			}
-			hseq, status, data := p.hostCallWithin(turnCtx, req, set, payload, &res.AIUsage)
+			hseq, status, data := p.hostCallWithin(turnCtx, req, set, payload, &host)
+			res.AIUsage, res.Wait = host.usage, host.wait
 			// Without the token again, the script goes on only to be
 			// stopped: its turn was cancelled or the pool is closing.
 			*computing = p.take(turnCtx, p.compute) == nil
@@ -117,21 +120,29 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 // its context (a stuck client) cannot hold the turn past its wall-clock
 // limit. An abandoned call finishes on its goroutine, which Close waits
 // for; what it used is then not in the turn's AIUsage.
-func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, usage *agentfleet.Usage) (uint64, byte, []byte) {
+func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, st *hostState) (uint64, byte, []byte) {
 	type outcome struct {
 		seq    uint64
 		status byte
 		data   []byte
-		usage  agentfleet.Usage
+		calls  hostState
 	}
 	call := bytes.Clone(payload) // payload aliases the read buffer
 	hreq := *req                 // not req itself, which would then live on the heap for every turn
+	// spawn() calls are numbered in the order the script makes them:
+	// the same script spawns the same children when it runs again.
+	var spawnIndex int
+	if isSpawn(call) {
+		spawnIndex = st.spawns
+		st.spawns++
+	}
 	done := make(chan outcome, 1)
 	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.usage)
+		o.calls.spawns = spawnIndex
+		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.calls)
 		done <- o
 	}()
 	var o outcome
@@ -147,7 +158,14 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 			return d.uint(), hostError, []byte("the turn was stopped while this call was still running")
 		}
 	}
-	*usage = usage.Add(o.usage)
+	st.usage = st.usage.Add(o.calls.usage)
+	if w := o.calls.wait; w != nil {
+		if st.wait == nil {
+			st.wait = &agentfleet.WaitRequest{}
+		}
+		st.wait.IDs = appendNew(st.wait.IDs, w.IDs...)
+		st.wait.Timeout = max(st.wait.Timeout, w.Timeout)
+	}
 	return o.seq, o.status, o.data
 }
 
@@ -218,4 +236,29 @@ func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError
 		msg = fmt.Sprintf("the script did not stop at its CPU time limit of %s (stuck in a long built-in call, such as sorting or filling a huge array) and its sandbox process was killed", shortDuration(l.CPUTime))
 	}
 	return &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: msg}
+}
+
+// hostState is what one execution's host calls add up to: the usage of
+// its ai() calls, how many spawn() calls it made, what it waits for.
+type hostState struct {
+	usage  agentfleet.Usage
+	spawns int
+	wait   *agentfleet.WaitRequest
+}
+
+// isSpawn reports whether a host call's payload is a spawn() call.
+func isSpawn(payload []byte) bool {
+	d := decoder{b: payload}
+	d.uint()
+	return d.err == nil && prim(d.byte()) == primSpawn && d.err == nil
+}
+
+// appendNew appends the ids not in have yet.
+func appendNew(have []string, ids ...string) []string {
+	for _, id := range ids {
+		if !slices.Contains(have, id) {
+			have = append(have, id)
+		}
+	}
+	return have
 }

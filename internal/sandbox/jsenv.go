@@ -65,6 +65,8 @@ func (s *childServer) newEnv() *jsEnv {
 	set("htmlToMarkdown", t.htmlToMarkdownFn)
 	set("ai", t.aiFn)
 	set("aiJSON", t.aiJSONFn)
+	set("spawn", t.spawnFn)
+	set("wait", t.waitFn)
 	set("require", t.requireFn)
 	return e
 }
@@ -515,6 +517,49 @@ func (t *turnState) aiJSONFn(c goja.FunctionCall) goja.Value {
 	}
 	args, _ := json.Marshal(a)
 	return t.parseJSON(t.host(primAIJSON, args))
+}
+
+func (t *turnState) spawnFn(c goja.FunctionCall) goja.Value {
+	args, err := t.toJSON(c.Argument(0))
+	if err != nil {
+		rethrow(err)
+	}
+	var id string
+	if err := json.Unmarshal(t.host(primSpawn, args), &id); err != nil {
+		t.throw("Error", "spawn: bad reply from host: "+err.Error())
+	}
+	return t.env.vm.ToValue(id)
+}
+
+// waitArgs is wait()'s call to the host: the ids, and the timeout in
+// milliseconds (0: none).
+type waitArgs struct {
+	IDs       []string `json:"ids"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+}
+
+func (t *turnState) waitFn(c goja.FunctionCall) goja.Value {
+	idsDoc, err := t.toJSON(c.Argument(0))
+	if err != nil {
+		rethrow(err)
+	}
+	var a waitArgs
+	if err := json.Unmarshal(idsDoc, &a.IDs); err != nil || len(a.IDs) == 0 {
+		t.throw("TypeError", "wait: the first argument must be a non-empty array of run ids (what spawn() returned)")
+	}
+	if o := c.Argument(1); !goja.IsUndefined(o) && !goja.IsNull(o) {
+		if obj := o.ToObject(t.env.vm); obj != nil {
+			if tv := obj.Get("timeout"); tv != nil && !goja.IsUndefined(tv) {
+				a.TimeoutMS = tv.ToInteger()
+				if a.TimeoutMS <= 0 {
+					t.throw("RangeError", "wait: timeout must be a positive number of milliseconds")
+				}
+			}
+		}
+	}
+	args, _ := json.Marshal(a)
+	t.host(primWait, args)
+	return goja.Undefined()
 }
 
 // host runs primitive p in the parent and returns its JSON result, or
