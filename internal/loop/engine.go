@@ -99,10 +99,10 @@ const (
 	MaxModelCallsPerTurnDefault = 16
 	// MaxChildrenDefault caps the children a run spawns over its life,
 	// MaxDepthDefault how deep runs nest (a client's run is at depth 0).
-	MaxChildrenDefault = 100
-	MaxDepthDefault    = 3
-	HistoryWindowDefault        = 30
-	ContextTokensDefault        = 24000
+	MaxChildrenDefault   = 100
+	MaxDepthDefault      = 3
+	HistoryWindowDefault = 30
+	ContextTokensDefault = 24000
 	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8 s in the
 	// chaos bench).
 	RecordRetryForDefault = 30 * time.Second
