@@ -166,7 +166,12 @@ func (s *Server) handleRunGet(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, run)
+	v, err := s.viewRun(r.Context(), run)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
 }
 
 // lookupRun reads the run named in the path, as the principal may see it.
@@ -187,7 +192,8 @@ type RunList struct {
 
 func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p principal) {
 	q := r.URL.Query()
-	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"), Cursor: q.Get("cursor")}
+	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"),
+		ParentRunID: q.Get("parent_run_id"), Cursor: q.Get("cursor")}
 	if p.admin {
 		params.Tenant = q.Get("tenant")
 	}
@@ -273,6 +279,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 				s.log.Warn("start next run of session", "run", next.ID, "err", err)
 			}
 		}
+		s.endedRun(ctx, res.Run)
 	} else {
 		// The worker running it stops at the next turn boundary; this
 		// interrupts a script that is running now.

@@ -102,8 +102,10 @@ type testFleet struct {
 	workerDone []chan struct{}
 	// registries are the workers' metrics, one per worker.
 	registries []*prometheus.Registry
-	admin      *client.Client
-	tenant     *client.Client
+	// startWorker starts one more worker process and returns its index.
+	startWorker func() int
+	admin       *client.Client
+	tenant      *client.Client
 }
 
 // fleetOptions shape a test fleet; zero values give two workers with
@@ -163,7 +165,8 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	dispatcherDone := make(chan struct{})
 	go func() { defer close(dispatcherDone); _ = f.dispatcher.Run(ctx) }()
 
-	for i := range o.workers {
+	f.startWorker = func() int {
+		i := len(f.workers)
 		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL(), MaxAttempts: o.modelAttempts})
 		require.NoError(t, err)
 		reg := fleet.NewRegistry()
@@ -179,6 +182,10 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		f.registries = append(f.registries, reg)
 		f.stopWorker = append(f.stopWorker, stop)
 		f.workerDone = append(f.workerDone, done)
+		return i
+	}
+	for range o.workers {
+		f.startWorker()
 	}
 	t.Cleanup(func() {
 		cancel()

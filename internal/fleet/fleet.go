@@ -254,6 +254,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.api.SweepStranded(ctx, cmp.Or(d.cfg.StrandedInterval, api.StrandedIntervalDefault), cmp.Or(d.cfg.StrandedAfter, api.StrandedAfterDefault))
 	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
 	if d.retention != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.retention.run(ctx) }()

@@ -148,8 +148,8 @@ func byteSize(n int) string {
 // ChildResults is what a parent's turn gets for the children it waited
 // for, in the order of ids, from the runs as they are now: an unfinished
 // child reports running, an id that is none of parent's children says
-// so, and an answer longer than agentfleet.ChildAnswerMaxBytes is cut
-// (as a JSON string of its first bytes) and marked truncated.
+// so, and an answer longer than agentfleet.ChildAnswerMaxBytes is cut to
+// a string of that many bytes and marked truncated.
 func ChildResults(parent string, ids []string, runs []agentfleet.Run) []agentfleet.ChildResult {
 	byID := make(map[string]*agentfleet.Run, len(runs))
 	for i := range runs {
@@ -168,8 +168,17 @@ func ChildResults(parent string, ids []string, runs []agentfleet.Run) []agentfle
 		}
 		c := agentfleet.ChildResult{ID: id, Status: r.Status, Answer: r.Answer, Error: r.Error}
 		if len(c.Answer) > agentfleet.ChildAnswerMaxBytes {
-			cut := strings.ToValidUTF8(string(c.Answer[:agentfleet.ChildAnswerMaxBytes]), "")
-			c.Answer, _ = json.Marshal(cut)
+			// A string answer keeps its first bytes; any other value
+			// its JSON text's, as a string.
+			text := string(c.Answer)
+			var s string
+			if json.Unmarshal(c.Answer, &s) == nil {
+				text = s
+			}
+			if len(text) > agentfleet.ChildAnswerMaxBytes {
+				text = strings.ToValidUTF8(text[:agentfleet.ChildAnswerMaxBytes], "")
+			}
+			c.Answer, _ = json.Marshal(text)
 			c.Truncated = true
 		}
 		out[i] = c

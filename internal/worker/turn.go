@@ -208,7 +208,8 @@ func (w *Worker) change(a *attempt, e effect) (store.RunChangeResult, error) {
 	var p store.RunTransitionParams
 	switch e.change {
 	case changeCancel:
-		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled, Error: "cancelled",
+		// No error of its own: the run ends with its cancel's reason.
+		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled,
 			Events: []agentfleet.Event{
 				runEvent(run, agentfleet.EventCancelled, "cancelled at a turn boundary"),
 				runEvent(run, agentfleet.EventDone, string(agentfleet.StatusCancelled)),

@@ -45,8 +45,10 @@ func endError(r RunRow, to agentfleet.RunStatus, msg string) string {
 	switch {
 	case msg != "":
 		return msg
-	case to == agentfleet.StatusCancelled && r.Error == "":
+	case to == agentfleet.StatusCancelled && r.Error == "" && r.CancelReason != "":
 		return r.CancelReason
+	case to == agentfleet.StatusCancelled && r.Error == "":
+		return "cancelled"
 	}
 	return r.Error
 }
