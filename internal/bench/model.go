@@ -121,7 +121,6 @@ func (m *model) setFanout(tag string, children int) {
 	m.fanoutTag, m.fanoutChildren = tag, children
 }
 
-
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
 
 func startModel(cfg ModelConfig) (*model, error) {
