@@ -39,7 +39,7 @@ Usage:
   agentctl run [--agent A] [--session S] [--context JSON] [--max-turns N] [--max-tokens N]
                [--timeout D] [--idempotency-key K] [--wait] [--json] MESSAGE
   agentctl watch [--json] RUN
-  agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
+  agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
