@@ -124,6 +124,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Approval", testApproval},
 		{"Batch", testBatch},
 		{"Trigger", testTrigger},
+		{"TriggerDelivery", testTriggerDelivery},
 		{"Skill", testSkill},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })

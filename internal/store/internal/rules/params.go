@@ -388,17 +388,6 @@ func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
 	return p, nil
 }
 
-// TriggerCreate validates p.
-func TriggerCreate(p store.TriggerCreateParams) (store.TriggerCreateParams, error) {
-	if p.Tenant == "" || p.Kind == "" {
-		return p, Invalidf("trigger: tenant and kind are required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	return p, nil
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
