@@ -51,37 +51,9 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.checkAgent(r.Context(), p.tenant, params.Agent); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	params.Events = []agentfleet.Event{{
-		V: agentfleet.EventVersion, Tenant: p.tenant, SessionID: params.SessionID,
-		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
-	}}
-	res, err := s.cfg.Store.RunCreate(r.Context(), params)
+	res, err := s.admit(r.Context(), params, nil)
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	// A repeated submission (same idempotency key) publishes again what
-	// the first one owed: if that request died between the store and
-	// NATS, this finishes its work; if not, dedup drops the repeats.
-	evs := res.Events
-	if !res.Created {
-		evs, err = s.cfg.Store.EventListByRun(r.Context(), store.EventListByRunParams{RunID: res.Run.ID, Limit: 1})
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-	}
-	if err := s.publishAdmission(r.Context(), res.Run, evs, res.Startable); err != nil {
-		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
-		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
-			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
-		}
-		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
-		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg})
 		return
 	}
 	status := http.StatusAccepted
@@ -89,6 +61,44 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		status = http.StatusOK
 	}
 	writeJSON(w, status, res.Run)
+}
+
+// admit is the one path by which a run enters the fleet, for POST
+// /v1/runs and the webhook intake alike: the agent must exist, the run
+// is recorded with its queued event (whose Args are queuedArgs), then
+// its events and first turn are published. An error is for fail.
+func (s *Server) admit(ctx context.Context, params store.RunCreateParams, queuedArgs json.RawMessage) (store.RunCreateResult, error) {
+	if err := s.checkAgent(ctx, params.Tenant, params.Agent); err != nil {
+		return store.RunCreateResult{}, err
+	}
+	params.Events = []agentfleet.Event{{
+		V: agentfleet.EventVersion, Tenant: params.Tenant, SessionID: params.SessionID,
+		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
+		Args: queuedArgs,
+	}}
+	res, err := s.cfg.Store.RunCreate(ctx, params)
+	if err != nil {
+		return res, err
+	}
+	// A repeated submission (same idempotency key) publishes again what
+	// the first one owed: if that request died between the store and
+	// NATS, this finishes its work; if not, dedup drops the repeats.
+	evs := res.Events
+	if !res.Created {
+		evs, err = s.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: res.Run.ID, Limit: 1})
+		if err != nil {
+			return res, err
+		}
+	}
+	if err := s.publishAdmission(ctx, res.Run, evs, res.Startable); err != nil {
+		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
+		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
+			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
+		}
+		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
+		return res, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg}
+	}
+	return res, nil
 }
 
 // publishAdmission publishes a new run's events and, when it may start,

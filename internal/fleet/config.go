@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 )
 
 // Defaults (DESIGN §8).
@@ -109,6 +111,12 @@ type Config struct {
 	// its slots, at most SandboxProcessesDefaultMax.
 	SandboxProcesses int
 	Model            llm.Config
+	// SecretsKey seals webhook trigger secrets at rest (base64 of 32
+	// bytes); without it a dispatcher refuses to create triggers, and
+	// dev mode keeps one in DataDir. PublicURL makes trigger hook URLs
+	// absolute.
+	SecretsKey string
+	PublicURL  string
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -124,6 +132,8 @@ func ConfigFromEnv() (Config, error) {
 		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
 		DrainTimeout:  DrainTimeoutDefault,
 		Model:         llm.ConfigFromEnv(),
+		SecretsKey:    os.Getenv(secrets.EnvKey),
+		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -187,6 +197,16 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
 	}
+	if c.SecretsKey != "" {
+		if _, err := secrets.ParseKey(c.SecretsKey); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_PUBLIC_URL=%q must be the dispatcher's public base URL, like https://agents.example.com", c.PublicURL))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -199,6 +219,16 @@ func (c Config) workerMetricsListen() string {
 // dev mode, whose one listener serves the whole process's metrics.
 func (c Config) dispatcherMetricsListen() string {
 	return cmp.Or(c.MetricsListen, DispatcherMetricsListenDefault)
+}
+
+// secretsBox is the box of SecretsKey, or nil without one (Validate has
+// checked it).
+func (c Config) secretsBox() *secrets.Box {
+	if c.SecretsKey == "" {
+		return nil
+	}
+	b, _ := secrets.ParseKey(c.SecretsKey)
+	return b
 }
 
 // SQLitePath is where the embedded store lives.

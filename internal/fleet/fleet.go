@@ -21,6 +21,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/scheduler"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -118,6 +119,10 @@ type DispatcherConfig struct {
 	// BudgetMetrics, when set, is shared with a worker process on the
 	// same registry (dev mode); otherwise they are registered here.
 	BudgetMetrics *budget.Metrics
+	// Secrets seals webhook trigger secrets (nil: triggers cannot be
+	// created); PublicURL makes their hook URLs absolute.
+	Secrets   *secrets.Box
+	PublicURL string
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -174,6 +179,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	srv, err := api.New(api.Config{
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
+		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
 		return nil, err

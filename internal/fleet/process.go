@@ -23,6 +23,9 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.AdminToken == "" {
 		logger.Warn("AGENTFLEET_ADMIN_TOKEN is not set: tenant administration is disabled")
 	}
+	if cfg.SecretsKey == "" {
+		logger.Warn("AGENTFLEET_SECRETS_KEY is not set: creating webhook triggers is refused (set it to the output of: openssl rand -base64 32)")
+	}
 	st, err := OpenStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -42,6 +45,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: st, Bus: b, Logger: logger, Elect: true,
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL,
 	})
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func Parse(s Scheme, h http.Header, body []byte) (Delivery, error) {
 		}
 		raw = []byte(vals.Get("payload"))
 	}
-	data, err := decode(raw)
+	data, err := DecodePayload(raw)
 	switch {
 	case err == nil:
 		d.Payload = bytes.TrimSpace(raw)
@@ -114,9 +114,10 @@ func isForm(contentType string) bool {
 	return mt == "application/x-www-form-urlencoded"
 }
 
-// decode decodes one JSON value with numbers kept as json.Number, so a
-// template prints 12345678901 as sent, not as 1.2345678901e+10.
-func decode(raw []byte) (any, error) {
+// DecodePayload decodes one JSON value with numbers kept as
+// json.Number, so a template prints 12345678901 as sent, not as
+// 1.2345678901e+10.
+func DecodePayload(raw []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
