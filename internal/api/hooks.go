@@ -436,4 +436,3 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request, p princ
 	}
 	s.fail(w, r, errConflict("delivery %q started no run whose payload is still here (only accepted deliveries, and those rejected for want of room, can be redelivered)", delivery))
 }
-

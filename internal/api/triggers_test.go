@@ -310,3 +310,91 @@ func hookCount(t *testing.T, reg *prometheus.Registry, scheme, outcome string) f
 	}
 	return 0
 }
+
+// TestHookSchemes delivers through each other scheme: accepted, the
+// retry deduped, a stale timestamp refused naming its header.
+func TestHookSchemes(t *testing.T) {
+	e := newEnv(t, withSecrets(nil))
+	key := e.tenant("acme")
+	stale := time.Now().Add(-webhook.Tolerance - time.Minute)
+	for _, tc := range []struct {
+		scheme, event, header string
+		body                  []byte
+		delivery              string // what the intake reads as the delivery id
+	}{
+		{"standard", "user.created", webhook.HeaderStandardTime, []byte(`{"type":"user.created","data":{"id":1}}`), "msg_1"},
+		{"stripe", "invoice.paid", webhook.HeaderStripeSignature, []byte(`{"id":"evt_1","type":"invoice.paid"}`), "evt_1"},
+		{"hmac", "build", "", []byte(`{"ok":true}`), "h-1"},
+	} {
+		t.Run(tc.scheme, func(t *testing.T) {
+			e := e.sub(t)
+			tv := e.createTrigger(key, map[string]any{"name": tc.scheme, "scheme": tc.scheme, "events": []string{tc.event},
+				"message": "Handle {{.event}} {{.delivery}}"})
+			ans := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusAccepted)
+			require.Equal(t, tc.delivery, ans.Delivery)
+			run := e.getRun(key, ans.RunID)
+			require.Equal(t, "Handle "+tc.event+" "+tc.delivery, run.Message)
+			again := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusOK)
+			require.Equal(t, ans.RunID, again.RunID)
+			ign := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery+"-x", "other.event", []byte(`{"id":"evt_x","type":"other.event"}`)), http.StatusOK)
+			require.NotEmpty(t, ign.Ignored)
+			if tc.header != "" {
+				h, err := webhook.Sign(webhook.Scheme(tc.scheme), tv.Secret, tc.body, tc.delivery+"-old", tc.event, stale)
+				require.NoError(t, err)
+				requireError(t, e.hook(tv.ID, h, tc.body), http.StatusUnauthorized, "bad_signature", tc.header, "timestamp")
+			}
+		})
+	}
+}
+
+// TestHookRotatedSecretGrace: after a rotation both secrets are accepted
+// (until the grace ends); a secret rotated out twice is not.
+func TestHookRotatedSecretGrace(t *testing.T) {
+	e := newEnv(t, withSecrets(nil))
+	key := e.tenant("acme")
+	tv := e.createTrigger(key, map[string]any{"name": "r", "scheme": "hmac"})
+	first := tv.Secret
+	rot := decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
+	decode[api.HookAnswer](t, e.signed(tv, first, "old", "", []byte(`{}`)), http.StatusAccepted)
+	decode[api.HookAnswer](t, e.signed(tv, rot.Secret, "new", "", []byte(`{"n":1}`)), http.StatusAccepted)
+	mine := "my-third-secret-value-0123"
+	decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"secret": mine}), http.StatusOK)
+	requireError(t, e.signed(tv, first, "older", "", []byte(`{"n":2}`)), http.StatusUnauthorized, "bad_signature")
+	decode[api.HookAnswer](t, e.signed(tv, rot.Secret, "grace", "", []byte(`{"n":3}`)), http.StatusAccepted)
+	decode[api.HookAnswer](t, e.signed(tv, mine, "newest", "", []byte(`{"n":4}`)), http.StatusAccepted)
+}
+
+func TestRedeliverAndTest(t *testing.T) {
+	e := newEnv(t, withSecrets(nil))
+	key := e.tenant("acme")
+	tv := e.createTrigger(key, map[string]any{"name": "gh", "scheme": "github", "message": "PR {{.payload.number}} ({{.event}}.{{.action}})"})
+	pr := []byte(`{"action":"opened","number":9}`)
+	first := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-9", "pull_request", pr), http.StatusAccepted)
+
+	// A redelivery is a new run of the same payload.
+	re := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-9/redeliver", key, nil), http.StatusAccepted)
+	require.Equal(t, "d-9", re.Delivery)
+	require.NotEqual(t, first.RunID, re.RunID)
+	run := e.getRun(key, re.RunID)
+	require.Equal(t, "PR 9 (pull_request.opened)", run.Message)
+	require.JSONEq(t, string(pr), string(run.Context))
+	ds := e.deliveries(key, tv.ID)
+	require.Equal(t, "accepted", ds[0].Outcome)
+	require.Equal(t, "redelivered from the log", ds[0].Reason)
+	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/nope/redeliver", key, nil), http.StatusNotFound, "not_found", "nope")
+	decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-ping", "ping", []byte(`{}`)), http.StatusOK)
+	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-ping/redeliver", key, nil), http.StatusConflict, "conflict", "only accepted")
+
+	// The test endpoint signs server-side and goes through the intake.
+	test := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key,
+		map[string]any{"event": "pull_request", "payload": map[string]any{"action": "opened", "number": 10}}), http.StatusAccepted)
+	require.True(t, strings.HasPrefix(test.Delivery, "test-"))
+	require.Equal(t, "PR 10 (pull_request.opened)", e.getRun(key, test.RunID).Message)
+	ping := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key, map[string]any{"event": "ping"}), http.StatusOK)
+	require.Contains(t, ping.Ignored, "ping")
+	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key, map[string]any{"event": "push"}), http.StatusUnprocessableEntity, "unprocessable", "number")
+
+	st := e.createTrigger(key, map[string]any{"name": "st", "scheme": "stripe", "message": "Stripe {{.event}} {{.payload.id}}"})
+	stAns := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+st.ID+"/test", key, map[string]any{"event": "invoice.paid"}), http.StatusAccepted)
+	require.Equal(t, "Stripe invoice.paid "+stAns.Delivery, e.getRun(key, stAns.RunID).Message)
+}
