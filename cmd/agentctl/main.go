@@ -58,7 +58,7 @@ Usage:
   agentctl triggers test [--event E] [--file payload.json] ID
   agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
   agentctl dev [--demo]
-  agentctl bench [throughput|latency|scale|fairness|chaos] [--runs N] [--turns T]
+  agentctl bench [throughput|latency|scale|fairness|chaos|webhooks] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
                  ('agentctl bench -h' for all flags)
 

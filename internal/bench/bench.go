@@ -27,10 +27,11 @@ const (
 	Scale      = "scale"
 	Fairness   = "fairness"
 	Chaos      = "chaos"
+	Webhooks   = "webhooks"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Webhooks}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -44,6 +45,7 @@ var scenarioDefaults = map[string]defaults{
 	Scale:      {runs: 5000, turns: 2, workers: 1, latency: 2 * time.Second}, // slots: runs
 	Fairness:   {runs: 300, turns: 2, workers: 2, slots: 4, latency: 100 * time.Millisecond},
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
+	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
 }
 
 // Other defaults.
@@ -351,6 +353,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.fairness(ctx)
 	case Chaos:
 		runErr = e.chaos(ctx)
+	case Webhooks:
+		runErr = e.webhooks(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()
