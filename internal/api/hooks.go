@@ -249,10 +249,12 @@ func (s *Server) admitDelivery(r *http.Request, ht *hookTrigger, d webhook.Deliv
 		return failed(line, errUnprocessable("%v", err).(*apiError))
 	}
 	params, err := validateRunCreate(ht.Tenant, RunCreateRequest{
-		Agent: ht.Agent, Message: msg, SessionID: session, Context: d.Payload, IdempotencyKey: key,
+		Agent: ht.Agent, Message: msg, SessionID: session, IdempotencyKey: key,
 		Metadata: map[string]string{"trigger": ht.ID, "delivery": d.ID, "event": webhook.EventName(d.Event, d.Action)},
 		MaxTurns: ht.MaxTurns, MaxTokens: ht.MaxTokens,
 	})
+	// The payload was parsed already: no second pass to validate it.
+	params.Context = d.Payload
 	if err == nil {
 		queued, _ := json.Marshal(map[string]string{"trigger": ht.ID, "delivery": d.ID, "event": webhook.EventName(d.Event, d.Action)})
 		var res store.RunCreateResult
