@@ -30,7 +30,7 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
                                       then SIGKILL) and Postgres, SIGKILL the dispatcher
   webhooks    5000 x 1, 0,      1 x 64  signed GitHub deliveries as a burst: accepted/s and
                                       request -> 202 percentiles (with --spawn the workers
-                                      are paused meanwhile), then the runs they started
+                                      are stopped meanwhile), then the runs they started
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

@@ -363,8 +363,8 @@ func TestWebhooks(t *testing.T) {
 	require.Positive(t, w.AcceptedPerSec)
 }
 
-// With a fleet of processes the workers are paused during the burst and
-// resumed after it; the dispatcher has a secrets key of its own.
+// With a fleet of processes no worker runs during the burst (they are
+// stopped before it and started after); the dispatcher has a secrets key of its own.
 func TestWebhooksSpawned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds agentctl and runs a fleet of processes")

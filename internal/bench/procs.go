@@ -575,19 +575,28 @@ func (f *procFleet) usageByRole() map[string]roleUsage {
 	return out
 }
 
-// signalWorkers sends sig to every worker process (SIGSTOP pauses them,
-// SIGCONT resumes them).
-func (f *procFleet) signalWorkers(sig syscall.Signal) error {
+// stopWorkers drains and stops every worker process, and restartWorkers
+// starts as many again: the webhooks scenario measures its burst with no
+// worker running.
+func (f *procFleet) stopWorkers() {
 	f.mu.Lock()
 	workers := f.workers
+	f.workers = nil
 	f.mu.Unlock()
-	var errs []error
+	var wg sync.WaitGroup
 	for _, w := range workers {
-		if w.cmd.Process != nil {
-			errs = append(errs, w.cmd.Process.Signal(sig))
+		wg.Go(func() { w.stop(20 * time.Second) })
+	}
+	wg.Wait()
+}
+
+func (f *procFleet) restartWorkers(ctx context.Context) error {
+	for range f.cfg.Workers {
+		if _, err := f.startWorker(ctx); err != nil {
+			return err
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // killWorker SIGKILLs worker i (of those started, in order).

@@ -458,7 +458,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if wh := f.Webhooks; wh != nil {
 		paused := "the workers running meanwhile"
 		if wh.WorkersPaused {
-			paused = "the workers paused: the intake alone"
+			paused = "no worker running: the intake alone"
 		}
 		row("intake burst", "%d of %d deliveries accepted in %s: %.0f/s (%s)", wh.Accepted, wh.Deliveries, wh.BurstWall, wh.AcceptedPerSec, paused)
 		row("request -> 202", "%s (payload %d bytes)", wh.IntakeLatency, wh.PayloadBytes)

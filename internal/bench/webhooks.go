@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/api"
@@ -43,15 +42,17 @@ type WebhookFigures struct {
 	// IntakeLatency is each delivery's time from its request to its
 	// 202, at the sender.
 	IntakeLatency Summary `json:"intake_latency"`
-	// WorkersPaused says the workers were stopped (SIGSTOP) during the
-	// burst, so that it measured the intake on its own (a fleet of
-	// processes); otherwise they ran the burst's runs meanwhile.
+	// WorkersPaused says no worker ran during the burst (a fleet of
+	// processes: they were drained before it and started again after),
+	// so it measured the intake on its own; otherwise they ran the
+	// burst's runs meanwhile.
 	WorkersPaused bool `json:"workers_paused"`
 	// Retries were sent again after the burst; RetriesDeduped of them
 	// were answered 200 with their first run's id.
 	Retries        int `json:"retries"`
 	RetriesDeduped int `json:"retries_deduped"`
-	// RunsWall is from the end of the burst to the last run's end.
+	// RunsWall is from the end of the burst to the last run's end (with
+	// WorkersPaused, the workers' start included).
 	RunsWall   Duration `json:"runs_wall"`
 	RunsPerSec float64  `json:"runs_per_sec"`
 	// CPUPerDelivery is the CPU of this process and its descendants
@@ -74,9 +75,9 @@ type signedDelivery struct {
 // webhooks creates a GitHub trigger whose message is the bench task the
 // payload carries, sends Runs signed deliveries to its hook from
 // Submitters senders at once, and times each to its 202. With a fleet of
-// processes the workers are paused meanwhile, so the burst measures the
-// intake alone; then they resume and the 1-turn runs the burst started
-// complete. A sample of the deliveries is sent again: each must get its
+// processes the workers are stopped meanwhile, so the burst measures the
+// intake alone; then they start again and the 1-turn runs the burst
+// started complete. A sample of the deliveries is sent again: each must get its
 // first run back.
 func (e *env) webhooks(ctx context.Context) error {
 	e.rep.Parameters.Submitters = e.cfg.Submitters
@@ -117,9 +118,7 @@ func (e *env) webhooks(ctx context.Context) error {
 	f := &WebhookFigures{Deliveries: len(ds), PayloadBytes: len(ds[0].body)}
 	local := e.fleet.local()
 	if e.procs != nil {
-		if err := e.procs.signalWorkers(syscall.SIGSTOP); err != nil {
-			return fmt.Errorf("pause the workers: %w", err)
-		}
+		e.procs.stopWorkers()
 		f.WorkersPaused = true
 	} else {
 		e.rep.note("the workers ran the burst's runs during the burst (an embedded fleet cannot pause them; --spawn does)")
@@ -139,13 +138,13 @@ func (e *env) webhooks(ctx context.Context) error {
 	if local {
 		cpu1 = e.sampleCPU()
 	}
-	if f.WorkersPaused {
-		if err := e.procs.signalWorkers(syscall.SIGCONT); err != nil {
-			return fmt.Errorf("resume the workers: %w", err)
-		}
-	}
 	e.stopProgress()
 	runsStart := time.Now()
+	if f.WorkersPaused {
+		if err := e.procs.restartWorkers(ctx); err != nil {
+			return fmt.Errorf("start the workers again: %w", err)
+		}
+	}
 
 	var lat []time.Duration
 	var subs []submission
