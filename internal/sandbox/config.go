@@ -1,13 +1,14 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"runtime"
 	"time"
+
+	"github.com/agentfleet/agentfleet/internal/egress"
 )
 
 // Defaults of Config and Limits. A zero field means its default.
@@ -133,9 +134,7 @@ type NetworkConfig struct {
 }
 
 // Resolver resolves a host name to addresses; *net.Resolver implements it.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
+type Resolver = egress.Resolver
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {

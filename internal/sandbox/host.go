@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/egress"
 )
 
 // hostCall runs one host primitive for the child: decode, check it is
@@ -86,9 +87,9 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.checkURL(a.URL)
+	u, err := p.guard.CheckURL(a.URL)
 	if err != nil {
-		var be *blockedError
+		var be *egress.BlockedError
 		if errors.As(err, &be) {
 			return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, a.URL, err))
 		}
@@ -143,7 +144,7 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 // fetchErr turns a request error into what the script sees: a guard block
 // is a denial; timeouts and cancellation say so plainly.
 func (p *Pool) fetchErr(turn, fctx context.Context, name, target string, err error) (byte, []byte) {
-	var be *blockedError
+	var be *egress.BlockedError
 	switch {
 	case errors.As(err, &be):
 		return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, target, be))
@@ -212,4 +213,14 @@ func stripFence(s string) string {
 		return s
 	}
 	return strings.TrimSuffix(strings.TrimSpace(t), "```")
+}
+
+// unwrapURLError drops the *url.Error wrapping of a parse error, which
+// repeats the URL the message already quotes.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }

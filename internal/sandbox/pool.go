@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/procstat"
 )
 
@@ -34,7 +35,7 @@ type Pool struct {
 	cfg    Config
 	exe    string
 	spec   string // the child's limits, in its marker variable
-	guard  *netGuard
+	guard  *egress.Guard
 	client *http.Client
 	decls  string // declarations of the default set
 
@@ -92,13 +93,13 @@ func New(cfg Config) (*Pool, error) {
 		logBytes: cfg.Limits.LogBytes,
 		carry:    cfg.Limits.CarryBytes,
 	}
-	g := newNetGuard(cfg.Network)
+	g := egress.New(egress.Config{Allow: cfg.Network.Allow, Resolver: cfg.Network.Resolver})
 	p := &Pool{
 		cfg:     cfg,
 		exe:     exe,
 		spec:    spec.String(),
 		guard:   g,
-		client:  g.newHTTPClient(cfg.Network.MaxRedirects),
+		client:  g.HTTPClient(cfg.Network.MaxRedirects),
 		procs:   make(chan struct{}, cfg.MaxProcesses),
 		compute: make(chan struct{}, cfg.PoolSize),
 		done:    make(chan struct{}),

@@ -1,4 +1,11 @@
-package sandbox
+// Package egress owns the fleet's guard on outbound connections: which
+// hosts and addresses a connection made on a tenant's behalf may reach.
+// By default only the public internet: loopback, private, link-local,
+// CGNAT, multicast and cloud metadata addresses are refused, decided on
+// the resolved address at connect time, redirects included, unless the
+// operator's allow-list opens them. The sandbox's fetch and http and the
+// dispatcher's run callbacks dial through it.
+package egress
 
 import (
 	"context"
@@ -14,8 +21,8 @@ import (
 	"time"
 )
 
-// The network guard keeps fetch and http on the public internet (DESIGN
-// §9, SSRF). It works in two places:
+// The guard keeps connections on the public internet (SSRF). It works in
+// two places:
 //
 //   - Up front, on the URL (and on every redirect's URL): only http and
 //     https; host names that name the local machine or a metadata service
@@ -30,24 +37,43 @@ import (
 //     rebinding) to a blocked address and redirects to such names, since
 //     every connection, redirected or not, is dialled through it.
 
-// blockedError is a connection or URL refused by the network guard.
-type blockedError struct {
-	target string // what was refused: an address or a host name
-	reason string // why, as "is a loopback address"
+// BlockedError is a connection or URL refused by the guard.
+type BlockedError struct {
+	Target string // what was refused: an address or a host name
+	Reason string // why, as "is a loopback address"
 }
 
-func (e *blockedError) Error() string {
-	return fmt.Sprintf("blocked by the network guard: %s %s", e.target, e.reason)
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("blocked by the network guard: %s %s", e.Target, e.Reason)
 }
 
-type netGuard struct {
+// Resolver resolves a host name to addresses; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Config configures a Guard.
+type Config struct {
+	// Allow lists addresses the guard lets through although they are in
+	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
+	// service the fleet is meant to reach.
+	Allow []netip.Prefix
+	// Resolver resolves host names; nil means net.DefaultResolver. The
+	// guard checks the addresses it returns at connect time, so a
+	// resolver cannot route around it.
+	Resolver Resolver
+}
+
+// Guard dials only what its configuration allows.
+type Guard struct {
 	allow    []netip.Prefix
 	resolver Resolver
 	dialer   net.Dialer
 }
 
-func newNetGuard(cfg NetworkConfig) *netGuard {
-	g := &netGuard{allow: cfg.Allow, resolver: cfg.Resolver}
+// New returns the guard of cfg.
+func New(cfg Config) *Guard {
+	g := &Guard{allow: cfg.Allow, resolver: cfg.Resolver}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
@@ -57,19 +83,20 @@ func newNetGuard(cfg NetworkConfig) *netGuard {
 		Control: func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return &blockedError{target: address, reason: "is not an IP address and port"}
+				return &BlockedError{Target: address, Reason: "is not an IP address and port"}
 			}
-			return g.checkAddr(ap.Addr())
+			return g.CheckAddr(ap.Addr())
 		},
 	}
 	return g
 }
 
-// newHTTPClient returns the client fetch and http use: every connection
-// goes through the guard, there is no proxy (an environment proxy would
-// connect on the script's behalf, past the guard), no cookie jar (nothing
-// carries over between turns or tenants) and a redirect cap.
-func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
+// HTTPClient returns a client whose every connection goes through the
+// guard: no proxy (an environment proxy would connect on the caller's
+// behalf, past the guard), no cookie jar (nothing carries over between
+// requests or tenants), and at most maxRedirects redirects (negative:
+// none), each checked.
+func (g *Guard) HTTPClient(maxRedirects int) *http.Client {
 	tr := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            g.dialContext,
@@ -90,7 +117,7 @@ func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
 			if len(via) > maxRedirects {
 				return fmt.Errorf("stopped after %d redirects", maxRedirects)
 			}
-			if _, err := g.checkURL(req.URL.String()); err != nil {
+			if _, err := g.CheckURL(req.URL.String()); err != nil {
 				return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
 			}
 			return nil
@@ -100,7 +127,7 @@ func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
 
 // dialContext resolves the host itself and dials each address as a
 // literal, so the Control hook sees exactly what is connected to.
-func (g *netGuard) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
+func (g *Guard) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", address, err)
@@ -130,7 +157,7 @@ func (g *netGuard) dialContext(ctx context.Context, network, address string) (ne
 		if err == nil {
 			return conn, nil
 		}
-		var be *blockedError
+		var be *BlockedError
 		if errors.As(err, &be) {
 			if blocked == nil {
 				blocked = be
@@ -150,8 +177,9 @@ func (g *netGuard) dialContext(ctx context.Context, network, address string) (ne
 	return nil, blocked
 }
 
-// checkURL parses raw and applies the up-front rules.
-func (g *netGuard) checkURL(raw string) (*url.URL, error) {
+// CheckURL parses raw and applies the up-front rules: an absolute http
+// or https URL whose host is not refused on its face.
+func (g *Guard) CheckURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("invalid URL %q: %w", raw, unwrapURLError(err))
@@ -182,19 +210,19 @@ func unwrapURLError(err error) error {
 }
 
 // checkHost applies the up-front rules to a URL's host (brackets removed).
-func (g *netGuard) checkHost(host string) error {
+func (g *Guard) checkHost(host string) error {
 	h := strings.TrimSuffix(strings.ToLower(host), ".")
 	if a, err := netip.ParseAddr(h); err == nil {
 		if a.Is4In6() {
-			return &blockedError{target: "[" + h + "]", reason: fmt.Sprintf("is an IPv4-mapped IPv6 address (= %s); write IPv4 addresses in dotted-decimal form", a.Unmap())}
+			return &BlockedError{Target: "[" + h + "]", Reason: fmt.Sprintf("is an IPv4-mapped IPv6 address (= %s); write IPv4 addresses in dotted-decimal form", a.Unmap())}
 		}
-		return g.checkAddr(a)
+		return g.CheckAddr(a)
 	}
 	if a, ok := parseLegacyIPv4(h); ok {
-		return &blockedError{target: host, reason: fmt.Sprintf("is a non-canonical IPv4 address (= %s); write IPv4 addresses in dotted-decimal form like 93.184.215.14", a)}
+		return &BlockedError{Target: host, Reason: fmt.Sprintf("is a non-canonical IPv4 address (= %s); write IPv4 addresses in dotted-decimal form like 93.184.215.14", a)}
 	}
 	if looksNumeric(h) {
-		return &blockedError{target: host, reason: "is not a valid IPv4 address or host name"}
+		return &BlockedError{Target: host, Reason: "is not a valid IPv4 address or host name"}
 	}
 	return checkHostName(h)
 }
@@ -207,16 +235,17 @@ func checkHostName(host string) error {
 	switch {
 	case h == "localhost" || strings.HasSuffix(h, ".localhost") ||
 		h == "localhost.localdomain" || h == "ip6-localhost" || h == "ip6-loopback":
-		return &blockedError{target: host, reason: "names the local machine"}
+		return &BlockedError{Target: host, Reason: "names the local machine"}
 	case h == "metadata.google.internal" || h == "metadata.goog" || h == "metadata" ||
 		h == "instance-data" || h == "instance-data.ec2.internal":
-		return &blockedError{target: host, reason: "is a cloud metadata service"}
+		return &BlockedError{Target: host, Reason: "is a cloud metadata service"}
 	}
 	return nil
 }
 
-// checkAddr is the connect-time rule: a blocked range unless Allow lists it.
-func (g *netGuard) checkAddr(a netip.Addr) error {
+// CheckAddr is the connect-time rule: a blocked range unless Allow lists
+// it.
+func (g *Guard) CheckAddr(a netip.Addr) error {
 	a = a.WithZone("")
 	for _, p := range g.allow {
 		if p.Contains(a) || (a.Is4In6() && p.Contains(a.Unmap())) {
@@ -224,7 +253,7 @@ func (g *netGuard) checkAddr(a netip.Addr) error {
 		}
 	}
 	if reason := blockedReason(a); reason != "" {
-		return &blockedError{target: a.String(), reason: reason}
+		return &BlockedError{Target: a.String(), Reason: reason}
 	}
 	return nil
 }
