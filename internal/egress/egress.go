@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,6 +59,9 @@ type Config struct {
 	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
 	// service the fleet is meant to reach.
 	Allow []netip.Prefix
+	// AllowHosts lists host names reached whatever they resolve to
+	// ("billing.internal"; "*.corp.example" for its subdomains).
+	AllowHosts []string
 	// Resolver resolves host names; nil means net.DefaultResolver. The
 	// guard checks the addresses it returns at connect time, so a
 	// resolver cannot route around it.
@@ -66,14 +70,21 @@ type Config struct {
 
 // Guard dials only what its configuration allows.
 type Guard struct {
-	allow    []netip.Prefix
-	resolver Resolver
-	dialer   net.Dialer
+	allow      []netip.Prefix
+	allowHosts []string
+	resolver   Resolver
+	dialer     net.Dialer
+	// open dials an allowed host's addresses, unchecked.
+	open net.Dialer
 }
 
 // New returns the guard of cfg.
 func New(cfg Config) *Guard {
 	g := &Guard{allow: cfg.Allow, resolver: cfg.Resolver}
+	for _, h := range cfg.AllowHosts {
+		g.allowHosts = append(g.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
+	}
+	g.open = net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
@@ -137,10 +148,13 @@ func (g *Guard) dialContext(ctx context.Context, network, address string) (net.C
 		return nil, fmt.Errorf("dial %s: bad port: %w", address, err)
 	}
 	var addrs []netip.Addr
+	dialer := &g.dialer
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		if err := checkHostName(host); err != nil {
+		if g.hostAllowed(host) {
+			dialer = &g.open
+		} else if err := checkHostName(host); err != nil {
 			return nil, err
 		}
 		addrs, err = g.resolver.LookupNetIP(ctx, "ip", host)
@@ -153,7 +167,7 @@ func (g *Guard) dialContext(ctx context.Context, network, address string) (net.C
 	}
 	var blocked, other error
 	for _, a := range addrs {
-		conn, err := g.dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		conn, err := dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
 			return conn, nil
 		}
@@ -224,8 +238,45 @@ func (g *Guard) checkHost(host string) error {
 	if looksNumeric(h) {
 		return &BlockedError{Target: host, Reason: "is not a valid IPv4 address or host name"}
 	}
+	if g.hostAllowed(h) {
+		return nil
+	}
 	return checkHostName(h)
 }
+
+// hostAllowed reports whether the operator's allow-list names host.
+func (g *Guard) hostAllowed(host string) bool {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, a := range g.allowHosts {
+		if a == h || strings.HasPrefix(a, "*.") && strings.HasSuffix(h, a[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAllow reads an allow-list such as AGENTFLEET_EGRESS_ALLOW: host
+// names, IP addresses and CIDRs, separated by commas or spaces.
+func ParseAllow(list string) (Config, error) {
+	var c Config
+	for _, e := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		if p, err := netip.ParsePrefix(e); err == nil {
+			c.Allow = append(c.Allow, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(e); err == nil {
+			c.Allow = append(c.Allow, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		if !hostPattern.MatchString(e) {
+			return Config{}, fmt.Errorf("egress allow-list entry %q is not a host name (\"billing.internal\", \"*.corp.example\"), an IP address or a CIDR (\"10.0.0.0/8\")", e)
+		}
+		c.AllowHosts = append(c.AllowHosts, e)
+	}
+	return c, nil
+}
+
+var hostPattern = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)
 
 // checkHostName refuses names that stand for this machine or a cloud
 // metadata service. Other names are checked when their addresses are

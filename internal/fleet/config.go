@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 )
 
@@ -117,6 +119,10 @@ type Config struct {
 	// absolute.
 	SecretsKey string
 	PublicURL  string
+	// EgressAllow (AGENTFLEET_EGRESS_ALLOW) opens host names, IPs and
+	// CIDRs past the network guard, for the scripts' fetch and http and
+	// for run callbacks.
+	EgressAllow string
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -134,6 +140,7 @@ func ConfigFromEnv() (Config, error) {
 		Model:         llm.ConfigFromEnv(),
 		SecretsKey:    os.Getenv(secrets.EnvKey),
 		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
+		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -202,6 +209,9 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
+	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_PUBLIC_URL=%q must be the dispatcher's public base URL, like https://agents.example.com", c.PublicURL))
@@ -229,6 +239,18 @@ func (c Config) secretsBox() *secrets.Box {
 	}
 	b, _ := secrets.ParseKey(c.SecretsKey)
 	return b
+}
+
+// egress is the network guard's configuration (Validate has checked it).
+func (c Config) egress() egress.Config {
+	e, _ := egress.ParseAllow(c.EgressAllow)
+	return e
+}
+
+// sandboxConfig is a worker process's sandbox configuration.
+func (c Config) sandboxConfig(workers int) sandbox.Config {
+	e := c.egress()
+	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
 }
 
 // SQLitePath is where the embedded store lives.

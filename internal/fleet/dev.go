@@ -15,7 +15,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/llm"
-	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
@@ -96,7 +95,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	}
 	d.Workers, err = NewWorkerProcess(WorkerConfig{
 		Workers: cfg.Workers, Slots: cfg.WorkerSlots, Model: cfg.Model, ModelClient: opts.ModelClient,
-		Sandbox: sandbox.Config{MaxProcesses: cfg.sandboxProcesses(cfg.Workers)},
+		Sandbox: cfg.sandboxConfig(cfg.Workers),
 		Store:   d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 	})
 	if err != nil {

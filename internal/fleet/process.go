@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 // RunDispatcher is the dispatcher process: it opens the store and the bus
@@ -94,7 +93,7 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	reg := NewRegistry()
 	wp, err := NewWorkerProcess(WorkerConfig{
 		Workers: 1, Slots: cfg.WorkerSlots, Model: cfg.Model, Store: st, Bus: b, Registry: reg, Logger: logger,
-		Sandbox: sandbox.Config{MaxProcesses: cfg.sandboxProcesses(1)},
+		Sandbox: cfg.sandboxConfig(1),
 	})
 	if err != nil {
 		return err

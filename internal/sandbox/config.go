@@ -124,6 +124,9 @@ type NetworkConfig struct {
 	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
 	// service the agents are meant to reach.
 	Allow []netip.Prefix
+	// AllowHosts lists host names reached whatever they resolve to
+	// ("*.corp.example" for its subdomains).
+	AllowHosts []string
 	// Resolver resolves host names; nil means net.DefaultResolver. The
 	// guard checks the addresses it returns at connect time, so a
 	// resolver cannot route around it.

@@ -93,7 +93,7 @@ func New(cfg Config) (*Pool, error) {
 		logBytes: cfg.Limits.LogBytes,
 		carry:    cfg.Limits.CarryBytes,
 	}
-	g := egress.New(egress.Config{Allow: cfg.Network.Allow, Resolver: cfg.Network.Resolver})
+	g := egress.New(egress.Config{Allow: cfg.Network.Allow, AllowHosts: cfg.Network.AllowHosts, Resolver: cfg.Network.Resolver})
 	p := &Pool{
 		cfg:     cfg,
 		exe:     exe,
