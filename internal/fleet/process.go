@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-
 )
 
 // RunDispatcher is the dispatcher process: it opens the store and the bus
