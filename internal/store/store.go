@@ -212,6 +212,29 @@ type Store interface {
 	// TriggerDeliveryList pages a trigger's delivery log, newest first.
 	TriggerDeliveryList(ctx context.Context, p TriggerDeliveryListParams) (TriggerDeliveryListResult, error)
 
+	// TenantCallbackSecretSet stores (or replaces) a tenant's sealed
+	// callback secret; TenantCallbackSecretGet reads it (ErrNotFound:
+	// none).
+	TenantCallbackSecretSet(ctx context.Context, p TenantCallbackSecretSetParams) error
+	TenantCallbackSecretGet(ctx context.Context, tenant string) (string, error)
+	// RunCallbackCreate records that run RunID (made next, or already)
+	// is to be called back at URL when it ends; one per run
+	// (ErrConflict).
+	RunCallbackCreate(ctx context.Context, p RunCallbackCreateParams) (RunCallback, error)
+	RunCallbackGetByID(ctx context.Context, runID string) (RunCallback, error)
+	// RunCallbackClaim hands out up to Limit pending callbacks whose run
+	// has ended and whose next attempt is due at Now, oldest due first,
+	// moving their next attempt Lease ahead so that no other caller
+	// takes them meanwhile.
+	RunCallbackClaim(ctx context.Context, p RunCallbackClaimParams) ([]RunCallback, error)
+	// RunCallbackRecord records an attempt: it counts it, keeps it in
+	// the callback's log (the last CallbackLogMax), and sets the state
+	// and the next attempt.
+	RunCallbackRecord(ctx context.Context, p RunCallbackRecordParams) (RunCallback, error)
+	// RunCallbackPrune deletes callbacks created before Before whose run
+	// does not exist (never made, or deleted).
+	RunCallbackPrune(ctx context.Context, before time.Time) (int, error)
+
 	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
 	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
 	SkillList(ctx context.Context, tenant string) ([]Skill, error)
@@ -703,6 +726,67 @@ type TriggerDeliveryListParams struct {
 type TriggerDeliveryListResult struct {
 	Deliveries []TriggerDelivery
 	NextCursor string // empty on the last page
+}
+
+type TenantCallbackSecretSetParams struct {
+	Tenant string
+	Secret string // sealed
+}
+
+// CallbackState is where a run's callback stands.
+type CallbackState string
+
+const (
+	CallbackPending   CallbackState = "pending"   // not sent yet, or to be tried again
+	CallbackDelivered CallbackState = "delivered" // the receiver answered 2xx
+	CallbackFailed    CallbackState = "failed"    // given up on
+)
+
+// CallbackLogMax is how many attempts a callback's log keeps.
+const CallbackLogMax = 20
+
+// CallbackAttempt is one POST of a run's callback.
+type CallbackAttempt struct {
+	At time.Time `json:"at"`
+	// Status is the receiver's HTTP status (0: no answer); Error says
+	// why the attempt failed.
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// RunCallback is a run's completion callback: the outbox row the
+// dispatcher drains.
+type RunCallback struct {
+	RunID     string
+	Tenant    string
+	URL       string
+	State     CallbackState
+	Attempts  int
+	Log       []CallbackAttempt // the last attempts, oldest first
+	NextAt    time.Time
+	FirstAt   time.Time // the first attempt; zero before it
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+type RunCallbackCreateParams struct {
+	RunID  string
+	Tenant string
+	URL    string
+}
+
+type RunCallbackClaimParams struct {
+	Now   time.Time
+	Limit int
+	Lease time.Duration
+}
+
+type RunCallbackRecordParams struct {
+	RunID   string
+	Attempt CallbackAttempt
+	State   CallbackState
+	// NextAt is the next attempt, for a pending callback.
+	NextAt time.Time
 }
 
 // Skill is a named, reusable piece of script a tenant's agents can load.

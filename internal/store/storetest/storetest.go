@@ -125,6 +125,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Batch", testBatch},
 		{"Trigger", testTrigger},
 		{"TriggerDelivery", testTriggerDelivery},
+		{"RunCallback", testRunCallback},
 		{"Skill", testSkill},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })

@@ -42,3 +42,29 @@ CREATE TABLE trigger_deliveries (
     payload     bytea
 );
 CREATE INDEX trigger_deliveries_log ON trigger_deliveries (trigger_id, n, id COLLATE "C");
+
+-- Run callbacks: a run created with a callback_url has a row here, made
+-- just before the run (so no run can miss its callback); the dispatcher
+-- claims the rows whose run has ended and POSTs the run's final view.
+-- No foreign key to runs: the row comes first, and a row whose run was
+-- never made (a repeated submission) or was deleted is pruned.
+CREATE TABLE run_callbacks (
+    run_id      text PRIMARY KEY,
+    tenant      text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    url         text NOT NULL,
+    state       text NOT NULL DEFAULT 'pending',
+    attempts    integer NOT NULL DEFAULT 0,
+    attempt_log jsonb,
+    next_at     timestamptz NOT NULL,
+    first_at    timestamptz,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+CREATE INDEX run_callbacks_due ON run_callbacks (next_at) WHERE state = 'pending';
+
+-- A tenant's callback secret, sealed like trigger secrets.
+CREATE TABLE tenant_callback_secrets (
+    tenant     text PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+    secret     text NOT NULL,
+    updated_at timestamptz NOT NULL
+);

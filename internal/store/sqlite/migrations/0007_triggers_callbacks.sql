@@ -42,3 +42,29 @@ CREATE TABLE trigger_deliveries (
     payload     BLOB
 );
 CREATE INDEX trigger_deliveries_log ON trigger_deliveries (trigger_id, n, id);
+
+-- Run callbacks: a run created with a callback_url has a row here, made
+-- just before the run (so no run can miss its callback); the dispatcher
+-- claims the rows whose run has ended and POSTs the run's final view.
+-- No foreign key to runs: the row comes first, and a row whose run was
+-- never made (a repeated submission) or was deleted is pruned.
+CREATE TABLE run_callbacks (
+    run_id      TEXT PRIMARY KEY,
+    tenant      TEXT NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+    url         TEXT NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'pending',
+    attempts    INTEGER NOT NULL DEFAULT 0,
+    attempt_log TEXT,
+    next_at     INTEGER NOT NULL,
+    first_at    INTEGER,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX run_callbacks_due ON run_callbacks (next_at) WHERE state = 'pending';
+
+-- A tenant's callback secret, sealed like trigger secrets.
+CREATE TABLE tenant_callback_secrets (
+    tenant     TEXT PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+    secret     TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
