@@ -258,7 +258,7 @@ func (s *Server) admitDelivery(r *http.Request, ht *hookTrigger, d webhook.Deliv
 	if err == nil {
 		queued, _ := json.Marshal(map[string]string{"trigger": ht.ID, "delivery": d.ID, "event": webhook.EventName(d.Event, d.Action)})
 		var res store.RunCreateResult
-		if res, err = s.admit(r.Context(), params, queued); err == nil {
+		if res, err = s.admit(r.Context(), params, admission{queuedArgs: queued, callbackURL: ht.CallbackURL}); err == nil {
 			line.RunID = res.Run.ID
 			status, outcome := http.StatusAccepted, store.DeliveryAccepted
 			if !res.Created {

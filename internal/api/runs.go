@@ -35,6 +35,9 @@ type RunCreateRequest struct {
 	MaxTokens      int64             `json:"max_tokens,omitempty"`
 	// Timeout is a Go duration ("90s", "10m") after which the run fails.
 	Timeout string `json:"timeout,omitempty"`
+	// CallbackURL receives the run's final view when it ends
+	// (callbacks.go).
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p principal) {
@@ -51,7 +54,13 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.admit(r.Context(), params, nil)
+	if req.CallbackURL != "" {
+		if err := s.checkCallbackURL(req.CallbackURL); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	res, err := s.admit(r.Context(), params, admission{callbackURL: req.CallbackURL})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -63,18 +72,31 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 	writeJSON(w, status, res.Run)
 }
 
+// admission is what a run's admission carries besides the run: its
+// queued event's Args, and a callback URL.
+type admission struct {
+	queuedArgs  json.RawMessage
+	callbackURL string
+}
+
 // admit is the one path by which a run enters the fleet, for POST
-// /v1/runs and the webhook intake alike: the agent must exist, the run
-// is recorded with its queued event (whose Args are queuedArgs), then
-// its events and first turn are published. An error is for fail.
-func (s *Server) admit(ctx context.Context, params store.RunCreateParams, queuedArgs json.RawMessage) (store.RunCreateResult, error) {
+// /v1/runs and the webhook intake alike: the agent must exist, the
+// run's callback is stored first (so the run cannot end without it),
+// the run is recorded with its queued event, then its events and first
+// turn are published. An error is for fail.
+func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admission) (store.RunCreateResult, error) {
 	if err := s.checkAgent(ctx, params.Tenant, params.Agent); err != nil {
 		return store.RunCreateResult{}, err
+	}
+	if a.callbackURL != "" {
+		if err := s.createCallback(ctx, &params, a.callbackURL); err != nil {
+			return store.RunCreateResult{}, fmt.Errorf("store the run's callback: %w", err)
+		}
 	}
 	params.Events = []agentfleet.Event{{
 		V: agentfleet.EventVersion, Tenant: params.Tenant, SessionID: params.SessionID,
 		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
-		Args: queuedArgs,
+		Args: a.queuedArgs,
 	}}
 	res, err := s.cfg.Store.RunCreate(ctx, params)
 	if err != nil {
@@ -163,7 +185,12 @@ func (s *Server) handleRunGet(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, run)
+	view, err := s.runView(r.Context(), run)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
 }
 
 // lookupRun reads the run named in the path, as the principal may see it.

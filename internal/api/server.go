@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
@@ -81,6 +82,11 @@ type Config struct {
 	Secrets         *secrets.Box
 	PublicURL       string
 	DeliveryLogKeep int
+	// Run callbacks: Egress is the network guard they dial through
+	// (AGENTFLEET_EGRESS_ALLOW); CallbackBackoff scales the retry
+	// schedule (zero: CallbackBackoffDefault, for tests).
+	Egress          egress.Config
+	CallbackBackoff time.Duration
 }
 
 // Server serves the API.
@@ -109,8 +115,10 @@ type Server struct {
 	sweepWithin atomic.Int64
 	// readyLog paces the log lines of failing readiness checks.
 	readyLog readyLog
-	// hooks is the webhook intake's state (hooks.go).
-	hooks hookState
+	// hooks is the webhook intake's state (hooks.go), callbacks the
+	// run callback sender's (callbacks.go).
+	hooks     hookState
+	callbacks callbackState
 }
 
 // New returns a Server.
@@ -147,6 +155,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.hooks.init(cfg); err != nil {
 		return nil, err
 	}
+	if err := s.callbacks.init(cfg); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }
@@ -174,6 +185,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/triggers/{id}/deliveries/{delivery}/redeliver", s.authed(s.tenantTrigger(s.handleRedeliver)))
 	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
 	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
+	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
 	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("the API does not serve /metrics: the dispatcher serves them on AGENTFLEET_METRICS_LISTEN"))
 	})

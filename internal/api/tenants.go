@@ -46,6 +46,9 @@ type TenantView struct {
 	CreatedAt         time.Time                  `json:"created_at"`
 	UpdatedAt         time.Time                  `json:"updated_at"`
 	APIKey            string                     `json:"api_key,omitempty"`
+	// CallbackSecret signs the tenant's run callbacks (whsec_); shown
+	// once, when made (callbacks.go).
+	CallbackSecret string `json:"callback_secret,omitempty"`
 }
 
 func (req *TenantRequest) validate() error {
@@ -133,6 +136,14 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 		return
 	}
 	view.APIKey = key
+	// Without a secrets key the tenant has no callback secret until one
+	// is made (POST /v1/tenants/{id}/callback-secret).
+	if s.cfg.Secrets != nil {
+		if view.CallbackSecret, err = s.newCallbackSecret(r.Context(), req.ID); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	writeJSON(w, http.StatusCreated, view)
 }
 

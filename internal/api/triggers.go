@@ -52,6 +52,9 @@ type TriggerRequest struct {
 	MaxTokens    *int64    `json:"max_tokens,omitempty"`
 	MaxBodyBytes *int64    `json:"max_body_bytes,omitempty"`
 	Enabled      *bool     `json:"enabled,omitempty"`
+	// CallbackURL receives the final view of each run the trigger
+	// starts ("" on PATCH: none).
+	CallbackURL *string `json:"callback_url,omitempty"`
 	// RotateSecret (PATCH) replaces the secret with a generated one,
 	// shown in the answer; the old one is accepted for SecretGrace.
 	RotateSecret bool `json:"rotate_secret,omitempty"`
@@ -72,6 +75,7 @@ type TriggerView struct {
 	MaxTokens    int64     `json:"max_tokens,omitempty"`
 	MaxBodyBytes int64     `json:"max_body_bytes"`
 	Enabled      bool      `json:"enabled"`
+	CallbackURL  string    `json:"callback_url,omitempty"`
 	URL          string    `json:"url"`
 	Secret       string    `json:"secret,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
@@ -118,7 +122,7 @@ func (s *Server) tenantTrigger(h handler) handler {
 func (s *Server) triggerView(t store.Trigger, secret string) TriggerView {
 	v := TriggerView{
 		ID: t.ID, Tenant: t.Tenant, Name: t.Name, Agent: t.Agent, Scheme: t.Scheme, Message: t.Message, SessionID: t.SessionID,
-		Events: t.Events, MaxTurns: t.MaxTurns, MaxTokens: t.MaxTokens, MaxBodyBytes: hookBodyLimit(t), Enabled: t.Enabled,
+		Events: t.Events, MaxTurns: t.MaxTurns, MaxTokens: t.MaxTokens, MaxBodyBytes: hookBodyLimit(t), Enabled: t.Enabled, CallbackURL: t.CallbackURL,
 		URL: s.cfg.PublicURL + "/v1/hooks/" + t.ID, Secret: secret, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}
 	if v.Events == nil {
@@ -139,7 +143,12 @@ func hookBodyLimit(t store.Trigger) int64 {
 }
 
 // checkTrigger validates the fields req sets; scheme is the trigger's.
-func checkTrigger(req *TriggerRequest, scheme webhook.Scheme) error {
+func (s *Server) checkTrigger(req *TriggerRequest, scheme webhook.Scheme) error {
+	if u := req.CallbackURL; u != nil && *u != "" {
+		if err := s.checkCallbackURL(*u); err != nil {
+			return err
+		}
+	}
 	if n := req.Name; n != nil {
 		if strings.TrimSpace(*n) == "" || len(*n) > maxTriggerName || strings.IndexFunc(*n, unicode.IsControl) >= 0 {
 			return errUnprocessable("name must be 1 to %d characters without control characters", maxTriggerName)
@@ -210,12 +219,13 @@ func (s *Server) handleTriggerCreate(w http.ResponseWriter, r *http.Request, p p
 		return
 	}
 	scheme := webhook.Scheme(*req.Scheme)
-	if err := checkTrigger(&req, scheme); err != nil {
+	if err := s.checkTrigger(&req, scheme); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	params := store.TriggerCreateParams{
-		ID: uuid.Must(uuid.NewV7()).String(), Tenant: p.tenant, Name: *req.Name, Agent: deref(req.Agent, "default"),
+		CallbackURL: deref(req.CallbackURL, ""),
+		ID:          uuid.Must(uuid.NewV7()).String(), Tenant: p.tenant, Name: *req.Name, Agent: deref(req.Agent, "default"),
 		Scheme: string(scheme), Message: deref(req.Message, ""), SessionID: deref(req.SessionID, ""),
 		MaxTurns: deref(req.MaxTurns, 0), MaxTokens: deref(req.MaxTokens, 0), MaxBodyBytes: deref(req.MaxBodyBytes, 0),
 		Enabled: deref(req.Enabled, true),
@@ -338,12 +348,13 @@ func (s *Server) handleTriggerUpdate(w http.ResponseWriter, r *http.Request, p p
 		s.fail(w, r, errUnprocessable("give either secret or rotate_secret, not both"))
 		return
 	}
-	if err := checkTrigger(&req, scheme); err != nil {
+	if err := s.checkTrigger(&req, scheme); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	params := store.TriggerUpdateParams{
-		ID: t.ID, Tenant: p.tenant, Name: req.Name, Agent: req.Agent, Message: req.Message, SessionID: req.SessionID,
+		CallbackURL: req.CallbackURL,
+		ID:          t.ID, Tenant: p.tenant, Name: req.Name, Agent: req.Agent, Message: req.Message, SessionID: req.SessionID,
 		Events: req.Events, MaxTurns: req.MaxTurns, MaxTokens: req.MaxTokens, MaxBodyBytes: req.MaxBodyBytes, Enabled: req.Enabled,
 	}
 	if params.Message != nil && *params.Message == "" {

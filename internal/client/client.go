@@ -392,3 +392,18 @@ func pageQuery(limit int, cursor string) url.Values {
 	}
 	return q
 }
+
+// GetRunView reads a run with its callback's state, when it has one.
+func (c *Client) GetRunView(ctx context.Context, id string) (api.RunView, error) {
+	var out api.RunView
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// RotateCallbackSecret replaces a tenant's callback secret; the answer
+// carries the new one, shown this once.
+func (c *Client) RotateCallbackSecret(ctx context.Context, tenant string) (api.CallbackSecretView, error) {
+	var out api.CallbackSecretView
+	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/callback-secret", nil, &out)
+	return out, err
+}

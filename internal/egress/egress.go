@@ -196,7 +196,7 @@ func (g *Guard) dialContext(ctx context.Context, network, address string) (net.C
 func (g *Guard) CheckURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid URL %q: %w", raw, unwrapURLError(err))
+		return nil, fmt.Errorf("invalid URL %q: %w", raw, URLErrorCause(err))
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
@@ -215,7 +215,9 @@ func (g *Guard) CheckURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-func unwrapURLError(err error) error {
+// URLErrorCause drops the *url.Error wrapping of err, which repeats the
+// URL a message already quotes.
+func URLErrorCause(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err

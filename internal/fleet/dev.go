@@ -88,7 +88,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
-		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL,
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
 	})
 	if err != nil {
 		return nil, err

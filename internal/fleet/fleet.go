@@ -17,6 +17,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
@@ -123,6 +124,13 @@ type DispatcherConfig struct {
 	// created); PublicURL makes their hook URLs absolute.
 	Secrets   *secrets.Box
 	PublicURL string
+	// Egress is the network guard run callbacks dial through;
+	// CallbackInterval and CallbackBackoff override how often the
+	// callback outbox is drained and the retry schedule's unit
+	// (api.CallbackIntervalDefault, api.CallbackBackoffDefault).
+	Egress           egress.Config
+	CallbackInterval time.Duration
+	CallbackBackoff  time.Duration
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -180,6 +188,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
+		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
 	})
 	if err != nil {
 		return nil, err
@@ -217,7 +226,7 @@ func (d *Dispatcher) MetricsURL() string {
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	wg.Add(4)
+	wg.Add(5)
 	if d.metrics != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- d.metrics.serve(ctx) }()
@@ -227,6 +236,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		d.api.SweepStranded(ctx, cmp.Or(d.cfg.StrandedInterval, api.StrandedIntervalDefault), cmp.Or(d.cfg.StrandedAfter, api.StrandedAfterDefault))
+	}()
+	go func() {
+		defer wg.Done()
+		d.api.DeliverCallbacks(ctx, cmp.Or(d.cfg.CallbackInterval, api.CallbackIntervalDefault))
 	}()
 	go func() {
 		defer wg.Done()

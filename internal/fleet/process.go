@@ -43,7 +43,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Store: st, Bus: b, Logger: logger, Elect: true,
-		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL,
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
 	})
 	if err != nil {
 		return err

@@ -215,12 +215,4 @@ func stripFence(s string) string {
 	return strings.TrimSuffix(strings.TrimSpace(t), "```")
 }
 
-// unwrapURLError drops the *url.Error wrapping of a parse error, which
-// repeats the URL the message already quotes.
-func unwrapURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
-	}
-	return err
-}
+func unwrapURLError(err error) error { return egress.URLErrorCause(err) }
