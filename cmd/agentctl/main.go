@@ -38,7 +38,7 @@ const usage = `agentctl — the agentfleet CLI
 
 Usage:
   agentctl run [--agent A] [--session S] [--context JSON] [--max-turns N] [--max-tokens N]
-               [--timeout D] [--idempotency-key K] [--wait] [--json] MESSAGE
+               [--timeout D] [--idempotency-key K] [--callback-url U] [--wait] [--json] MESSAGE
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
@@ -49,6 +49,7 @@ Usage:
   agentctl tenants set-budget [--tokens N] [--window W] [--tokens-per-minute N]
                               [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
+  agentctl tenants callback-secret ID
   agentctl triggers create [--scheme github|standard|stripe|hmac] [--agent A] [--message T] [--session T]
                            [--events E[,E]] [--secret S] [--max-turns N] [--max-tokens N] NAME
   agentctl triggers ls|show|rm [--json] [ID]

@@ -32,6 +32,7 @@ func triggerFlags(fs *flag.FlagSet) func() api.TriggerRequest {
 	maxTokens := fs.Int64("max-tokens", 0, "token cap of each run (0: none)")
 	maxBody := fs.Int64("max-body-bytes", 0, "largest delivery body (0: 1 MiB; at most 25 MiB)")
 	enabled := fs.Bool("enabled", true, "whether deliveries are taken")
+	callback := fs.String("callback-url", "", "receives the final view of each run the trigger starts")
 	return func() api.TriggerRequest {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		var r api.TriggerRequest
@@ -42,6 +43,7 @@ func triggerFlags(fs *flag.FlagSet) func() api.TriggerRequest {
 			return nil
 		}
 		r.Name, r.Agent, r.Message, r.SessionID, r.Secret = str("name", name), str("agent", agent), str("message", message), str("session", session), str("secret", secret)
+		r.CallbackURL = str("callback-url", callback)
 		if set["events"] {
 			ev := []string{}
 			for _, e := range strings.Split(*events, ",") {
