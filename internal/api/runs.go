@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -225,14 +224,12 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 			params.Status = append(params.Status, status)
 		}
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > listLimitMax {
-			s.fail(w, r, errBadRequest("limit must be a number from 1 to %d", listLimitMax))
-			return
-		}
-		params.Limit = n
+	limit, err := pageLimit(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
+	params.Limit = limit
 	res, err := s.cfg.Store.RunList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
 		// Everything else was checked above: it is the cursor.

@@ -1,14 +1,11 @@
 package fleet_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,14 +14,9 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/fleet"
-	"github.com/agentfleet/agentfleet/internal/store"
-	"github.com/agentfleet/agentfleet/internal/store/postgres"
-	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
-	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/webhook"
 )
 
@@ -132,10 +124,7 @@ func TestFleetRunCallback(t *testing.T) {
 // The guard refuses a callback_url on loopback unless the operator
 // allowed it, and says how.
 func TestFleetRunCallbackGuard(t *testing.T) {
-	st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "f.db")})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	d := startDispatcher(t, st, fleet.DispatcherConfig{})
+	d, _ := restartable(t, "sqlite", nil)()
 	tv, err := client.New(d.URL(), "admin-secret").CreateTenant(t.Context(), api.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	c := client.New(d.URL(), tv.APIKey)
@@ -164,56 +153,16 @@ func waitDelivered(t *testing.T, c *client.Client, runID string) api.RunView {
 	return v
 }
 
-// startDispatcher runs a dispatcher with the test secrets (and cfg's
-// other settings) on st until the test ends.
-func startDispatcher(t *testing.T, st store.Store, cfg fleet.DispatcherConfig) *fleet.Dispatcher {
-	t.Helper()
-	emb := bustest.StartServer(t)
-	cfg.Bus = bustest.Connect(t, emb)
-	cfg.Listen, cfg.AdminToken, cfg.Store, cfg.Secrets = "127.0.0.1:0", "admin-secret", st, testSecrets
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	d, err := fleet.NewDispatcher(cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return d
-}
-
 // The callback outbox is durable: an attempt that failed before the
 // dispatcher stopped is made again by the next one. On SQLite and on
 // PostgreSQL.
 func TestFleetRunCallbackSurvivesARestart(t *testing.T) {
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
-			var open func(ctx context.Context) (store.Store, error)
-			if backend == "postgres" {
-				url, schema := pgtest.Schema(t)
-				open = func(ctx context.Context) (store.Store, error) {
-					return postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
-				}
-			} else {
-				path := filepath.Join(t.TempDir(), "fleet.db")
-				open = func(ctx context.Context) (store.Store, error) { return sqlite.Open(ctx, sqlite.Config{Path: path}) }
-			}
-			emb := bustest.StartServer(t)
-			b := bustest.Connect(t, emb)
+			start := restartable(t, backend, func(c *fleet.DispatcherConfig) {
+				c.Egress, c.CallbackInterval, c.CallbackBackoff = testEgress, 20*time.Millisecond, 10*time.Millisecond
+			})
 			ctx := t.Context()
-			start := func() (*fleet.Dispatcher, func()) {
-				st, err := open(ctx)
-				require.NoError(t, err)
-				d, err := fleet.NewDispatcher(fleet.DispatcherConfig{
-					Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Secrets: testSecrets,
-					Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
-					Logger: slog.New(slog.DiscardHandler),
-				})
-				require.NoError(t, err)
-				dctx, cancel := context.WithCancel(ctx)
-				done := make(chan struct{})
-				go func() { defer close(done); _ = d.Run(dctx) }()
-				return d, func() { cancel(); <-done; _ = st.Close() }
-			}
 			rc := newReceiver(t, http.StatusInternalServerError)
 
 			d1, stop1 := start()

@@ -96,41 +96,61 @@ func httpGet(t *testing.T, url string) string {
 	return string(b)
 }
 
+// restartable returns start, which runs a dispatcher (with the test
+// secrets, and cfg as mod leaves it) on a store of backend ("sqlite" or
+// "postgres"), opened again each time, and one NATS server, until the
+// stop it returns: a restart as a dispatcher process makes one.
+func restartable(t *testing.T, backend string, mod func(*fleet.DispatcherConfig)) func() (*fleet.Dispatcher, func()) {
+	var open func(ctx context.Context) (store.Store, error)
+	if backend == "postgres" {
+		url, schema := pgtest.Schema(t)
+		open = func(ctx context.Context) (store.Store, error) {
+			return postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
+		}
+	} else {
+		path := filepath.Join(t.TempDir(), "fleet.db")
+		open = func(ctx context.Context) (store.Store, error) { return sqlite.Open(ctx, sqlite.Config{Path: path}) }
+	}
+	emb := bustest.StartServer(t)
+	b := bustest.Connect(t, emb)
+	return func() (*fleet.Dispatcher, func()) {
+		t.Helper()
+		st, err := open(t.Context())
+		require.NoError(t, err)
+		cfg := fleet.DispatcherConfig{
+			Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Secrets: testSecrets,
+			Logger: slog.New(slog.DiscardHandler),
+		}
+		if mod != nil {
+			mod(&cfg)
+		}
+		d, err := fleet.NewDispatcher(cfg)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = d.Run(ctx) }()
+		stopped := false
+		stop := func() {
+			if !stopped {
+				stopped = true
+				cancel()
+				<-done
+				_ = st.Close()
+			}
+		}
+		t.Cleanup(stop)
+		return d, stop
+	}
+}
+
 // A sender's retry of a delivery after the dispatcher restarted (store
 // reopened, caches gone) answers the run the first delivery started:
 // 200, the same run id, and no second run. On SQLite and on PostgreSQL.
 func TestFleetWebhookRetryAfterRestartIsTheSameRun(t *testing.T) {
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
-			var open func(ctx context.Context) (store.Store, error)
-			if backend == "postgres" {
-				url, schema := pgtest.Schema(t)
-				open = func(ctx context.Context) (store.Store, error) {
-					return postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
-				}
-			} else {
-				path := filepath.Join(t.TempDir(), "fleet.db")
-				open = func(ctx context.Context) (store.Store, error) { return sqlite.Open(ctx, sqlite.Config{Path: path}) }
-			}
-			emb := bustest.StartServer(t)
-			b := bustest.Connect(t, emb)
+			start := restartable(t, backend, nil)
 			ctx := t.Context()
-			// start runs a dispatcher on a freshly opened store until the
-			// returned stop.
-			start := func() (*fleet.Dispatcher, func()) {
-				st, err := open(ctx)
-				require.NoError(t, err)
-				d, err := fleet.NewDispatcher(fleet.DispatcherConfig{
-					Listen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Secrets: testSecrets,
-					Logger: slog.New(slog.DiscardHandler),
-				})
-				require.NoError(t, err)
-				dctx, cancel := context.WithCancel(ctx)
-				done := make(chan struct{})
-				go func() { defer close(done); _ = d.Run(dctx) }()
-				return d, func() { cancel(); <-done; _ = st.Close() }
-			}
-
 			d1, stop1 := start()
 			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
 			require.NoError(t, err)

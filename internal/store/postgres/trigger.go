@@ -67,12 +67,7 @@ func (s *Store) TriggerList(ctx context.Context, p store.TriggerListParams) (sto
 	if err != nil {
 		return store.TriggerListResult{}, fmt.Errorf("list triggers of %s: %w", p.Tenant, err)
 	}
-	res := store.TriggerListResult{Triggers: ts}
-	if len(ts) > limit {
-		res.Triggers = ts[:limit]
-		res.NextCursor = rules.EncodeTriggerCursor(ts[limit-1].ID)
-	}
-	return res, nil
+	return rules.TriggerPage(ts, limit), nil
 }
 
 func (s *Store) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams) (store.Trigger, error) {
@@ -130,17 +125,12 @@ func (s *Store) TriggerDelete(ctx context.Context, p store.TriggerDeleteParams) 
 
 const deliveryCols = `id, trigger_id, delivery, received_at, event, action, outcome, reason, run_id, n`
 
-type deliveryRow struct {
-	d store.TriggerDelivery
-	n int64
-}
-
-func scanDeliveryRow(sc scanner) (deliveryRow, error) {
-	var r deliveryRow
-	err := sc.Scan(&r.d.ID, &r.d.TriggerID, &r.d.Delivery, &r.d.ReceivedAt, &r.d.Event, &r.d.Action, &r.d.Outcome, &r.d.Reason, &r.d.RunID, &r.n, &r.d.Payload)
-	r.d.ReceivedAt = r.d.ReceivedAt.UTC()
-	if len(r.d.Payload) == 0 {
-		r.d.Payload = nil
+func scanDeliveryRow(sc scanner) (rules.DeliveryRow, error) {
+	var r rules.DeliveryRow
+	err := sc.Scan(&r.Line.ID, &r.Line.TriggerID, &r.Line.Delivery, &r.Line.ReceivedAt, &r.Line.Event, &r.Line.Action, &r.Line.Outcome, &r.Line.Reason, &r.Line.RunID, &r.N, &r.Line.Payload)
+	r.Line.ReceivedAt = r.Line.ReceivedAt.UTC()
+	if len(r.Line.Payload) == 0 {
+		r.Line.Payload = nil
 	}
 	return r, err
 }
@@ -197,7 +187,7 @@ func (s *Store) TriggerDeliveryRecord(ctx context.Context, p store.TriggerDelive
 		rows, err := collectBatch(br, scanDeliveryRow)
 		got = make([]store.TriggerDelivery, len(rows))
 		for i, r := range rows {
-			got[i] = r.d
+			got[i] = r.Line
 		}
 		return err
 	})
@@ -224,18 +214,5 @@ func (s *Store) TriggerDeliveryList(ctx context.Context, p store.TriggerDelivery
 	if err != nil {
 		return store.TriggerDeliveryListResult{}, fmt.Errorf("list deliveries of trigger %s: %w", p.TriggerID, err)
 	}
-	return deliveryPage(rows, limit), nil
-}
-
-func deliveryPage(rows []deliveryRow, limit int) store.TriggerDeliveryListResult {
-	var res store.TriggerDeliveryListResult
-	for i, r := range rows {
-		if i == limit {
-			last := rows[limit-1]
-			res.NextCursor = rules.EncodeDeliveryCursor(last.n, last.d.ID)
-			break
-		}
-		res.Deliveries = append(res.Deliveries, r.d)
-	}
-	return res
+	return rules.DeliveryPage(rows, limit), nil
 }

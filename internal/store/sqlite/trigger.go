@@ -76,12 +76,7 @@ func (s *Store) TriggerList(ctx context.Context, p store.TriggerListParams) (sto
 	if err != nil {
 		return store.TriggerListResult{}, fmt.Errorf("list triggers of %s: %w", p.Tenant, err)
 	}
-	res := store.TriggerListResult{Triggers: ts}
-	if len(ts) > limit {
-		res.Triggers = ts[:limit]
-		res.NextCursor = rules.EncodeTriggerCursor(ts[limit-1].ID)
-	}
-	return res, nil
+	return rules.TriggerPage(ts, limit), nil
 }
 
 func (s *Store) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams) (store.Trigger, error) {
@@ -150,19 +145,14 @@ func (s *Store) TriggerDelete(ctx context.Context, p store.TriggerDeleteParams) 
 
 const deliveryCols = `id, trigger_id, delivery, received_at, event, action, outcome, reason, run_id, n`
 
-type deliveryRow struct {
-	d store.TriggerDelivery
-	n int64
-}
-
-func scanDeliveryRow(sc interface{ Scan(...any) error }) (deliveryRow, error) {
-	var r deliveryRow
+func scanDeliveryRow(sc interface{ Scan(...any) error }) (rules.DeliveryRow, error) {
+	var r rules.DeliveryRow
 	var at int64
 	var payload []byte
-	err := sc.Scan(&r.d.ID, &r.d.TriggerID, &r.d.Delivery, &at, &r.d.Event, &r.d.Action, &r.d.Outcome, &r.d.Reason, &r.d.RunID, &r.n, &payload)
-	r.d.ReceivedAt = fromMicros(at)
+	err := sc.Scan(&r.Line.ID, &r.Line.TriggerID, &r.Line.Delivery, &at, &r.Line.Event, &r.Line.Action, &r.Line.Outcome, &r.Line.Reason, &r.Line.RunID, &r.N, &payload)
+	r.Line.ReceivedAt = fromMicros(at)
 	if len(payload) > 0 {
-		r.d.Payload = payload
+		r.Line.Payload = payload
 	}
 	return r, err
 }
@@ -188,10 +178,10 @@ func (s *Store) TriggerDeliveryRecord(ctx context.Context, p store.TriggerDelive
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM trigger_deliveries WHERE trigger_id = ? AND n <= ?`, l.TriggerID, row.n-int64(p.Keep)); err != nil {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM trigger_deliveries WHERE trigger_id = ? AND n <= ?`, l.TriggerID, row.N-int64(p.Keep)); err != nil {
 				return err
 			}
-			got = append(got, row.d)
+			got = append(got, row.Line)
 		}
 		return nil
 	})
@@ -222,13 +212,5 @@ func (s *Store) TriggerDeliveryList(ctx context.Context, p store.TriggerDelivery
 	if err != nil {
 		return store.TriggerDeliveryListResult{}, fmt.Errorf("list deliveries of trigger %s: %w", p.TriggerID, err)
 	}
-	var res store.TriggerDeliveryListResult
-	for i, r := range rs {
-		if i == limit {
-			res.NextCursor = rules.EncodeDeliveryCursor(rs[limit-1].n, rs[limit-1].d.ID)
-			break
-		}
-		res.Deliveries = append(res.Deliveries, r.d)
-	}
-	return res, nil
+	return rules.DeliveryPage(rs, limit), nil
 }

@@ -141,3 +141,32 @@ func DecodeDeliveryCursor(cursor string) (int64, string, error) {
 	}
 	return n, id, nil
 }
+
+// TriggerPage is a listing's page from the limit+1 triggers read.
+func TriggerPage(ts []store.Trigger, limit int) store.TriggerListResult {
+	res := store.TriggerListResult{Triggers: ts}
+	if len(ts) > limit {
+		res.Triggers = ts[:limit]
+		res.NextCursor = EncodeTriggerCursor(ts[limit-1].ID)
+	}
+	return res
+}
+
+// DeliveryRow is a delivery log line as read, with its number.
+type DeliveryRow struct {
+	Line store.TriggerDelivery
+	N    int64
+}
+
+// DeliveryPage is a listing's page from the limit+1 lines read.
+func DeliveryPage(rows []DeliveryRow, limit int) store.TriggerDeliveryListResult {
+	var res store.TriggerDeliveryListResult
+	for i, r := range rows {
+		if i == limit {
+			res.NextCursor = EncodeDeliveryCursor(rows[limit-1].N, rows[limit-1].Line.ID)
+			break
+		}
+		res.Deliveries = append(res.Deliveries, r.Line)
+	}
+	return res
+}
