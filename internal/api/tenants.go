@@ -274,15 +274,8 @@ type UsageRow struct {
 
 // handleTenantUsage sums a tenant's settled usage by model or by run.
 func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p principal) {
-	id := r.PathValue("id")
-	if !p.canSee(id) {
-		s.fail(w, r, errNotFound("no tenant %q", id))
-		return
-	}
-	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errNotFound("no tenant %q", id)
-		}
+	id, err := s.visibleTenant(r, p)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
