@@ -109,8 +109,19 @@ type Run struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	BatchID        string            `json:"batch_id,omitempty"`
-	MaxTurns       int               `json:"max_turns,omitempty"`
-	MaxTokens      int64             `json:"max_tokens,omitempty"`
+	// ParentRunID is the run whose script spawned this one; Depth counts
+	// the spawns above it (a run submitted by a client is at depth 0).
+	ParentRunID string `json:"parent_run_id,omitempty"`
+	Depth       int    `json:"depth,omitempty"`
+	// Children counts the runs this run's scripts spawned.
+	Children int `json:"children,omitempty"`
+	// WaitIDs are the children the run waits for (waiting_children), or
+	// waited for, until its next turn commits; WaitUntil ends the wait
+	// early (zero: no timeout).
+	WaitIDs   []string  `json:"wait_ids,omitempty"`
+	WaitUntil time.Time `json:"wait_until,omitzero"`
+	MaxTurns  int       `json:"max_turns,omitempty"`
+	MaxTokens int64     `json:"max_tokens,omitempty"`
 	// Deadline is when the run times out; zero means no run timeout.
 	Deadline time.Time `json:"deadline,omitzero"`
 	Turn     int       `json:"turns"`
@@ -241,15 +252,18 @@ const (
 
 // Tenant is one customer of the fleet. A zero TokenLimit means unlimited.
 type Tenant struct {
-	ID                string          `json:"id"`
-	TokenLimit        int64           `json:"-"`
-	Window            BudgetWindow    `json:"-"`
-	TokensPerMinute   int64           `json:"tokens_per_minute,omitempty"`
-	MaxConcurrentRuns int             `json:"max_concurrent_runs,omitempty"`
-	Weight            int             `json:"weight"`
-	Exhausted         ExhaustedPolicy `json:"exhausted"`
-	CreatedAt         time.Time       `json:"created_at"`
-	UpdatedAt         time.Time       `json:"updated_at"`
+	ID                string       `json:"id"`
+	TokenLimit        int64        `json:"-"`
+	Window            BudgetWindow `json:"-"`
+	TokensPerMinute   int64        `json:"tokens_per_minute,omitempty"`
+	MaxConcurrentRuns int          `json:"max_concurrent_runs,omitempty"`
+	// MaxQueuedRuns caps the tenant's runs not yet finished (queued,
+	// running or waiting); a submission beyond it is refused.
+	MaxQueuedRuns int             `json:"max_queued_runs"`
+	Weight        int             `json:"weight"`
+	Exhausted     ExhaustedPolicy `json:"exhausted"`
+	CreatedAt     time.Time       `json:"created_at"`
+	UpdatedAt     time.Time       `json:"updated_at"`
 }
 
 // Agent is a profile a run executes under: persona, model and the

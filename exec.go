@@ -1,6 +1,7 @@
 package agentfleet
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 )
@@ -23,7 +24,10 @@ type ExecRequest struct {
 	Primitives []string
 	// AI performs ai()/aiJSON() sub-calls. Nil disables them.
 	AI AIFunc
-	// Secrets are values to redact from logs and results.
+	// Spawn starts a child run and returns its id. Nil disables spawn().
+	Spawn SpawnFunc
+	// Secrets are values to redact from logs and results. The sandbox
+	// redacts in the caller's process; they never reach the script's.
 	Secrets []string
 }
 
@@ -63,6 +67,49 @@ type ExecResult struct {
 	Err *ScriptError
 	// AIUsage sums the tokens of the script's ai() sub-calls.
 	AIUsage Usage
+	// Wait is set when the script called wait(): the run waits for
+	// these children once the turn is committed.
+	Wait *WaitRequest
 	// Duration is the wall time of the execution.
 	Duration time.Duration
 }
+
+// SpawnRequest is a script's spawn(opts): a child run of the run the
+// script belongs to, of the same tenant. Empty fields take the parent's
+// agent and the fleet's defaults; a child never inherits its parent's
+// session.
+type SpawnRequest struct {
+	Agent     string            `json:"agent,omitempty"`
+	Message   string            `json:"message"`
+	Context   json.RawMessage   `json:"context,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	MaxTurns  int               `json:"max_turns,omitempty"`
+	MaxTokens int64             `json:"max_tokens,omitempty"`
+}
+
+// SpawnFunc starts a child run for a script's spawn(); index counts the
+// script's spawn() calls from 0. An error is thrown to the script.
+type SpawnFunc func(ctx context.Context, index int, req SpawnRequest) (id string, err error)
+
+// WaitRequest is a script's wait(ids, {timeout}).
+type WaitRequest struct {
+	IDs []string `json:"ids"`
+	// Timeout ends the wait with the unfinished children reported as
+	// running; zero waits until every one has ended.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// ChildResult is what a parent's next turn gets for each child it
+// waited for, in its args' "children", in the order of the wait's ids.
+type ChildResult struct {
+	ID     string          `json:"id"`
+	Status RunStatus       `json:"status"`
+	Answer json.RawMessage `json:"answer,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// Truncated says Answer was cut at ChildAnswerMaxBytes (the whole
+	// answer is the child run's).
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ChildAnswerMaxBytes bounds a child's answer in its parent's args.
+const ChildAnswerMaxBytes = 64 << 10

@@ -208,7 +208,7 @@ func answerText(raw json.RawMessage) string {
 
 func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("runs needs a subcommand: ls, show or cancel")
+		return usagef("runs needs a subcommand: ls, show, cancel or rm")
 	}
 	c := e.client()
 	switch args[0] {
@@ -277,13 +277,22 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 			fmt.Fprintf(e.stdout, "run %s will stop at its next turn boundary\n", run.ID)
 		}
 		return nil
+	case "rm":
+		if len(args) != 2 {
+			return usagef("runs rm takes one RUN id")
+		}
+		if err := c.DeleteRun(ctx, args[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "run %s deleted\n", args[1])
+		return nil
 	}
-	return usagef("unknown runs subcommand %q (ls, show, cancel)", args[0])
+	return usagef("unknown runs subcommand %q (ls, show, cancel, rm)", args[0])
 }
 
 func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("tenants needs a subcommand: create, show, set-budget, usage or callback-secret")
+		return usagef("tenants needs a subcommand: create, show, set-budget, usage, keys or callback-secret")
 	}
 	c := e.client()
 	settings := func(fs *flag.FlagSet) func() api.TenantRequest {
@@ -291,6 +300,7 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		window := fs.String("window", "", `budget window: "day", "month" or a duration like "24h"`)
 		tpm := fs.Int64("tokens-per-minute", -1, "tokens-per-minute limit (0: none)")
 		maxConc := fs.Int("max-concurrent", -1, "max concurrent runs (0: no limit)")
+		maxQueued := fs.Int("max-queued", -1, "max runs not finished, queued included (0: the default, 1000000)")
 		weight := fs.Int("weight", 0, "fair-share weight (1-1000)")
 		exhausted := fs.String("exhausted", "", `when the budget is spent: "queue" (park runs) or "fail"`)
 		return func() api.TenantRequest {
@@ -309,6 +319,9 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 			}
 			if *maxConc >= 0 {
 				r.MaxConcurrentRuns = maxConc
+			}
+			if *maxQueued >= 0 {
+				r.MaxQueuedRuns = maxQueued
 			}
 			if *weight != 0 {
 				r.Weight = weight
@@ -371,7 +384,7 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		}
 		req := get()
 		if req == (api.TenantRequest{}) {
-			return usagef("tenants set-budget: give at least one of --tokens, --window, --tokens-per-minute, --max-concurrent, --weight, --exhausted")
+			return usagef("tenants set-budget: give at least one of --tokens, --window, --tokens-per-minute, --max-concurrent, --max-queued, --weight, --exhausted")
 		}
 		t, err := c.UpdateTenant(ctx, pos[0], req)
 		if err != nil {
@@ -404,8 +417,83 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stderr, "new callback secret of %s (shown once; callbacks are signed with it from now on):\n", v.Tenant)
 		fmt.Fprintln(e.stdout, v.CallbackSecret)
 		return nil
+	case "keys":
+		return e.cmdTenantKeys(ctx, c, args[1:])
 	}
-	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, callback-secret)", args[0])
+	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, keys, callback-secret)", args[0])
+}
+
+// cmdTenantKeys is `agentctl tenants keys create|ls|revoke`.
+func (e cliEnv) cmdTenantKeys(ctx context.Context, c *client.Client, args []string) error {
+	if len(args) == 0 {
+		return usagef("tenants keys needs a subcommand: create, ls or revoke")
+	}
+	switch args[0] {
+	case "create":
+		fs := flag.NewFlagSet("tenants keys create", flag.ContinueOnError)
+		name := fs.String("name", "", "what the key is for, e.g. ci (required)")
+		pos, err := parse(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 || *name == "" {
+			return usagef("tenants keys create takes one tenant ID and --name NAME")
+		}
+		k, err := c.CreateKey(ctx, pos[0], *name)
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(e.stdout, k); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "API key %s of %s (shown once): %s\n", k.ID, pos[0], k.APIKey)
+		return nil
+	case "ls", "list":
+		fs := flag.NewFlagSet("tenants keys ls", flag.ContinueOnError)
+		limit := fs.Int("limit", 50, "page size")
+		cursor := fs.String("cursor", "", "page cursor from a previous listing")
+		asJSON := fs.Bool("json", false, "JSON output")
+		pos, err := parse(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usagef("tenants keys ls takes one tenant ID")
+		}
+		list, err := c.ListKeys(ctx, pos[0], client.ListKeysParams{Limit: *limit, Cursor: *cursor})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, list)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tLAST USED")
+		for _, k := range list.Keys {
+			used := "never"
+			if k.LastUsedAt != nil {
+				used = k.LastUsedAt.Local().Format(time.DateTime)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Local().Format(time.DateTime), used)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if list.NextCursor != "" {
+			fmt.Fprintf(e.stderr, "more: agentctl tenants keys ls --cursor %s %s\n", list.NextCursor, pos[0])
+		}
+		return nil
+	case "revoke", "rm":
+		if len(args) != 3 {
+			return usagef("tenants keys revoke takes a tenant ID and a KEY_ID (from tenants keys ls)")
+		}
+		if err := c.RevokeKey(ctx, args[1], args[2]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "key %s of %s revoked\n", args[2], args[1])
+		return nil
+	}
+	return usagef("unknown tenants keys subcommand %q (create, ls, revoke)", args[0])
 }
 
 func writeJSON(w io.Writer, v any) error {

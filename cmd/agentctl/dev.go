@@ -140,7 +140,7 @@ func demoTenantKey(ctx context.Context, st store.Store, tenant string) (string, 
 		return "", err
 	}
 	key := api.NewAPIKey()
-	if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: "demo"}); err != nil {
+	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: "demo"}); err != nil {
 		return "", err
 	}
 	return key, nil

@@ -43,11 +43,14 @@ Usage:
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
   agentctl runs cancel RUN
+  agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
-                          [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+                          [--max-concurrent N] [--max-queued N] [--weight N]
+                          [--exhausted queue|fail] ID
   agentctl tenants show [--json] ID
   agentctl tenants set-budget [--tokens N] [--window W] [--tokens-per-minute N]
-                              [--max-concurrent N] [--weight N] [--exhausted queue|fail] ID
+                              [--max-concurrent N] [--max-queued N] [--weight N]
+                              [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
   agentctl tenants callback-secret ID
   agentctl triggers create [--scheme github|standard|stripe|hmac] [--agent A] [--message T] [--session T]
@@ -58,6 +61,9 @@ Usage:
   agentctl triggers redeliver ID DELIVERY
   agentctl triggers test [--event E] [--file payload.json] ID
   agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
+  agentctl tenants keys create --name N ID
+  agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
+  agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
   agentctl bench [throughput|latency|scale|fairness|chaos|webhooks] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
@@ -66,6 +72,7 @@ Usage:
 Environment:
   AGENTFLEET_URL    the dispatcher (default http://127.0.0.1:8080)
   AGENTFLEET_TOKEN  a tenant API key, or the admin token for 'tenants'
+                    (a tenant's own key may show it and manage its keys)
   AGENTFLEET_TRIGGER_SECRET  the secret 'triggers send' signs with
 
 'run --wait' prints events to stderr and the answer alone to stdout, and exits

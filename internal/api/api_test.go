@@ -34,6 +34,9 @@ var authedEndpoints = []struct{ method, path string }{
 	{"GET", "/v1/tenants/acme"},
 	{"PUT", "/v1/tenants/acme"},
 	{"GET", "/v1/tenants/acme/usage"},
+	{"POST", "/v1/tenants/acme/keys"},
+	{"GET", "/v1/tenants/acme/keys"},
+	{"DELETE", "/v1/tenants/acme/keys/key_1"},
 }
 
 func TestAuthRejectsMissingGarbledAndUnknownTokens(t *testing.T) {

@@ -107,22 +107,21 @@ type CallbackView struct {
 	Log       []store.CallbackAttempt `json:"log"`
 }
 
-// RunView is a run as GET /v1/runs/{id} shows it: the run and, when it
-// has one, its callback.
+// RunView is GET /v1/runs/{id} as a client reads it: the run and, when
+// it has one, its callback (viewRun).
 type RunView struct {
 	agentfleet.Run
 	Callback *CallbackView `json:"callback,omitempty"`
 }
 
-// runView adds a run's callback, when it has one.
-func (s *Server) runView(ctx context.Context, run agentfleet.Run) (RunView, error) {
-	v := RunView{Run: run}
+// callbackView is a run's callback, or nil when it has none.
+func (s *Server) callbackView(ctx context.Context, run agentfleet.Run) (*CallbackView, error) {
 	c, err := s.cfg.Store.RunCallbackGetByID(ctx, run.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return v, nil
+		return nil, nil
 	}
 	if err != nil {
-		return v, err
+		return nil, err
 	}
 	cv := &CallbackView{URL: c.URL, State: string(c.State), WebhookID: callbackWebhookID(run.ID), Attempts: c.Attempts, Log: c.Log}
 	if cv.Log == nil {
@@ -132,8 +131,7 @@ func (s *Server) runView(ctx context.Context, run agentfleet.Run) (RunView, erro
 		next := c.NextAt
 		cv.NextAt = &next
 	}
-	v.Callback = cv
-	return v, nil
+	return cv, nil
 }
 
 // callbackWebhookID is the webhook-id of a run's callback: one per run

@@ -83,6 +83,7 @@ func newEnv(t *testing.T, mods ...func(*api.Config)) *env {
 	}
 	srv, err := api.New(cfg)
 	require.NoError(t, err)
+	t.Cleanup(srv.Close)
 	e.api = srv
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close) // runs first: open streams end before the bus and the store close

@@ -179,7 +179,7 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 		s.answerHook(w, r, ht, rep)
 		return
 	}
-	rep := s.intake(r, ht, r.Header, body, start)
+	rep := s.intake(w, r, ht, r.Header, body, start)
 	s.answerHook(w, r, ht, rep)
 	s.hooks.seconds.WithLabelValues(ht.Scheme).Observe(time.Since(start).Seconds())
 }
@@ -200,7 +200,7 @@ func (s *Server) answerHook(w http.ResponseWriter, r *http.Request, ht *hookTrig
 }
 
 // intake verifies, parses, filters and admits one delivery.
-func (s *Server) intake(r *http.Request, ht *hookTrigger, h http.Header, body []byte, now time.Time) hookReply {
+func (s *Server) intake(w http.ResponseWriter, r *http.Request, ht *hookTrigger, h http.Header, body []byte, now time.Time) hookReply {
 	scheme := webhook.Scheme(ht.Scheme)
 	if err := webhook.Verify(scheme, ht.secretsAt(now), h, body, now); err != nil {
 		var se *webhook.SignatureError
@@ -225,12 +225,13 @@ func (s *Server) intake(r *http.Request, ht *hookTrigger, h http.Header, body []
 	if !webhook.Match(ht.Events, d.Event, d.Action) {
 		return ignored(line, d.ID, fmt.Sprintf("event %q is not among the trigger's events %v", webhook.EventName(d.Event, d.Action), ht.Events))
 	}
-	return s.admitDelivery(r, ht, d, line, hookKey(ht.ID, d.ID))
+	return s.admitDelivery(w, r, ht, d, line, hookKey(ht.ID, d.ID))
 }
 
 // admitDelivery renders the templates and admits the delivery's run.
-// key is the run's idempotency key ("" for a run of its own).
-func (s *Server) admitDelivery(r *http.Request, ht *hookTrigger, d webhook.Delivery, line store.TriggerDelivery, key string) hookReply {
+// key is the run's idempotency key ("" for a run of its own). A refusal
+// for the tenant's max_queued_runs sets w's Retry-After.
+func (s *Server) admitDelivery(w http.ResponseWriter, r *http.Request, ht *hookTrigger, d webhook.Delivery, line store.TriggerDelivery, key string) hookReply {
 	data := webhook.Data{Payload: d.Data, Event: d.Event, Action: d.Action, Delivery: d.ID, Trigger: ht.Name}
 	msg, err := ht.message.Execute(data, hookTemplateLimit, 0)
 	if err == nil && strings.TrimSpace(msg) == "" {
@@ -268,7 +269,7 @@ func (s *Server) admitDelivery(r *http.Request, ht *hookTrigger, d webhook.Deliv
 			return hookReply{status: status, line: line, answer: HookAnswer{Delivery: d.ID, RunID: res.Run.ID}}
 		}
 	}
-	ae := s.apiErrorOf(r, err)
+	ae := s.apiErrorOf(r, tooManyRuns(w, err))
 	line.Reason = bound(ae.msg)
 	if ae.status == http.StatusTooManyRequests {
 		// The tenant has no room: the sender (GitHub) will not retry,
@@ -429,7 +430,7 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request, p princ
 			return
 		}
 		line := store.TriggerDelivery{Delivery: l.Delivery, Event: l.Event, Action: l.Action}
-		rep := s.admitDelivery(r, ht, d, line, key)
+		rep := s.admitDelivery(w, r, ht, d, line, key)
 		if rep.err == nil {
 			rep.line.Reason = "redelivered from the log"
 		}

@@ -22,9 +22,9 @@ type countingStore struct {
 	agentLookups atomic.Int64
 }
 
-func (s *countingStore) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
+func (s *countingStore) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
 	s.keyLookups.Add(1)
-	return s.Store.TenantGetByAPIKey(ctx, key)
+	return s.Store.TenantGetByAPIKey(ctx, p)
 }
 
 func (s *countingStore) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
@@ -38,16 +38,20 @@ func (s *countingStore) lookups() (keys, agents int64) {
 }
 
 // newCountingEnv is newEnv with the store counted and LookupCacheTTL set
-// to ttl.
-func newCountingEnv(t *testing.T, ttl time.Duration) (*env, *countingStore) {
+// to ttl, then mods applied.
+func newCountingEnv(t *testing.T, ttl time.Duration, mods ...func(*api.Config)) (*env, *countingStore) {
 	t.Helper()
 	var cs *countingStore
-	e := newEnv(t, func(c *api.Config) {
+	e := newEnv(t, append([]func(*api.Config){func(c *api.Config) {
 		cs = &countingStore{Store: c.Store}
 		c.Store = cs
 		c.LookupCacheTTL = ttl
-	})
+	}}, mods...)...)
 	return e, cs
+}
+
+func storeKey(tenant, key string) store.APIKeyCreateParams {
+	return store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: "test"}
 }
 
 func TestLookupCacheRepeatedSubmission(t *testing.T) {
@@ -88,19 +92,48 @@ func TestLookupCacheRepeatedSubmission(t *testing.T) {
 
 func TestLookupCacheUnknownKey(t *testing.T) {
 	t.Parallel()
-	e, cs := newCountingEnv(t, 0)
+	e, cs := newCountingEnv(t, 0, func(c *api.Config) { c.UnknownKeyTTL = time.Hour })
 	e.tenant("acme")
-	const key = "af_key_created_later"
-
-	for i := range 3 {
-		requireError(t, e.do("POST", "/v1/runs", key, map[string]any{"message": "go"}), http.StatusUnauthorized, "unauthorized", "invalid API key")
-		keys, _ := cs.lookups()
-		require.EqualValues(t, i+1, keys, "a rejected key is asked for every time")
+	for _, token := range []string{"af_not_a_key", "af_not_a_key_either"} {
+		for range 3 {
+			requireError(t, e.do("POST", "/v1/runs", token, map[string]any{"message": "go"}), http.StatusUnauthorized, "unauthorized", "invalid API key")
+		}
 	}
+	keys, _ := cs.lookups()
+	require.EqualValues(t, 2, keys, "an unknown token costs the store one lookup, then is refused from memory")
 
-	require.NoError(t, e.store.APIKeyCreate(e.ctx, store.APIKeyCreateParams{Tenant: "acme", Key: key, Name: "later"}))
-	r := e.createRun(key, map[string]any{"message": "go"})
-	require.Equal(t, "acme", r.Tenant, "a key created after a rejection works at once")
+	// A key made meanwhile works at once.
+	k := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "later"}), http.StatusCreated)
+	r := e.createRun(k.APIKey, map[string]any{"message": "go"})
+	require.Equal(t, "acme", r.Tenant)
+}
+
+func TestLookupCacheUnknownKeyExpires(t *testing.T) {
+	t.Parallel()
+	const ttl = 50 * time.Millisecond
+	e, cs := newCountingEnv(t, 0, func(c *api.Config) { c.UnknownKeyTTL = ttl })
+	const token = "af_created_later"
+	requireError(t, e.do("GET", "/v1/runs", token, nil), http.StatusUnauthorized, "unauthorized")
+	e.tenant("acme")
+	_, err := e.store.APIKeyCreate(e.ctx, storeKey("acme", token))
+	require.NoError(t, err)
+	// The refusal was kept when the answer came back, so it has expired
+	// one ttl after it. What this waits for is the clock.
+	time.Sleep(ttl)
+	keys, _ := cs.lookups()
+	e.createRun(token, map[string]any{"message": "go"})
+	k2, _ := cs.lookups()
+	require.Equal(t, keys+1, k2, "after UnknownKeyTTL the store is asked again")
+}
+
+func TestLookupCacheUnknownKeyOff(t *testing.T) {
+	t.Parallel()
+	e, cs := newCountingEnv(t, 0, func(c *api.Config) { c.UnknownKeyTTL = -1 })
+	for i := range 3 {
+		requireError(t, e.do("GET", "/v1/runs", "af_nope", nil), http.StatusUnauthorized, "unauthorized")
+		keys, _ := cs.lookups()
+		require.EqualValues(t, i+1, keys, "a negative UnknownKeyTTL asks every time")
+	}
 }
 
 func TestLookupCacheUnknownAgent(t *testing.T) {

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,7 +64,7 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 	}
 	res, err := s.admit(r.Context(), params, admission{callbackURL: req.CallbackURL})
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, tooManyRuns(w, err))
 		return
 	}
 	status := http.StatusAccepted
@@ -82,7 +85,7 @@ type admission struct {
 // /v1/runs and the webhook intake alike: the agent must exist, the
 // run's callback is stored first (so the run cannot end without it),
 // the run is recorded with its queued event, then its events and first
-// turn are published. An error is for fail.
+// turn are published. An error is for fail (after tooManyRuns).
 func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admission) (store.RunCreateResult, error) {
 	if err := s.checkAgent(ctx, params.Tenant, params.Agent); err != nil {
 		return store.RunCreateResult{}, err
@@ -120,6 +123,17 @@ func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admi
 		return res, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg}
 	}
 	return res, nil
+}
+
+// tooManyRuns turns a refusal for the tenant's max_queued_runs into a 429
+// whose Retry-After says when to try again; other errors pass as they are.
+func tooManyRuns(w http.ResponseWriter, err error) error {
+	var full *store.QueueFullError
+	if !errors.As(err, &full) {
+		return err
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(full.RetryAfter.Seconds())))))
+	return &apiError{status: http.StatusTooManyRequests, code: "too_many_runs", msg: full.Error()}
 }
 
 // publishAdmission publishes a new run's events and, when it may start,
@@ -184,12 +198,12 @@ func (s *Server) handleRunGet(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
-	view, err := s.runView(r.Context(), run)
+	v, err := s.viewRun(r.Context(), run)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, view)
+	writeJSON(w, http.StatusOK, v)
 }
 
 // lookupRun reads the run named in the path, as the principal may see it.
@@ -210,7 +224,8 @@ type RunList struct {
 
 func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p principal) {
 	q := r.URL.Query()
-	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"), Cursor: q.Get("cursor")}
+	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"),
+		ParentRunID: q.Get("parent_run_id"), Cursor: q.Get("cursor")}
 	if p.admin {
 		params.Tenant = q.Get("tenant")
 	}
@@ -224,12 +239,11 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 			params.Status = append(params.Status, status)
 		}
 	}
-	limit, err := pageLimit(r)
-	if err != nil {
+	var err error
+	if params.Limit, err = pageLimit(q); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	params.Limit = limit
 	res, err := s.cfg.Store.RunList(r.Context(), params)
 	if errors.Is(err, store.ErrInvalid) {
 		// Everything else was checked above: it is the cursor.
@@ -243,6 +257,20 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 		res.Runs = []agentfleet.Run{}
 	}
 	writeJSON(w, http.StatusOK, RunList{Runs: res.Runs, NextCursor: res.NextCursor})
+}
+
+// pageLimit reads a list endpoint's ?limit= (zero when absent: the
+// store's default page).
+func pageLimit(q url.Values) (int, error) {
+	l := q.Get("limit")
+	if l == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(l)
+	if err != nil || n < 1 || n > listLimitMax {
+		return 0, errBadRequest("limit must be a number from 1 to %d", listLimitMax)
+	}
+	return n, nil
 }
 
 func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p principal) {
@@ -283,6 +311,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 				s.log.Warn("start next run of session", "run", next.ID, "err", err)
 			}
 		}
+		s.endedRun(ctx, res.Run)
 	} else {
 		// The worker running it stops at the next turn boundary; this
 		// interrupts a script that is running now.
@@ -291,4 +320,33 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 		}
 	}
 	writeJSON(w, http.StatusAccepted, res.Run)
+}
+
+// handleRunDelete deletes an ended run with its trace (steps, events,
+// model replies); the usage ledger keeps what it was charged. A run that
+// has not ended is 409: cancel it first.
+func (s *Server) handleRunDelete(w http.ResponseWriter, r *http.Request, p principal) {
+	run, err := s.lookupRun(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	err = s.cfg.Store.RunDelete(r.Context(), store.RunDeleteParams{ID: run.ID, Tenant: run.Tenant})
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		// The store saw it unfinished, so the status read above (which
+		// can only have moved on to an end since) was unfinished too.
+		err = errConflict("run %s is %s: only an ended run can be deleted; cancel it first (POST /v1/runs/%s/cancel) and delete it once it has ended",
+			run.ID, run.Status, run.ID)
+	case errors.Is(err, store.ErrNotFound):
+		err = errNotFound("no run %q", run.ID) // deleted meanwhile
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if s.cfg.RunsDeleted != nil {
+		s.cfg.RunsDeleted.Inc()
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -165,6 +165,13 @@ func TestRunCreateValidation(t *testing.T) {
 		{"zero timeout", `{"message":"x","timeout":"0s"}`, 422, []string{`timeout "0s"`}},
 		{"idempotency key too long", `{"message":"x","idempotency_key":"` + strings.Repeat("k", 201) + `"}`, 422, []string{"idempotency_key", "200"}},
 		{"too much metadata", `{"message":"x","metadata":` + string(metaJSON) + `}`, 422, []string{"metadata has 65 keys", "64"}},
+		// U+0000 cannot be stored (PostgreSQL refuses it in text and
+		// jsonb): each field that holds one is named.
+		{"NUL in message", `{"message":"x\u0000y"}`, 422, []string{"message contains U+0000"}},
+		{"NUL in metadata value", `{"message":"x","metadata":{"team":"a\u0000"}}`, 422, []string{`metadata value of "team" contains U+0000`}},
+		{"NUL in metadata key", `{"message":"x","metadata":{"t\u0000":"a"}}`, 422, []string{`metadata key`, "contains U+0000"}},
+		{"NUL in context", `{"message":"x","context":{"doc":"\u0000"}}`, 422, []string{"context contains U+0000"}},
+		{"NUL in idempotency key", `{"message":"x","idempotency_key":"k\u0000"}`, 422, []string{"idempotency key contains U+0000"}},
 		// 413: over 1 MiB, whatever it holds.
 		{"body over 1 MiB", `{"message":"x","context":"` + strings.Repeat("c", 1<<20) + `"}`, 413, []string{"exceeds 1048576 bytes"}},
 	}
@@ -510,4 +517,40 @@ func TestRunCancel(t *testing.T) {
 		e := e.sub(t)
 		requireError(t, e.do("POST", "/v1/runs/nope/cancel", key, nil), http.StatusNotFound, "not_found", `no run "nope"`)
 	})
+}
+
+func TestRunCreateQueueCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	v := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "acme", "max_queued_runs": 2}), http.StatusCreated)
+	require.Equal(t, 2, v.MaxQueuedRuns)
+	key := v.APIKey
+
+	first := e.createRun(key, map[string]any{"message": "one", "idempotency_key": "order-1"})
+	e.createRun(key, map[string]any{"message": "two"})
+	r := e.do("POST", "/v1/runs", key, map[string]any{"message": "three"})
+	requireError(t, r, http.StatusTooManyRequests, "too_many_runs",
+		"2 runs not finished", "at most 2", "max_queued_runs", "wait for some to end")
+	require.Equal(t, "5", r.header.Get("Retry-After"))
+	l := decode[api.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
+	require.Len(t, l.Runs, 2, "the refused run was not recorded")
+	require.EqualValues(t, 2, e.queued(), "nor queued")
+
+	// A resubmission of an admitted run is answered as always.
+	again := decode[agentfleet.Run](t, e.do("POST", "/v1/runs", key, map[string]any{"message": "one", "idempotency_key": "order-1"}), http.StatusOK)
+	require.Equal(t, first.ID, again.ID)
+
+	// A run that ends makes room.
+	e.complete(first.ID)
+	e.createRun(key, map[string]any{"message": "three"})
+	requireError(t, e.do("POST", "/v1/runs", key, map[string]any{"message": "four"}), http.StatusTooManyRequests, "too_many_runs")
+
+	// The cap is the tenant's setting.
+	requireError(t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": -1}), 422, "unprocessable",
+		"max_queued_runs must not be negative")
+	v = decode[api.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 3}), http.StatusOK)
+	require.Equal(t, 3, v.MaxQueuedRuns)
+	e.createRun(key, map[string]any{"message": "four"})
+	v = decode[api.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 0}), http.StatusOK)
+	require.Equal(t, store.MaxQueuedRunsDefault, v.MaxQueuedRuns, "0: the default")
 }

@@ -1,4 +1,4 @@
-// Package api is the dispatcher's HTTP API (DESIGN §8): run submission,
+// Package api is the dispatcher's HTTP API (the README lists it): run submission,
 // reads, listing, cancellation, events as Server-Sent Events, tenant
 // administration and health. It admits runs and publishes their
 // first turn; it never calls a model. It also sweeps for runs due a turn
@@ -16,11 +16,11 @@
 //
 // A found API key's tenant and a found agent are kept for a few seconds
 // (Config.LookupCacheTTL), so a run submission costs the store one round
-// trip, the insert, instead of three (lookup.go).
+// trip, the insert, instead of three; a revoked key is dropped from every
+// dispatcher's cache at once (lookup.go).
 package api
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -68,11 +68,18 @@ type Config struct {
 	// LookupCacheTTL is how long the server keeps a found API key's
 	// tenant and the fact that a tenant's agent exists, which saves a
 	// run submission two of its three store round trips. Zero selects
-	// LookupCacheTTLDefault; negative turns the caches off. Failed
-	// lookups are never kept. A key revoked or an agent deleted would
-	// still be accepted for up to this long; today the store can do
-	// neither.
+	// LookupCacheTTLDefault; negative turns the caches off. A key
+	// revoked on another dispatcher whose broadcast this one missed is
+	// accepted for up to this long (lookup.go).
 	LookupCacheTTL time.Duration
+	// UnknownKeyTTL is how long a bearer token that is no key is
+	// refused without asking the store again. Zero selects
+	// UnknownKeyTTLDefault; negative asks every time.
+	UnknownKeyTTL time.Duration
+	// KeyRevocations, when set, tells the other dispatchers of the
+	// fleet about keys revoked here and this one about theirs; nil
+	// (one dispatcher) drops only this server's cache entries.
+	KeyRevocations KeyRevocations
 	Logger         *slog.Logger
 	// Webhook triggers: Secrets seals their secrets at rest (nil: no
 	// AGENTFLEET_SECRETS_KEY, and creating a trigger is refused);
@@ -87,6 +94,8 @@ type Config struct {
 	// schedule (zero: CallbackBackoffDefault, for tests).
 	Egress          egress.Config
 	CallbackBackoff time.Duration
+	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
+	RunsDeleted prometheus.Counter
 }
 
 // Server serves the API.
@@ -95,10 +104,12 @@ type Server struct {
 	log *slog.Logger
 	mux *http.ServeMux
 
-	// keys maps the SHA-256 of an API key to its tenant's id; agents
-	// holds the agents known to exist. Both are nil when caching is off.
-	keys   *ttlcache.Cache[[sha256.Size]byte, string]
+	// keys holds found and unknown API keys (lookup.go); agents holds
+	// the agents known to exist (nil when caching is off).
+	keys   *keyCache
 	agents *ttlcache.Cache[agentKey, struct{}]
+	// stopRevocations ends the subscription to Config.KeyRevocations.
+	stopRevocations func()
 
 	// stranded is where the sweep of runs stranded without a turn
 	// message goes on, in each status it looks at (see
@@ -138,9 +149,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.LookupCacheTTL == 0 {
 		cfg.LookupCacheTTL = LookupCacheTTLDefault
 	}
+	if cfg.UnknownKeyTTL == 0 {
+		cfg.UnknownKeyTTL = UnknownKeyTTLDefault
+	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
-		keys:   ttlcache.New[[sha256.Size]byte, string](cfg.LookupCacheTTL, lookupCacheMax),
+		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
 	s.requeued = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -159,7 +173,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	if cfg.KeyRevocations != nil {
+		stop, err := cfg.KeyRevocations.SubscribeKeyRevoked(s.keyRevoked)
+		if err != nil {
+			return nil, fmt.Errorf("api: subscribe to key revocations: %w", err)
+		}
+		s.stopRevocations = stop
+	}
 	return s, nil
+}
+
+// Close stops what New started (the key revocation subscription). The
+// caller shuts its HTTP server down first.
+func (s *Server) Close() {
+	if s.stopRevocations != nil {
+		s.stopRevocations()
+	}
 }
 
 // ServeHTTP implements http.Handler.
@@ -171,6 +200,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
+	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}", s.authed(s.handleTenantGet))
 	s.mux.HandleFunc("PUT /v1/tenants/{id}", s.adminOnly(s.handleTenantUpdate))
@@ -186,6 +216,9 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
 	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
 	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
+	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
+	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
+	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
 	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("the API does not serve /metrics: the dispatcher serves them on AGENTFLEET_METRICS_LISTEN"))
 	})

@@ -6,11 +6,15 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
+
+// DefaultKeyName names the key a tenant is created with.
+const DefaultKeyName = "default"
 
 // DefaultPersona is the persona of every tenant's "default" agent.
 const DefaultPersona = "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."
@@ -29,8 +33,11 @@ type TenantRequest struct {
 	Budget            *BudgetSpec `json:"budget,omitempty"`
 	TokensPerMinute   *int64      `json:"tokens_per_minute,omitempty"`
 	MaxConcurrentRuns *int        `json:"max_concurrent_runs,omitempty"`
-	Weight            *int        `json:"weight,omitempty"`
-	Exhausted         *string     `json:"exhausted,omitempty"`
+	// MaxQueuedRuns caps the tenant's runs not yet finished (0 or
+	// absent: store.MaxQueuedRunsDefault); beyond it submissions are 429.
+	MaxQueuedRuns *int    `json:"max_queued_runs,omitempty"`
+	Weight        *int    `json:"weight,omitempty"`
+	Exhausted     *string `json:"exhausted,omitempty"`
 }
 
 // TenantView is a tenant as the API shows it.
@@ -39,6 +46,7 @@ type TenantView struct {
 	Budget            agentfleet.BudgetState     `json:"budget"`
 	TokensPerMinute   int64                      `json:"tokens_per_minute"`
 	MaxConcurrentRuns int                        `json:"max_concurrent_runs"`
+	MaxQueuedRuns     int                        `json:"max_queued_runs"`
 	Weight            int                        `json:"weight"`
 	Exhausted         agentfleet.ExhaustedPolicy `json:"exhausted"`
 	WaitingRuns       int                        `json:"waiting_runs"`
@@ -67,6 +75,8 @@ func (req *TenantRequest) validate() error {
 		return errUnprocessable("tokens_per_minute must not be negative (0: no per-minute limit)")
 	case req.MaxConcurrentRuns != nil && *req.MaxConcurrentRuns < 0:
 		return errUnprocessable("max_concurrent_runs must not be negative (0: no limit)")
+	case req.MaxQueuedRuns != nil && *req.MaxQueuedRuns < 0:
+		return errUnprocessable("max_queued_runs must not be negative (0 or absent: the default, %d)", store.MaxQueuedRunsDefault)
 	case req.Weight != nil && (*req.Weight < 1 || *req.Weight > 1000):
 		return errUnprocessable("weight must be from 1 to 1000")
 	case req.Exhausted != nil && *req.Exhausted != string(agentfleet.ExhaustedQueue) && *req.Exhausted != string(agentfleet.ExhaustedFail):
@@ -116,6 +126,9 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 	if req.MaxConcurrentRuns != nil {
 		p.MaxConcurrentRuns = *req.MaxConcurrentRuns
 	}
+	if req.MaxQueuedRuns != nil {
+		p.MaxQueuedRuns = *req.MaxQueuedRuns
+	}
 	if req.Weight != nil {
 		p.Weight = *req.Weight
 	}
@@ -157,7 +170,7 @@ func CreateTenant(ctx context.Context, st store.Store, p store.TenantCreateParam
 		return "", err
 	}
 	key := NewAPIKey()
-	if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: p.ID, Key: key, Name: "initial"}); err != nil {
+	if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: p.ID, Key: key, Name: DefaultKeyName}); err != nil {
 		return "", err
 	}
 	return key, nil
@@ -202,7 +215,8 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 		s.fail(w, r, err)
 		return
 	}
-	p := store.TenantUpdateParams{ID: id, TokensPerMinute: req.TokensPerMinute, MaxConcurrentRuns: req.MaxConcurrentRuns, Weight: req.Weight}
+	p := store.TenantUpdateParams{ID: id, TokensPerMinute: req.TokensPerMinute, MaxConcurrentRuns: req.MaxConcurrentRuns,
+		MaxQueuedRuns: req.MaxQueuedRuns, Weight: req.Weight}
 	if b := req.Budget; b != nil {
 		p.TokenLimit = b.Tokens
 		if b.Window != nil {
@@ -252,7 +266,7 @@ func (s *Server) TenantView(ctx context.Context, id string) (TenantView, error) 
 		}
 	}
 	return TenantView{
-		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns,
+		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns, MaxQueuedRuns: t.MaxQueuedRuns,
 		Weight: t.Weight, Exhausted: t.Exhausted, WaitingRuns: counts[agentfleet.StatusWaitingBudget], ActiveRuns: active,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}, nil
@@ -306,4 +320,147 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 		out.Rows = append(out.Rows, UsageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// APIKeyRequest is the body of POST /v1/tenants/{id}/keys.
+type APIKeyRequest struct {
+	Name string `json:"name"`
+}
+
+// APIKeyView is an API key as the API shows it. APIKey, the key itself,
+// is only in the answer to its creation.
+type APIKeyView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"` // null: never used
+	APIKey     string     `json:"api_key,omitempty"`
+}
+
+// APIKeyList is a page of GET /v1/tenants/{id}/keys, newest first.
+type APIKeyList struct {
+	Keys       []APIKeyView `json:"keys"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+func keyView(k store.APIKey) APIKeyView {
+	v := APIKeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt}
+	if !k.LastUsedAt.IsZero() {
+		used := k.LastUsedAt
+		v.LastUsedAt = &used
+	}
+	return v
+}
+
+// keyNameMax bounds a key's name (the store's limit).
+const keyNameMax = 100
+
+// tenantForKeys checks that the principal may manage the keys of the
+// tenant in the path (the admin, or the tenant's own key) and that it
+// exists; either failing is a 404, so ids do not leak.
+func (s *Server) tenantForKeys(r *http.Request, p principal) (string, error) {
+	id := r.PathValue("id")
+	if !p.canSee(id) {
+		return "", errNotFound("no tenant %q", id)
+	}
+	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errNotFound("no tenant %q", id)
+		}
+		return "", err
+	}
+	return id, nil
+}
+
+// handleKeyCreate makes a tenant another key; the key is in this answer
+// only.
+func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req APIKeyRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	switch name := strings.TrimSpace(req.Name); {
+	case name == "":
+		s.fail(w, r, errUnprocessable("name is required: say what the key is for, e.g. \"ci\""))
+		return
+	case len(req.Name) > keyNameMax:
+		s.fail(w, r, errUnprocessable("name is %d bytes; the limit is %d", len(req.Name), keyNameMax))
+		return
+	}
+	key := NewAPIKey()
+	k, err := s.cfg.Store.APIKeyCreate(r.Context(), store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: req.Name})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.keyCreated(key)
+	v := keyView(k)
+	v.APIKey = key
+	writeJSON(w, http.StatusCreated, v)
+}
+
+// handleKeyList lists a tenant's keys: names, ids, when made and last
+// used, never the keys.
+func (s *Server) handleKeyList(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	params := store.APIKeyListParams{Tenant: tenant, Cursor: q.Get("cursor")}
+	if params.Limit, err = pageLimit(q); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.cfg.Store.APIKeyList(r.Context(), params)
+	if errors.Is(err, store.ErrInvalid) {
+		err = errBadRequest("cursor %q is not valid: pass the next_cursor of the previous page", params.Cursor)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := APIKeyList{Keys: make([]APIKeyView, len(res.Keys)), NextCursor: res.NextCursor}
+	for i, k := range res.Keys {
+		out.Keys[i] = keyView(k)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleKeyRevoke revokes a key at once, on every dispatcher. A tenant
+// may revoke any of its keys, the one it calls with and its last one
+// included: the admin token can always make it a new one.
+func (s *Server) handleKeyRevoke(w http.ResponseWriter, r *http.Request, p principal) {
+	tenant, err := s.tenantForKeys(r, p)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	keyID := r.PathValue("key")
+	if err := s.cfg.Store.APIKeyDelete(r.Context(), store.APIKeyDeleteParams{Tenant: tenant, ID: keyID}); err != nil {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+			err = errNotFound("tenant %q has no key %q (list them with GET /v1/tenants/%s/keys)", tenant, keyID, tenant)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	s.keyRevoked(keyID)
+	if rv := s.cfg.KeyRevocations; rv != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
+		defer cancel()
+		// Revoked in the store either way; a dispatcher that misses
+		// this drops the key when its cache entry expires.
+		if err := rv.PublishKeyRevoked(ctx, keyID); err != nil {
+			s.log.Warn("broadcast key revocation", "tenant", tenant, "key", keyID, "err", err,
+				"bound", s.cfg.LookupCacheTTL)
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -44,7 +44,8 @@ func TestTenantCreate(t *testing.T) {
 	require.False(t, v.CreatedAt.IsZero())
 
 	raw := rawJSON(t, r.body)
-	for _, k := range []string{"id", "budget", "waiting_runs", "active_runs", "weight", "exhausted", "max_concurrent_runs", "api_key"} {
+	require.Equal(t, store.MaxQueuedRunsDefault, v.MaxQueuedRuns, "absent: the default")
+	for _, k := range []string{"id", "budget", "waiting_runs", "active_runs", "weight", "exhausted", "max_concurrent_runs", "max_queued_runs", "api_key"} {
 		require.Contains(t, raw, k)
 	}
 	budget := rawJSON(t, raw["budget"])

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -288,19 +287,6 @@ func (s *Server) handleTriggerGet(w http.ResponseWriter, r *http.Request, p prin
 	writeJSON(w, http.StatusOK, s.triggerView(t, ""))
 }
 
-// pageLimit reads ?limit= (1 to listLimitMax; absent: the store's default).
-func pageLimit(r *http.Request) (int, error) {
-	l := r.URL.Query().Get("limit")
-	if l == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(l)
-	if err != nil || n < 1 || n > listLimitMax {
-		return 0, errBadRequest("limit must be a number from 1 to %d", listLimitMax)
-	}
-	return n, nil
-}
-
 // badCursor turns the store's refusal of a cursor into a 400.
 func badCursor(err error, cursor string) error {
 	if errors.Is(err, store.ErrInvalid) {
@@ -310,7 +296,7 @@ func badCursor(err error, cursor string) error {
 }
 
 func (s *Server) handleTriggerList(w http.ResponseWriter, r *http.Request, p principal) {
-	limit, err := pageLimit(r)
+	limit, err := pageLimit(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -417,7 +403,7 @@ func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request, p pr
 		s.fail(w, r, err)
 		return
 	}
-	limit, err := pageLimit(r)
+	limit, err := pageLimit(r.URL.Query())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -478,7 +464,7 @@ func (s *Server) handleTriggerTest(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, err)
 		return
 	}
-	s.answerHook(w, r, ht, s.intake(r, ht, h, body, now))
+	s.answerHook(w, r, ht, s.intake(w, r, ht, h, body, now))
 }
 
 // testPayload is the body a test delivery sends: the given payload ({}

@@ -398,3 +398,30 @@ func TestRedeliverAndTest(t *testing.T) {
 	stAns := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+st.ID+"/test", key, map[string]any{"event": "invoice.paid"}), http.StatusAccepted)
 	require.Equal(t, "Stripe invoice.paid "+stAns.Delivery, e.getRun(key, stAns.RunID).Message)
 }
+
+// A tenant at its max_queued_runs: the delivery is refused 429 with
+// Retry-After and logged rejected with its payload; once there is room,
+// redelivering it from the log starts its run, and the sender's own
+// retry of it later finds that run.
+func TestHookTenantWithoutRoom(t *testing.T) {
+	e := newEnv(t, withSecrets(nil))
+	r := e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "small", "max_queued_runs": 1})
+	key := decode[api.TenantView](t, r, http.StatusCreated).APIKey
+	tv := e.createTrigger(key, map[string]any{"name": "t", "scheme": "github", "message": "Issue {{.payload.n}}"})
+	first := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-1", "issues", []byte(`{"n":1}`)), http.StatusAccepted)
+
+	full := e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n":2}`))
+	requireError(t, full, http.StatusTooManyRequests, "too_many_runs")
+	require.NotEmpty(t, full.header.Get("Retry-After"))
+	ds := e.deliveries(key, tv.ID)
+	require.Equal(t, "d-2", ds[0].Delivery)
+	require.Equal(t, "rejected", ds[0].Outcome)
+	require.NotEmpty(t, ds[0].Reason)
+	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-2/redeliver", key, nil), http.StatusTooManyRequests, "too_many_runs")
+
+	decode[agentfleet.Run](t, e.do("POST", "/v1/runs/"+first.RunID+"/cancel", key, nil), http.StatusAccepted)
+	re := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-2/redeliver", key, nil), http.StatusAccepted)
+	require.Equal(t, "Issue 2", e.getRun(key, re.RunID).Message)
+	retry := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n":2}`)), http.StatusOK)
+	require.Equal(t, re.RunID, retry.RunID, "the sender's retry finds the redelivered run")
+}

@@ -1,8 +1,8 @@
 // Package client is the Go client of the dispatcher's HTTP API, used by
 // agentctl, the bench command and the end-to-end tests. It speaks only
-// HTTP: runs, tenants, webhook triggers (and sending signed deliveries to
-// their hooks), and run events over Server-Sent Events, resuming
-// with Last-Event-ID when a stream breaks.
+// HTTP: runs, tenants and their API keys, webhook triggers (and sending
+// signed deliveries to their hooks), and run events over Server-Sent
+// Events, resuming with Last-Event-ID when a stream breaks.
 package client
 
 import (
@@ -40,6 +40,9 @@ type Error struct {
 	Status  int
 	Code    string
 	Message string
+	// RetryAfter is the answer's Retry-After, when it sent one in
+	// seconds (a 429 for a tenant at its max_queued_runs does).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -97,10 +100,14 @@ func decodeError(resp *http.Response) error {
 		} `json:"error"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(raw, &body) != nil || body.Error.Code == "" {
-		return &Error{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(raw))}
+	e := &Error{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(raw))}
+	if json.Unmarshal(raw, &body) == nil && body.Error.Code != "" {
+		e.Code, e.Message = body.Error.Code, body.Error.Message
 	}
-	return &Error{Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
 }
 
 // CreateRun submits a run.
@@ -160,6 +167,12 @@ func (c *Client) CancelRun(ctx context.Context, id string) (agentfleet.Run, erro
 	return run, err
 }
 
+// DeleteRun deletes an ended run with its trace. A run that has not ended
+// is an *Error with Status 409 (cancel it first).
+func (c *Client) DeleteRun(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil)
+}
+
 // CreateTenant creates a tenant (admin token); the view carries the
 // tenant's API key, shown this once.
 func (c *Client) CreateTenant(ctx context.Context, req api.TenantRequest) (api.TenantView, error) {
@@ -187,6 +200,41 @@ func (c *Client) Usage(ctx context.Context, tenant, groupBy string) (api.UsageRe
 	var out api.UsageReport
 	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/usage?group_by="+url.QueryEscape(groupBy), nil, &out)
 	return out, err
+}
+
+// CreateKey makes tenant another API key (the admin token, or the
+// tenant's own key); the view carries the key, shown this once.
+func (c *Client) CreateKey(ctx context.Context, tenant, name string) (api.APIKeyView, error) {
+	var out api.APIKeyView
+	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", api.APIKeyRequest{Name: name}, &out)
+	return out, err
+}
+
+// ListKeysParams pages GET /v1/tenants/{id}/keys.
+type ListKeysParams struct {
+	Limit  int
+	Cursor string
+}
+
+// ListKeys lists a tenant's keys, newest first: ids, names, when made and
+// last used, never the keys.
+func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (api.APIKeyList, error) {
+	q := url.Values{}
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Cursor != "" {
+		q.Set("cursor", p.Cursor)
+	}
+	var out api.APIKeyList
+	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// RevokeKey revokes one of tenant's keys, named by its id; every
+// dispatcher refuses it from then on.
+func (c *Client) RevokeKey(ctx context.Context, tenant, keyID string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/tenants/"+url.PathEscape(tenant)+"/keys/"+url.PathEscape(keyID), nil, nil)
 }
 
 // ErrStopEvents may be returned by an Events callback to stop early

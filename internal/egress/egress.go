@@ -22,8 +22,8 @@ import (
 	"time"
 )
 
-// The guard keeps connections on the public internet (SSRF). It works in
-// two places:
+// The guard keeps connections on the public internet (docs/ARCHITECTURE.md
+// §10, SSRF). It works in two places:
 //
 //   - Up front, on the URL (and on every redirect's URL): only http and
 //     https; host names that name the local machine or a metadata service

@@ -1,11 +1,12 @@
 // Package fleet assembles agentfleet's processes from their parts: the
-// dispatcher (HTTP API, fair scheduler, budget keeper), the worker (turn
-// executors, sandbox pool, model client, metrics endpoint), and dev mode,
-// which runs both on an embedded NATS server and SQLite in one process.
+// dispatcher (HTTP API, fair scheduler, budget keeper, retention sweep),
+// the worker (turn executors, sandbox pool, model client, metrics
+// endpoint), and dev mode, which runs both on an embedded NATS server and
+// SQLite in one process.
 // cmd/dispatcher, cmd/worker and `agentctl dev` are thin wrappers around
 // it, and the end-to-end tests boot the same assemblies on port 0.
 //
-// Configuration comes from the environment (DESIGN §8); ConfigFromEnv
+// Configuration comes from the environment the README lists; ConfigFromEnv
 // reads it and Validate says how to fix what is wrong.
 package fleet
 
@@ -28,7 +29,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/secrets"
 )
 
-// Defaults (DESIGN §8).
+// Defaults of the environment (the README lists them).
 const (
 	ListenDefault        = "127.0.0.1:8080"
 	NATSListenDefault    = "127.0.0.1:4223"
@@ -87,7 +88,7 @@ type Config struct {
 	// workers' consumer (or the NATS store) first.
 	MaxWaiting int
 	// EventsMaxAge is how long the NATS events stream keeps run events
-	// (zero: the bus default, 7 days). The store keeps them regardless;
+	// (zero: the bus default, 7 days). The store keeps them for Retention;
 	// the stream serves subscribers that replay a run from NATS. The
 	// server holds about 110 bytes of heap per stored event (its index
 	// of the stream's subjects, one per run and event type), so a fleet
@@ -112,7 +113,6 @@ type Config struct {
 	// its turns that can wait on fetch, http or ai at once; zero means
 	// its slots, at most SandboxProcessesDefaultMax.
 	SandboxProcesses int
-	Model            llm.Config
 	// SecretsKey seals webhook trigger secrets at rest (base64 of 32
 	// bytes); without it a dispatcher refuses to create triggers, and
 	// dev mode keeps one in DataDir. PublicURL makes trigger hook URLs
@@ -123,6 +123,19 @@ type Config struct {
 	// CIDRs past the network guard, for the scripts' fetch and http and
 	// for run callbacks.
 	EgressAllow string
+	// SandboxMemory bounds the memory of a worker process's sandbox
+	// processes together (sandbox.Config.MemoryTotal); zero derives it
+	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
+	// none outside a cgroup with a limit.
+	SandboxMemory int64
+	Model         llm.Config
+	// Retention is how long the dispatcher keeps ended runs before it
+	// deletes them with their trace (AGENTFLEET_RETENTION, default
+	// RetentionDefault; zero keeps them all). RetentionInterval is how
+	// often it looks (no environment variable; zero:
+	// RetentionIntervalDefault).
+	Retention         time.Duration
+	RetentionInterval time.Duration
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -149,6 +162,7 @@ func ConfigFromEnv() (Config, error) {
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
+	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)
@@ -160,10 +174,26 @@ func ConfigFromEnv() (Config, error) {
 		}
 		c.EventsMaxAge = d
 	}
+	c.Retention = envRetention(&errs)
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// envRetention reads AGENTFLEET_RETENTION: unset is RetentionDefault, 0
+// keeps every run, anything else a duration of at least RetentionMin.
+func envRetention(errs *[]error) time.Duration {
+	v, ok := os.LookupEnv("AGENTFLEET_RETENTION")
+	if !ok || v == "" {
+		return RetentionDefault
+	}
+	d, err := parseDays(v)
+	if err != nil || d < 0 || (d > 0 && d < RetentionMin) {
+		*errs = append(*errs, fmt.Errorf("AGENTFLEET_RETENTION=%q must be 0 (keep every run) or a duration of at least %s, like \"30d\" or \"72h\"", v, RetentionMin))
+		return RetentionDefault
+	}
+	return d
 }
 
 // Validate checks the configuration and says how to fix it.
@@ -198,8 +228,15 @@ func (c Config) Validate() error {
 	if c.SandboxProcesses < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_PROCESSES must not be negative (0: the worker slots, at most %d)", SandboxProcessesDefaultMax))
 	}
+	if per := sandbox.ProcessMemory(sandbox.Limits{}); c.SandboxMemory < 0 || (c.SandboxMemory > 0 && c.SandboxMemory < per) {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_MEMORY=%d bytes is less than one sandbox process can hold (%d bytes, %.2f GiB); raise it, or unset it to derive it from the cgroup memory limit",
+			c.SandboxMemory, per, float64(per)/(1<<30)))
+	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
+	}
+	if c.Retention < 0 || c.RetentionInterval < 0 {
+		errs = append(errs, errors.New("fleet: Config.Retention and Config.RetentionInterval must not be negative (Retention 0 keeps every run)"))
 	}
 	if c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
@@ -247,12 +284,6 @@ func (c Config) egress() egress.Config {
 	return e
 }
 
-// sandboxConfig is a worker process's sandbox configuration.
-func (c Config) sandboxConfig(workers int) sandbox.Config {
-	e := c.egress()
-	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
-}
-
 // SQLitePath is where the embedded store lives.
 func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "agentfleet.db") }
 
@@ -294,6 +325,35 @@ func envOr(key, def string) string {
 	return def
 }
 
+// byteUnits are the suffixes envBytes takes: binary as in "512MiB" or,
+// as Kubernetes writes them, "512Mi"; decimal as in "2GB".
+var byteUnits = map[string]float64{
+	"": 1, "B": 1,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+	"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+}
+
+// envBytes reads a size in bytes ("2GiB", "1.5Gi", "2147483648");
+// unset means 0.
+func envBytes(key string, errs *[]error) int64 {
+	v := strings.TrimSpace(os.Getenv(key))
+	if v == "" {
+		return 0
+	}
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i < 0 {
+		i = len(v)
+	}
+	n, err := strconv.ParseFloat(v[:i], 64)
+	unit, known := byteUnits[strings.TrimSpace(v[i:])]
+	if err != nil || !known || n*unit >= 1<<63 {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not a size; write bytes, or a number with KiB, MiB, GiB (or Ki, Mi, Gi), like \"4GiB\"", key, v))
+		return 0
+	}
+	return int64(n * unit)
+}
+
 func envInt(key string, def int, errs *[]error) int {
 	v := os.Getenv(key)
 	if v == "" {
@@ -315,6 +375,14 @@ func (c Config) databaseMaxConns() int {
 		return c.DatabaseMaxConns
 	}
 	return min(max(10, c.WorkerSlots/2), 32)
+}
+
+// sandboxConfig is the sandbox pool of a worker process running workers
+// workers.
+func (c Config) sandboxConfig(workers int) sandbox.Config {
+	e := c.egress()
+	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory,
+		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

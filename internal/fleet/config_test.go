@@ -38,6 +38,38 @@ func TestSandboxProcessesFromEnv(t *testing.T) {
 	}
 }
 
+func TestSandboxMemoryFromEnv(t *testing.T) {
+	gib := int64(1 << 30)
+	for _, tc := range []struct {
+		env  string
+		want int64
+		err  string
+	}{
+		{env: "", want: 0}, // derived from the cgroup by the sandbox
+		{env: "4GiB", want: 4 * gib},
+		{env: "4Gi", want: 4 * gib},
+		{env: "1.5GiB", want: 3 * gib / 2},
+		{env: "6442450944", want: 6 * gib},
+		{env: "8GB", want: 8e9},
+		{env: " 2048MiB ", want: 2 * gib},
+		{env: "512MiB", err: "AGENTFLEET_SANDBOX_MEMORY=536870912 bytes is less than one sandbox process can hold"},
+		{env: "lots", err: `AGENTFLEET_SANDBOX_MEMORY="lots" is not a size`},
+		{env: "4 parsecs", err: "is not a size"},
+		{env: "-1GiB", err: "is not a size"},
+		{env: "1e30", err: "is not a size"},
+	} {
+		t.Setenv("AGENTFLEET_SANDBOX_MEMORY", tc.env)
+		cfg, err := ConfigFromEnv()
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, tc.env)
+			continue
+		}
+		require.NoError(t, err, tc.env)
+		require.Equal(t, tc.want, cfg.SandboxMemory, tc.env)
+		require.Equal(t, tc.want, cfg.sandboxConfig(1).MemoryTotal, "the worker's sandbox gets it")
+	}
+}
+
 func TestEventsMaxAgeFromEnv(t *testing.T) {
 	for _, tc := range []struct {
 		env  string

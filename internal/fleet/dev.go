@@ -87,6 +87,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
+		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
 	})
@@ -167,7 +168,7 @@ func secretFile(value, path string, gen func() string) (string, error) {
 func ensureDevTenant(ctx context.Context, st store.Store, keyPath string) (string, error) {
 	if b, err := os.ReadFile(keyPath); err == nil {
 		key := strings.TrimSpace(string(b))
-		if t, err := st.TenantGetByAPIKey(ctx, key); err == nil && t.ID == DevTenant {
+		if res, err := st.TenantGetByAPIKey(ctx, store.TenantGetByAPIKeyParams{Key: key}); err == nil && res.Tenant.ID == DevTenant {
 			return key, nil
 		}
 	}
@@ -185,7 +186,7 @@ func ensureDevTenant(ctx context.Context, st store.Store, keyPath string) (strin
 		return "", fmt.Errorf("look up dev tenant: %w", err)
 	default:
 		key = api.NewAPIKey()
-		if err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: DevTenant, Key: key, Name: "dev"}); err != nil {
+		if _, err := st.APIKeyCreate(ctx, store.APIKeyCreateParams{Tenant: DevTenant, Key: key, Name: "dev"}); err != nil {
 			return "", fmt.Errorf("create dev tenant key: %w", err)
 		}
 	}

@@ -102,8 +102,10 @@ type testFleet struct {
 	workerDone []chan struct{}
 	// registries are the workers' metrics, one per worker.
 	registries []*prometheus.Registry
-	admin      *client.Client
-	tenant     *client.Client
+	// startWorker starts one more worker process and returns its index.
+	startWorker func() int
+	admin       *client.Client
+	tenant      *client.Client
 }
 
 // fleetOptions shape a test fleet; zero values give two workers with
@@ -164,7 +166,8 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	dispatcherDone := make(chan struct{})
 	go func() { defer close(dispatcherDone); _ = f.dispatcher.Run(ctx) }()
 
-	for i := range o.workers {
+	f.startWorker = func() int {
+		i := len(f.workers)
 		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL(), MaxAttempts: o.modelAttempts})
 		require.NoError(t, err)
 		reg := fleet.NewRegistry()
@@ -180,6 +183,10 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		f.registries = append(f.registries, reg)
 		f.stopWorker = append(f.stopWorker, stop)
 		f.workerDone = append(f.workerDone, done)
+		return i
+	}
+	for range o.workers {
+		f.startWorker()
 	}
 	t.Cleanup(func() {
 		cancel()
@@ -338,8 +345,15 @@ func (f *testFleet) continued(i int, path string) int {
 // (0 when there is none).
 func (f *testFleet) metric(i int, name, label, value string) int {
 	f.t.Helper()
-	mfs, err := f.registries[i].Gather()
-	require.NoError(f.t, err)
+	return metricValue(f.t, f.registries[i], name, label, value)
+}
+
+// metricValue is the value in reg of the counter or gauge name with
+// label=value (0 when there is none).
+func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue

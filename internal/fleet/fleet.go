@@ -131,6 +131,17 @@ type DispatcherConfig struct {
 	Egress           egress.Config
 	CallbackInterval time.Duration
 	CallbackBackoff  time.Duration
+	// Retention is how long ended runs are kept before they are deleted
+	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
+	// sweep runs where the scheduler leads. RetentionInterval is how
+	// often it looks, RetentionBatch the most runs one transaction
+	// deletes, RetentionPause the least pause between two (zero:
+	// RetentionIntervalDefault, RetentionBatchDefault,
+	// RetentionPauseDefault; see retention.go).
+	Retention         time.Duration
+	RetentionInterval time.Duration
+	RetentionBatch    int
+	RetentionPause    time.Duration
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -144,6 +155,8 @@ type Dispatcher struct {
 	api      *api.Server
 	sched    *scheduler.Scheduler
 	keeper   *budget.Keeper
+	// retention is nil when every run is kept.
+	retention *retentionSweep
 }
 
 // NewDispatcher binds the listeners (so URL and MetricsURL are known at
@@ -151,6 +164,12 @@ type Dispatcher struct {
 func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.StrandedInterval < 0 || cfg.StrandedAfter < 0 {
 		return nil, errors.New("fleet: StrandedInterval and StrandedAfter must not be negative (zero selects the default)")
+	}
+	if cfg.Retention < 0 || cfg.RetentionInterval < 0 || cfg.RetentionBatch < 0 || cfg.RetentionPause < 0 {
+		return nil, errors.New("fleet: Retention, RetentionInterval, RetentionBatch and RetentionPause must not be negative (zero: keep every run, and the defaults)")
+	}
+	if cfg.RetentionBatch > store.RunDeleteEndedLimitMax {
+		return nil, fmt.Errorf("fleet: RetentionBatch %d is over the store's limit of %d runs per transaction", cfg.RetentionBatch, store.RunDeleteEndedLimitMax)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -184,17 +203,30 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	deleted, err := newRunsDeleted(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Retention > 0 {
+		d.retention = newRetentionSweep(cfg.Store, cfg.Retention, cmp.Or(cfg.RetentionInterval, RetentionIntervalDefault),
+			cmp.Or(cfg.RetentionBatch, RetentionBatchDefault), cmp.Or(cfg.RetentionPause, RetentionPauseDefault),
+			d.sched.Leading, deleted.WithLabelValues("retention"), cfg.Logger)
+	}
 	srv, err := api.New(api.Config{
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
 		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
+		RunsDeleted: deleted.WithLabelValues("api"),
+		// Keys revoked on any dispatcher leave every one's cache.
+		KeyRevocations: cfg.Bus,
 	})
 	if err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		srv.Close()
 		return nil, fmt.Errorf("listen on %s (AGENTFLEET_LISTEN): %w", cfg.Listen, err)
 	}
 	if cfg.MetricsListen != "" {
@@ -237,6 +269,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.api.SweepStranded(ctx, cmp.Or(d.cfg.StrandedInterval, api.StrandedIntervalDefault), cmp.Or(d.cfg.StrandedAfter, api.StrandedAfterDefault))
 	}()
+	wg.Add(1)
+	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
+	if d.retention != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.retention.run(ctx) }()
+	}
 	go func() {
 		defer wg.Done()
 		d.api.DeliverCallbacks(ctx, cmp.Or(d.cfg.CallbackInterval, api.CallbackIntervalDefault))
@@ -256,6 +294,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		_ = d.server.Close()
 	}
 	wg.Wait()
+	d.api.Close()
 	close(errs)
 	var all []error
 	for err := range errs {

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -88,4 +89,117 @@ func TestFleetABatchMemberTheStoreRefusesFailsOnlyItself(t *testing.T) {
 		require.Equal(t, 1, f.modelCalls("sub-call of "+tasks[i], 1), "ai() calls of %q", tasks[i])
 	}
 	require.Equal(t, poisoned, failed)
+}
+
+// hostileTurns plays the scripts a careless or hostile model writes, by
+// task: bytes PostgreSQL refuses in logs, carried data and the answer; a
+// loop of ai() sub-calls, cheap ("ai loop") or dear ("ai loop dear"); 64
+// MiB of log in one call and in many. "fine" tasks answer at once.
+func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
+	usage := agentfleet.Usage{PromptTokens: 50, CompletionTokens: 10}
+	task := r.FirstUser()
+	switch {
+	case task == "loop call dear":
+		return "ok", agentfleet.Usage{PromptTokens: 400, CompletionTokens: 100}, nil
+	case task == "loop call":
+		return "ok", usage, nil
+	}
+	script := "function run() { answer('fine') }"
+	switch task {
+	case "nul":
+		if assistantTurns(r) == 0 {
+			script = `function run() { log("a\u0000b"); return {s: "x\u0000y"} }`
+		} else {
+			script = `function run(args) { answer("done\u0000" + args.s) }`
+		}
+	case "ai loop", "ai loop dear":
+		call := "loop call"
+		if task == "ai loop dear" {
+			call = "loop call dear"
+		}
+		script = fmt.Sprintf(`function run() {
+			var n = 0, err = "";
+			for (var i = 0; i < 200; i++) { try { ai(%q); n++ } catch (e) { err = e.message } }
+			answer({n: n, err: err})
+		}`, call)
+	case "big log":
+		script = `function run() { try { log("x".repeat(64 << 20)) } catch (e) {} for (var i = 0; i < 64; i++) log("y".repeat(1 << 20)); answer("logged") }`
+	}
+	return "Here.\n```javascript\n" + script + "\n```", usage, nil
+}
+
+// The hostile scripts end their own runs one way or another and hurt no
+// one else's: on PostgreSQL, a run logging, carrying and answering U+0000
+// completes with U+FFFD in their place; a script looping on ai() is
+// stopped at the turn's model call cap, or at its run's max_tokens;
+// 64 MiB of log is cut, not stored; and the ordinary runs beside them
+// complete with one model call per turn.
+func TestFleetHostileScriptsHurtNoOneElse(t *testing.T) {
+	t.Parallel()
+	f := setupFleetWith(t, fleetOptions{responder: hostileTurns, workers: 1, slots: 8, store: pgtest.Open(t)})
+	hostile := map[string]api.RunCreateRequest{
+		"nul":          {Message: "nul"},
+		"ai loop":      {Message: "ai loop", MaxTokens: 3000},
+		"ai loop dear": {Message: "ai loop dear", MaxTokens: 3000},
+		"big log":      {Message: "big log"},
+	}
+	var ids []string
+	for _, req := range hostile {
+		ids = append(ids, f.submit(req).ID)
+	}
+	var fine []string
+	for range 20 {
+		fine = append(fine, f.submit(api.RunCreateRequest{Message: "fine"}).ID)
+	}
+	runs := map[string]agentfleet.Run{}
+	for _, id := range ids {
+		run := f.wait(id, 60*time.Second)
+		runs[run.Message] = run
+	}
+
+	nul := runs["nul"]
+	require.Equal(t, agentfleet.StatusCompleted, nul.Status, nul.Error)
+	require.JSONEq(t, `"done\ufffdx\ufffdy"`, string(nul.Answer))
+	var logged bool
+	for _, ev := range f.events(nul.ID) {
+		if ev.Type == agentfleet.EventLog {
+			require.Equal(t, "a\ufffdb\n", ev.Content)
+			logged = true
+		}
+	}
+	require.True(t, logged)
+
+	var loop struct {
+		N   int
+		Err string
+	}
+	cheap := runs["ai loop"]
+	require.Equal(t, agentfleet.StatusCompleted, cheap.Status, cheap.Error)
+	require.NoError(t, json.Unmarshal(cheap.Answer, &loop))
+	require.Equal(t, loop.N, f.modelCalls("loop call", 1))
+	require.Equal(t, 15, loop.N, "the turn's own call and 15 sub-calls: the default cap of 16")
+	require.Contains(t, loop.Err, "max_model_calls_per_turn")
+
+	dear := runs["ai loop dear"]
+	require.Equal(t, agentfleet.StatusCompleted, dear.Status, dear.Error)
+	require.NoError(t, json.Unmarshal(dear.Answer, &loop))
+	require.Equal(t, loop.N, f.modelCalls("loop call dear", 1))
+	require.Less(t, loop.N, 7, "500 tokens a call fit about 6 times in 3,000")
+	require.Contains(t, loop.Err, "max_tokens (3000)")
+	require.LessOrEqual(t, dear.Usage.Total(), int64(3000+500), "at most the last call over the cap")
+
+	big := runs["big log"]
+	require.Equal(t, agentfleet.StatusCompleted, big.Status, big.Error)
+	var logBytes int
+	for _, ev := range f.events(big.ID) {
+		logBytes += len(ev.Content)
+	}
+	require.Less(t, logBytes, 1<<20, "the log is cut to its cap, not stored whole")
+
+	for _, id := range fine {
+		run := f.wait(id, 60*time.Second)
+		require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
+		f.requireOneCommitPerTurn(run)
+	}
+	require.Equal(t, 20, f.modelCalls("fine", 1), "no ordinary run's turn was run twice")
 }

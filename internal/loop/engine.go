@@ -97,8 +97,12 @@ const (
 	// MaxModelCallsPerTurnDefault caps a turn's model calls, its own
 	// and its script's ai() sub-calls, unless the agent sets its own.
 	MaxModelCallsPerTurnDefault = 16
-	HistoryWindowDefault        = 30
-	ContextTokensDefault        = 24000
+	// MaxChildrenDefault caps the children a run spawns over its life,
+	// MaxDepthDefault how deep runs nest (a client's run is at depth 0).
+	MaxChildrenDefault   = 100
+	MaxDepthDefault      = 3
+	HistoryWindowDefault = 30
+	ContextTokensDefault = 24000
 	// RecordRetryForDefault outlasts a PostgreSQL restart (2-8 s in the
 	// chaos bench).
 	RecordRetryForDefault = 30 * time.Second
@@ -128,6 +132,10 @@ type Config struct {
 	// script's sub-calls) unless the agent sets its own; a sub-call
 	// past it throws to the script.
 	MaxModelCallsPerTurn int
+	// MaxChildren and MaxDepth bound spawn(): the children of one run
+	// and how deep runs nest; a spawn past them throws to the script.
+	MaxChildren int
+	MaxDepth    int
 	// HistoryWindow is how many recent turns a caller should load
 	// (see Engine.HistoryFrom).
 	HistoryWindow int
@@ -157,6 +165,12 @@ func (c *Config) setDefaults() {
 	if c.MaxModelCallsPerTurn == 0 {
 		c.MaxModelCallsPerTurn = MaxModelCallsPerTurnDefault
 	}
+	if c.MaxChildren == 0 {
+		c.MaxChildren = MaxChildrenDefault
+	}
+	if c.MaxDepth == 0 {
+		c.MaxDepth = MaxDepthDefault
+	}
 	if c.HistoryWindow == 0 {
 		c.HistoryWindow = HistoryWindowDefault
 	}
@@ -178,6 +192,7 @@ func (c *Config) validate() error {
 	case c.Sandbox == nil:
 		return errors.New("loop: Config.Sandbox is nil: pass a sandbox (sandbox.New)")
 	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.MaxModelCallsPerTurn < 0 ||
+		c.MaxChildren < 0 || c.MaxDepth < 0 ||
 		c.HistoryWindow < 0 || c.ContextTokens < 0 || c.RecordRetryFor < 0:
 		return errors.New("loop: limits must not be negative (zero selects the default)")
 	}
@@ -244,6 +259,13 @@ type TurnInput struct {
 	// meanwhile, the charge applies to it (capped); the ai() calls of
 	// the script reserve as usual.
 	TenantUnlimited bool
+	// Spawn, when set, starts the children the script spawns (it makes
+	// spawn() available); the engine holds them to MaxChildren and
+	// MaxDepth first.
+	Spawn agentfleet.SpawnFunc
+	// Children are the runs Run waited for (Run.WaitIDs), as they are
+	// now: this turn's args gets their results.
+	Children []agentfleet.Run
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after
@@ -301,6 +323,12 @@ type TurnResult struct {
 	Events []agentfleet.Event
 	// Budget is set with OutcomeNoBudget.
 	Budget *agentfleet.BudgetExhaustedError
+	// Spawned counts the children the turn's script spawned. With
+	// Status waiting_children, the run waits for WaitIDs until
+	// WaitUntil (zero: until they end).
+	Spawned   int
+	WaitIDs   []string
+	WaitUntil time.Time
 }
 
 // turn is the state of one Step in progress.
@@ -315,9 +343,11 @@ type turn struct {
 	// they run on the sandbox's host-call goroutine.
 	mu sync.Mutex
 	// calls is the turn's model calls so far, its own reply included;
-	// subUsage what its sub-calls used so far.
+	// subUsage what its sub-calls used so far; spawned the children its
+	// script started.
 	calls    int
 	subUsage agentfleet.Usage
+	spawned  int
 }
 
 // Step executes turn Run.Turn+1 of a run. Errors are infrastructure
@@ -560,6 +590,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	if len(args) == 0 {
 		args = json.RawMessage("null")
 	}
+	if len(run.WaitIDs) > 0 {
+		args = WithChildren(args, ChildResults(run.ID, run.WaitIDs, t.in.Children))
+	}
 
 	var exec agentfleet.ExecResult
 	if script.Unterminated {
@@ -569,7 +602,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		var err error
 		exec, err = cfg.Sandbox.Execute(ctx, agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
 		})
 		if err != nil {
 			return TurnResult{}, fmt.Errorf("execute script of turn %d: %w", t.n, err)
@@ -584,7 +617,14 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	}
 	t.mu.Lock()
 	t.res.Usage = t.res.Usage.Add(exec.AIUsage)
+	t.res.Spawned = t.spawned
 	t.mu.Unlock()
+	if exec.Wait != nil && exec.Err == nil && exec.Answered {
+		exec.Answered, exec.Answer = false, nil
+		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException,
+			Message: "wait() and answer() in one turn: a run that answers has ended and cannot wait; return from this turn and answer in the next, from args.children"}
+	}
+	waiting := exec.Wait != nil && exec.Err == nil
 
 	if exec.Logs != "" {
 		t.emit(agentfleet.Event{Type: agentfleet.EventLog, Content: exec.Logs})
@@ -613,9 +653,13 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		}
 		t.emit(ev)
 	}
+	observation := Observation(t.n, exec, carried, carriedBytes)
+	if waiting {
+		observation += fmt.Sprintf("the run now waits for %d child run(s); the next turn's args.children holds their results\n", len(exec.Wait.IDs))
+	}
 	t.res.Steps = append(t.res.Steps, agentfleet.Step{
 		RunID: run.ID, Turn: t.n, Index: 1, Kind: agentfleet.StepObservation,
-		Content: Observation(t.n, exec, carried, carriedBytes), CreatedAt: cfg.Now(),
+		Content: observation, CreatedAt: cfg.Now(),
 	})
 
 	if exec.Answered {
@@ -627,6 +671,13 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	}
 	t.res.Outcome = OutcomeContinue
 	t.res.Status = agentfleet.StatusRunning
+	if waiting {
+		t.res.Status = agentfleet.StatusWaitingChildren
+		t.res.WaitIDs = exec.Wait.IDs
+		if exec.Wait.Timeout > 0 {
+			t.res.WaitUntil = cfg.Now().Add(exec.Wait.Timeout)
+		}
+	}
 	return t.res, nil
 }
 
@@ -663,6 +714,35 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 		t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Summary: "ai() " + resp.Model,
 			Tokens: &agentfleet.Tokens{Prompt: resp.Usage.PromptTokens, Completion: resp.Usage.CompletionTokens}})
 		return agentfleet.AIResponse{Content: resp.Content, Usage: resp.Usage}, nil
+	}
+}
+
+// spawnFunc is spawn() for this turn's script: the caller's Spawn, held
+// to the run's limits, each child announced with a child_spawned event.
+func (t *turn) spawnFunc() agentfleet.SpawnFunc {
+	if t.in.Spawn == nil {
+		return nil
+	}
+	cfg := &t.e.cfg
+	return func(ctx context.Context, index int, req agentfleet.SpawnRequest) (string, error) {
+		if depth := t.run.Depth + 1; depth > cfg.MaxDepth {
+			return "", fmt.Errorf("runs nest at most %d deep and a child of this run would be at depth %d: do the work in this run", cfg.MaxDepth, depth)
+		}
+		t.mu.Lock()
+		n := t.run.Children + t.spawned
+		t.mu.Unlock()
+		if n >= cfg.MaxChildren {
+			return "", fmt.Errorf("a run spawns at most %d children (max_children) and this one has %d", cfg.MaxChildren, n)
+		}
+		id, err := t.in.Spawn(ctx, index, req)
+		if err != nil {
+			return "", err
+		}
+		t.mu.Lock()
+		t.spawned++
+		t.mu.Unlock()
+		t.emit(agentfleet.Event{Type: agentfleet.EventChildSpawned, Summary: id, Content: t.clean(req.Message)})
+		return id, nil
 	}
 }
 

@@ -652,3 +652,107 @@ func TestStepModelCallsPerTurnAreCapped(t *testing.T) {
 		require.Contains(t, first.Err, fmt.Sprintf("max_model_calls_per_turn %d", c.calls))
 	}
 }
+
+// spawnRecorder is a TurnInput.Spawn that records what it was asked.
+type spawnRecorder struct {
+	mu    sync.Mutex
+	calls []agentfleet.SpawnRequest
+	index []int
+}
+
+func (s *spawnRecorder) spawn(_ context.Context, index int, req agentfleet.SpawnRequest) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, req)
+	s.index = append(s.index, index)
+	return fmt.Sprintf("child-%d", index), nil
+}
+
+// A script spawns children and waits for them: the turn commits the run
+// waiting for them, counts them, announces each, and the next turn's
+// args carry their results in the order waited for, wrapped when the
+// script returned no object.
+func TestStepSpawnAndWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run() {
+		var a = spawn({message: "one", max_turns: 3}), b = spawn({message: "two", agent: "helper"});
+		wait([b, a], {timeout: 60000});
+		return "plain";
+	}`)})
+	var rec spawnRecorder
+	run := agentfleet.Run{ID: "p1", Tenant: "acme", Status: agentfleet.StatusRunning, Message: "fan out"}
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, Spawn: rec.spawn})
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusWaitingChildren, res.Status)
+	require.Equal(t, []string{"child-1", "child-0"}, res.WaitIDs)
+	require.WithinDuration(t, time.Now().Add(time.Minute), res.WaitUntil, 5*time.Second)
+	require.Equal(t, 2, res.Spawned)
+	require.Equal(t, []int{0, 1}, rec.index)
+	require.Equal(t, agentfleet.SpawnRequest{Message: "two", Agent: "helper"}, rec.calls[1])
+	require.Equal(t, 3, rec.calls[0].MaxTurns)
+	var spawned []string
+	for _, ev := range res.Events {
+		if ev.Type == agentfleet.EventChildSpawned {
+			spawned = append(spawned, ev.Summary)
+		}
+	}
+	require.Equal(t, []string{"child-0", "child-1"}, spawned)
+	require.Contains(t, res.Steps[1].Content, "waits for 2 child run(s)")
+
+	// Resumed: the children as they are now.
+	b.model.Push(llm.Reply{Content: js(`function run(args) { answer(args) }`)})
+	run.Turn, run.Args, run.Status, run.Children = 1, res.Args, agentfleet.StatusRunning, 2
+	run.WaitIDs = res.WaitIDs
+	big := `"` + strings.Repeat("x", agentfleet.ChildAnswerMaxBytes+10) + `"`
+	kids := []agentfleet.Run{
+		{ID: "child-0", ParentRunID: "p1", Status: agentfleet.StatusCompleted, Answer: json.RawMessage(big)},
+		{ID: "child-1", ParentRunID: "p1", Status: agentfleet.StatusFailed, Error: "boom"},
+	}
+	res, err = b.engine.Step(context.Background(), loop.TurnInput{Run: run, Children: kids})
+	require.NoError(t, err)
+	var got struct {
+		Value    string
+		Children []agentfleet.ChildResult
+	}
+	require.NoError(t, json.Unmarshal(res.Answer, &got))
+	require.Equal(t, "plain", got.Value, "a non-object return is wrapped")
+	require.Len(t, got.Children, 2)
+	require.Equal(t, agentfleet.ChildResult{ID: "child-1", Status: agentfleet.StatusFailed, Error: "boom"}, got.Children[0])
+	require.True(t, got.Children[1].Truncated)
+	var cut string
+	require.NoError(t, json.Unmarshal(got.Children[1].Answer, &cut))
+	require.Equal(t, strings.Repeat("x", agentfleet.ChildAnswerMaxBytes), cut)
+}
+
+// spawn() past the run's limits, and wait() with answer() in one turn,
+// are errors the script sees.
+func TestStepSpawnLimits(t *testing.T) {
+	t.Parallel()
+	script := js(`function run() { try { spawn({message: "x"}) } catch (e) { return {err: e.message} } return {err: ""} }`)
+	for _, c := range []struct {
+		name string
+		run  agentfleet.Run
+		want string
+	}{
+		{"children", agentfleet.Run{Children: loop.MaxChildrenDefault}, "at most 100 children"},
+		{"depth", agentfleet.Run{ParentRunID: "p0", Depth: loop.MaxDepthDefault}, "at most 3 deep"},
+	} {
+		b := setup(t, llm.Reply{Content: script})
+		var rec spawnRecorder
+		c.run.ID, c.run.Tenant, c.run.Status, c.run.Message = "r1", "acme", agentfleet.StatusRunning, "m"
+		res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: c.run, Spawn: rec.spawn})
+		require.NoError(t, err)
+		require.Contains(t, string(res.Args), c.want, c.name)
+		require.Empty(t, rec.calls, c.name)
+		require.Zero(t, res.Spawned)
+	}
+
+	b := setup(t, llm.Reply{Content: js(`function run() { wait([spawn({message: "x"})]); answer("done") }`)})
+	var rec spawnRecorder
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{
+		Run: agentfleet.Run{ID: "r1", Tenant: "acme", Status: agentfleet.StatusRunning, Message: "m"}, Spawn: rec.spawn})
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusRunning, res.Status, "the turn failed; the run goes on")
+	require.Contains(t, res.Steps[1].Content, "wait() and answer() in one turn")
+	require.Equal(t, 1, res.Spawned, "the child it spawned is counted all the same")
+}

@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -142,4 +143,65 @@ func byteSize(n int) string {
 	default:
 		return fmt.Sprintf("%.1f MiB", float64(n)/(1024*1024))
 	}
+}
+
+// ChildResults is what a parent's turn gets for the children it waited
+// for, in the order of ids, from the runs as they are now: an unfinished
+// child reports running, an id that is none of parent's children says
+// so, and an answer longer than agentfleet.ChildAnswerMaxBytes is cut to
+// a string of that many bytes and marked truncated.
+func ChildResults(parent string, ids []string, runs []agentfleet.Run) []agentfleet.ChildResult {
+	byID := make(map[string]*agentfleet.Run, len(runs))
+	for i := range runs {
+		byID[runs[i].ID] = &runs[i]
+	}
+	out := make([]agentfleet.ChildResult, len(ids))
+	for i, id := range ids {
+		r := byID[id]
+		switch {
+		case r == nil || r.ParentRunID != parent:
+			out[i] = agentfleet.ChildResult{ID: id, Status: "unknown", Error: "not a child run of this run"}
+			continue
+		case !r.Status.Terminal():
+			out[i] = agentfleet.ChildResult{ID: id, Status: agentfleet.StatusRunning}
+			continue
+		}
+		c := agentfleet.ChildResult{ID: id, Status: r.Status, Answer: r.Answer, Error: r.Error}
+		if len(c.Answer) > agentfleet.ChildAnswerMaxBytes {
+			// A string answer keeps its first bytes; any other value
+			// its JSON text's, as a string.
+			text := string(c.Answer)
+			var s string
+			if json.Unmarshal(c.Answer, &s) == nil {
+				text = s
+			}
+			if len(text) > agentfleet.ChildAnswerMaxBytes {
+				text = strings.ToValidUTF8(text[:agentfleet.ChildAnswerMaxBytes], "")
+			}
+			c.Answer, _ = json.Marshal(text)
+			c.Truncated = true
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// WithChildren is the args of the turn after a wait: the value the
+// script returned with "children" set to the results, or, when it
+// returned something other than an object, {"value": it, "children"}.
+func WithChildren(args json.RawMessage, children []agentfleet.ChildResult) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
+		obj = map[string]json.RawMessage{"value": args}
+	}
+	kids, err := json.Marshal(children)
+	if err != nil {
+		return args
+	}
+	obj["children"] = kids
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return args
+	}
+	return out
 }

@@ -21,17 +21,23 @@ import (
 // BenchmarkExecute measures whole turns through a warm pool of one
 // process: request frame, fresh runtime, compile, run, result frame.
 func BenchmarkExecute(b *testing.B) {
+	// A worker passes its provider key as a secret every turn: the
+	// "-secret" cases pay for redacting the outcome.
+	secret := []string{"sk-proj-4f8e2a1c9b7d6e5f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d"}
 	cases := []struct {
 		name, script, args string
+		secrets            []string
 	}{
-		{"tiny", `function run(args) { log("turn", args.n); return {n: args.n + 1} }`, `{"n":1}`},
-		{"carry200", `function run(args) {
+		{name: "tiny", script: `function run(args) { log("turn", args.n); return {n: args.n + 1} }`, args: `{"n":1}`},
+		{name: "carry200", script: `function run(args) {
   const items = [];
   for (let i = 0; i < 200; i++) items.push({id: i, name: "item " + i, price: i * 1.25, tags: ["a" + i % 7, "b" + i % 3]});
   return {items};
-}`, `null`},
+}`, args: `null`},
 		// BenchmarkTurn/carry200 of internal/loop: 200 items in, 200 out.
-		{"reprice200", carry200Script, string(carry200Args())},
+		{name: "reprice200", script: carry200Script, args: string(carry200Args())},
+		{name: "tiny-secret", script: `function run(args) { log("turn", args.n); return {n: args.n + 1} }`, args: `{"n":1}`, secrets: secret},
+		{name: "reprice200-secret", script: carry200Script, args: string(carry200Args()), secrets: secret},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -40,7 +46,7 @@ func BenchmarkExecute(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer p.Close()
-			req := agentfleet.ExecRequest{Script: c.script, Args: []byte(c.args), Tenant: "t", RunID: "r"}
+			req := agentfleet.ExecRequest{Script: c.script, Args: []byte(c.args), Tenant: "t", RunID: "r", Secrets: c.secrets}
 			ctx := context.Background()
 			// Start the process outside the measurement.
 			if res, err := p.Execute(ctx, req); err != nil || res.Err != nil {

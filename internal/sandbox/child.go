@@ -124,6 +124,12 @@ func childMain(specStr string) int {
 		fmt.Fprintf(os.Stderr, "sandbox child: %v\n", err)
 		return exitSetup
 	}
+	// After limitAddressSpace, which reads /proc: from here on the
+	// process opens next to nothing.
+	if err := limitResources(); err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox child: %v\n", err)
+		return exitSetup
+	}
 	in, out, cancels := os.NewFile(3, "sandbox-requests"), os.NewFile(4, "sandbox-replies"), os.NewFile(5, "sandbox-cancels")
 	if in == nil || out == nil || cancels == nil {
 		fmt.Fprintln(os.Stderr, "sandbox child: fds 3, 4 and 5 are not open; a sandbox process is started by sandbox.Pool")

@@ -19,8 +19,12 @@ const (
 	CarryBytesDefault    = 1 << 20
 	FetchMaxBytesDefault = 1 << 20
 	FetchTimeoutDefault  = 10 * time.Second
-	TurnTimeoutDefault   = 2 * time.Minute
-	MaxRedirectsDefault  = 5
+	// TurnTimeoutDefault bounds a turn in wall time, host calls
+	// included, which the CPU limit does not count: room for a few slow
+	// ai() sub-calls (tens of seconds each) and fetches (FetchTimeout
+	// each), while a script looping on them ends within two minutes.
+	TurnTimeoutDefault  = 2 * time.Minute
+	MaxRedirectsDefault = 5
 	// ChildProcsDefault is the GOMAXPROCS of a sandbox process. A script
 	// is single-threaded, and a process that sleeps between requests pays
 	// for a second P on every wake-up (the runtime starts a second thread
@@ -74,6 +78,14 @@ type Config struct {
 	// IdleTimeout is how long a process beyond PoolSize is kept idle
 	// before it is stopped. Zero means IdleTimeoutDefault.
 	IdleTimeout time.Duration
+	// MemoryTotal bounds the memory of all the pool's sandbox processes
+	// together, in bytes: each is charged ProcessMemory(Limits), what it
+	// can come to hold, while it lives, and a turn that needs another
+	// process when the charges would pass the bound waits for one to go
+	// idle or end. Zero means DefaultMemoryTotal of the cgroup memory
+	// limit (at least one process), or no bound outside a cgroup with a
+	// limit; negative means no bound.
+	MemoryTotal int64
 	Limits      Limits
 	// Policy decides each host primitive call (fetch, http, ai, aiJSON).
 	// Nil means DefaultPolicy.
@@ -99,7 +111,9 @@ type Limits struct {
 	// script past it is interrupted (kind timeout).
 	CPUTime time.Duration
 	// TurnTimeout bounds the whole execution in wall time, host calls
-	// included (kind timeout).
+	// included (kind timeout, with a message naming the wall-clock
+	// limit). A host call whose function ignores its context is given
+	// up a second after it.
 	TurnTimeout time.Duration
 	// MemoryBytes bounds the heap of the sandbox process during a turn
 	// (kind memory). See the package doc for how.
@@ -205,6 +219,10 @@ func (c Config) validate() error {
 	}
 	if c.ChildProcs < 0 {
 		errs = append(errs, fmt.Errorf("ChildProcs is %d; use a positive GOMAXPROCS for sandbox processes, or 0 for %d", c.ChildProcs, ChildProcsDefault))
+	}
+	if per := ProcessMemory(c.Limits); c.MemoryTotal > 0 && c.MemoryTotal < per {
+		errs = append(errs, fmt.Errorf("MemoryTotal is %s, less than one sandbox process can hold (%s: twice Limits.MemoryBytes plus %s); raise it, lower Limits.MemoryBytes, or use 0 to derive it from the cgroup memory limit",
+			formatBytes(c.MemoryTotal), formatBytes(per), formatBytes(512<<20+childBaseBytes)))
 	}
 	l := c.Limits
 	if l.CPUTime < minCPUTime {

@@ -1,12 +1,12 @@
 // Package sandbox runs the JavaScript an agent writes each turn ("code as
-// action", DESIGN §3) and reports what happened. It owns the JavaScript
-// runtime (it is the only importer of goja; no goja type crosses its API),
-// the primitives scripts call (log, answer, fetch, http, ai, markdown, ...)
-// with their TypeScript declarations, the policy check every host call
-// passes, the network guard, and the per-turn limits. It knows nothing of
-// runs, queues, stores or models beyond the agentfleet domain types: the
-// caller hands it an agentfleet.ExecRequest (with an AIFunc it meters) and
-// gets an agentfleet.ExecResult.
+// action", docs/ARCHITECTURE.md §3) and reports what happened. It owns
+// the JavaScript runtime (it is the only importer of goja; no goja type
+// crosses its API), the primitives scripts call (log, answer, fetch,
+// http, ai, markdown, ...) with their TypeScript declarations, the policy
+// check every host call passes, the network guard, and the per-turn
+// limits. It knows nothing of runs, queues, stores or models beyond the
+// agentfleet domain types: the caller hands it an agentfleet.ExecRequest
+// (with an AIFunc it meters) and gets an agentfleet.ExecResult.
 //
 // # The child-process hook: every importing binary is also a sandbox
 //
@@ -29,6 +29,13 @@
 //     protocol runs on fds 3 (requests), 4 (replies) and 5 (cancels); stdout
 //     is discarded and the head of stderr is kept for crash reports.
 //
+// On Linux a sandbox process also runs with no_new_privs on every thread
+// (it is forked from a thread of the pool that has it), no core dumps,
+// RLIMIT_NOFILE 32, an RLIMIT_NPROC that stops a fork bomb (see
+// limitResources for why it cannot be tighter), hard limits lowered with
+// the soft ones, and the highest OOM score, so that a machine or cgroup
+// short of memory loses a sandbox process rather than the worker.
+//
 // # The process pool
 //
 // A Pool runs JavaScript in PoolSize processes at once (default
@@ -39,7 +46,13 @@
 // in up to MaxProcesses processes while no more than PoolSize compute.
 // Execute waits (honouring its context) for a place and, beyond
 // MaxProcesses, for a process. Processes beyond PoolSize are stopped
-// after IdleTimeout idle. A process that dies or is killed is reaped and
+// after IdleTimeout idle. Their memory together is bounded by
+// Config.MemoryTotal (by default three quarters or so of the cgroup's
+// memory limit, see DefaultMemoryTotal): each live process is charged
+// ProcessMemory, the most it can hold under RLIMIT_AS, and an Execute that
+// needs another process while that would pass the bound waits for one to
+// go idle or end, so that the worker is not the one the kernel's OOM
+// killer finds. A process that dies or is killed is reaped and
 // replaced on demand; Close kills and reaps them all. Each turn runs in a fresh goja runtime, built
 // by the process between turns, so nothing a script does - globals,
 // patched prototypes, replaced builtins - is visible to any later turn,
@@ -58,7 +71,9 @@
 //     period of CPU time (a long native call such as a catastrophic
 //     regexp does not see interrupts) the parent, reading the process's
 //     CPU time from /proc, kills it. Limits.TurnTimeout bounds the whole
-//     turn in wall time, host calls included.
+//     turn in wall time, host calls included (a script looping on ai()
+//     or on slow fetches); a host function that ignores its context is
+//     given up a grace after it, and the turn ends.
 //   - Memory: a process sets RLIMIT_AS to what it has mapped at start plus
 //     room for the turn's heap (Linux only), asks the GC to stay under
 //     Limits.MemoryBytes, and samples its heap every few milliseconds while
@@ -104,7 +119,10 @@
 // line:column, never a Go stack or goja internals. A process that crashes
 // for a reason other than memory fails the turn with "sandbox process
 // crashed". Values listed in ExecRequest.Secrets are replaced by
-// "[redacted]" in logs, return value, answer and error message.
+// "[redacted]" in logs, return value, answer and error message (also
+// where the log or message cap cuts one in two), and in a crashed
+// process's stderr before it is logged. The parent redacts what a
+// process reports: no secret is ever sent to a sandbox process.
 //
 // # Primitives, policy, network guard
 //

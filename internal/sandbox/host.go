@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/egress"
@@ -17,7 +18,7 @@ import (
 // hostCall runs one host primitive for the child: decode, check it is
 // enabled, pass the policy, do it. It returns the turn sequence number the
 // call claims, a reply status and its data.
-func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, usage *agentfleet.Usage) (uint64, byte, []byte) {
+func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set primSet, payload []byte, st *hostState) (uint64, byte, []byte) {
 	d := decoder{b: payload}
 	seq := d.uint()
 	pr := prim(d.byte())
@@ -50,9 +51,46 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	case primFetch, primHTTP:
 		status, data = p.fetch(ctx, name, args)
 	case primAI, primAIJSON:
-		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, usage)
+		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, &st.usage)
+	case primSpawn:
+		status, data = spawn(ctx, req.Spawn, st.spawns, args)
+	case primWait:
+		status, data = wait(args, st)
 	}
 	return seq, status, data
+}
+
+// spawn starts a child run through the caller's SpawnFunc.
+func spawn(ctx context.Context, fn agentfleet.SpawnFunc, index int, raw []byte) (byte, []byte) {
+	if fn == nil {
+		return hostErr("spawn() is not available for this run")
+	}
+	var r agentfleet.SpawnRequest
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return hostErr("spawn: bad options: %v (give {message: string, agent?, context?, metadata?, max_turns?, max_tokens?})", err)
+	}
+	if strings.TrimSpace(r.Message) == "" {
+		return hostErr("spawn: options need a message: the child's task")
+	}
+	id, err := fn(ctx, index, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return hostErr("spawn: the turn was stopped")
+		}
+		return hostErr("spawn: %v", err)
+	}
+	out, _ := json.Marshal(id)
+	return hostOK, out
+}
+
+// wait records what the run waits for once the turn is committed.
+func wait(raw []byte, st *hostState) (byte, []byte) {
+	var a waitArgs
+	if err := json.Unmarshal(raw, &a); err != nil || len(a.IDs) == 0 {
+		return hostErr("wait: give a non-empty array of run ids")
+	}
+	st.wait = &agentfleet.WaitRequest{IDs: a.IDs, Timeout: time.Duration(a.TimeoutMS) * time.Millisecond}
+	return hostOK, []byte("null")
 }
 
 func orUnspecified(reason string) string {
@@ -194,7 +232,7 @@ func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []
 	}
 	doc := strings.TrimSpace(stripFence(resp.Content))
 	if !json.Valid([]byte(doc)) {
-		return hostErr("aiJSON: the model's reply is not valid JSON: %s", capMessage(firstLine(resp.Content)))
+		return hostErr("aiJSON: the model's reply is not valid JSON: %s", capMessage(firstLine(resp.Content), 0))
 	}
 	return hostOK, []byte(doc)
 }

@@ -33,19 +33,6 @@ func TestIdleSandboxProcessSwitchesLittlePerTurn(t *testing.T) {
 	}
 }
 
-func onlyChildPid(t *testing.T, p *Pool) int {
-	t.Helper()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.live) != 1 {
-		t.Fatalf("%d sandbox processes, want 1", len(p.live))
-	}
-	for c := range p.live {
-		return c.cmd.Process.Pid
-	}
-	return 0
-}
-
 // taskSwitches is the voluntary context switches (a thread blocking or
 // sleeping) of every thread of process pid; involuntary ones depend on
 // what else the machine runs.

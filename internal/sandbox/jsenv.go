@@ -65,6 +65,8 @@ func (s *childServer) newEnv() *jsEnv {
 	set("htmlToMarkdown", t.htmlToMarkdownFn)
 	set("ai", t.aiFn)
 	set("aiJSON", t.aiJSONFn)
+	set("spawn", t.spawnFn)
+	set("wait", t.waitFn)
 	set("require", t.requireFn)
 	return e
 }
@@ -94,7 +96,6 @@ type turnState struct {
 	env     *jsEnv
 	ctl     *turnCtl
 	prims   primSet
-	red     *redactor
 	modules map[string]*goja.Object
 	// denials are the PolicyError objects thrown this turn: an uncaught
 	// one makes the turn fail with kind denied.
@@ -138,53 +139,48 @@ func rethrow(err error) {
 
 func (t *turnState) logFn(prefix string) func(goja.FunctionCall) goja.Value {
 	return func(c goja.FunctionCall) goja.Value {
-		var b strings.Builder
-		b.WriteString(prefix)
+		// Straight into the capped buffer: a 64 MiB string logged is
+		// not copied on the way.
+		logs := &t.s.logs
+		logs.WriteString(prefix)
 		for i, a := range c.Arguments {
 			if i > 0 {
-				b.WriteByte(' ')
+				logs.WriteString(" ")
 			}
-			t.format(&b, a)
+			logs.WriteString(t.format(a))
 		}
-		b.WriteByte('\n')
-		t.s.logs.WriteString(t.red.str(b.String()))
+		logs.WriteString("\n")
 		return goja.Undefined()
 	}
 }
 
-// format writes v as log output: strings verbatim, objects as JSON,
+// format renders v as log output: strings verbatim, objects as JSON,
 // errors as "Name: message".
-func (t *turnState) format(b *strings.Builder, v goja.Value) {
+func (t *turnState) format(v goja.Value) string {
 	obj, ok := v.(*goja.Object)
 	if !ok {
 		if v == nil || goja.IsUndefined(v) {
-			b.WriteString("undefined")
-			return
+			return "undefined"
 		}
-		b.WriteString(v.String())
-		return
+		return v.String()
 	}
 	if _, isFn := goja.AssertFunction(obj); isFn {
-		b.WriteString("[Function]")
-		return
+		return "[Function]"
 	}
 	if obj.ClassName() == "Error" {
-		b.WriteString(t.errorString(obj))
-		return
+		return t.errorString(obj)
 	}
 	s, err := t.env.stringify(goja.Undefined(), obj)
 	if err != nil {
 		if _, interrupted := err.(*goja.InterruptedError); interrupted {
 			rethrow(err)
 		}
-		b.WriteString("[unserializable object: " + firstLine(errMessage(err)) + "]")
-		return
+		return "[unserializable object: " + firstLine(errMessage(err)) + "]"
 	}
 	if goja.IsUndefined(s) {
-		b.WriteString("undefined")
-		return
+		return "undefined"
 	}
-	b.WriteString(s.String())
+	return s.String()
 }
 
 // ---- answer / assert / help ----
@@ -521,6 +517,49 @@ func (t *turnState) aiJSONFn(c goja.FunctionCall) goja.Value {
 	}
 	args, _ := json.Marshal(a)
 	return t.parseJSON(t.host(primAIJSON, args))
+}
+
+func (t *turnState) spawnFn(c goja.FunctionCall) goja.Value {
+	args, err := t.toJSON(c.Argument(0))
+	if err != nil {
+		rethrow(err)
+	}
+	var id string
+	if err := json.Unmarshal(t.host(primSpawn, args), &id); err != nil {
+		t.throw("Error", "spawn: bad reply from host: "+err.Error())
+	}
+	return t.env.vm.ToValue(id)
+}
+
+// waitArgs is wait()'s call to the host: the ids, and the timeout in
+// milliseconds (0: none).
+type waitArgs struct {
+	IDs       []string `json:"ids"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+}
+
+func (t *turnState) waitFn(c goja.FunctionCall) goja.Value {
+	idsDoc, err := t.toJSON(c.Argument(0))
+	if err != nil {
+		rethrow(err)
+	}
+	var a waitArgs
+	if err := json.Unmarshal(idsDoc, &a.IDs); err != nil || len(a.IDs) == 0 {
+		t.throw("TypeError", "wait: the first argument must be a non-empty array of run ids (what spawn() returned)")
+	}
+	if o := c.Argument(1); !goja.IsUndefined(o) && !goja.IsNull(o) {
+		if obj := o.ToObject(t.env.vm); obj != nil {
+			if tv := obj.Get("timeout"); tv != nil && !goja.IsUndefined(tv) {
+				a.TimeoutMS = tv.ToInteger()
+				if a.TimeoutMS <= 0 {
+					t.throw("RangeError", "wait: timeout must be a positive number of milliseconds")
+				}
+			}
+		}
+	}
+	args, _ := json.Marshal(a)
+	t.host(primWait, args)
+	return goja.Undefined()
 }
 
 // host runs primitive p in the parent and returns its JSON result, or

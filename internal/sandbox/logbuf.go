@@ -1,9 +1,7 @@
 package sandbox
 
 import (
-	"encoding/json"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -57,22 +55,35 @@ func (b *logBuffer) WriteString(s string) {
 	}
 }
 
-// String renders the kept log, marking the cut with the number of bytes
-// dropped. The cut is moved to rune boundaries so the result stays valid
-// UTF-8.
-func (b *logBuffer) String() string {
+// parts returns the kept log: all of it in head when nothing was cut;
+// else the head and the tail, moved to rune boundaries so each stays
+// valid UTF-8, and how many bytes were dropped between them. The child
+// sends the parts rather than the joined text so that the parent, which
+// redacts, can see where the cut is (redactor.logs).
+func (b *logBuffer) parts() (head, tail string, cut int64) {
 	kept := int64(len(b.head) + len(b.tail))
 	if b.total <= int64(b.limit) && b.total == kept {
-		return string(b.head) + string(b.tail)
+		return string(b.head) + string(b.tail), "", 0
 	}
-	tail := make([]byte, 0, len(b.tail))
-	tail = append(tail, b.tail[b.tpos:]...)
-	tail = append(tail, b.tail[:b.tpos]...)
-	head := trimPartialRune(b.head)
-	for len(tail) > 0 && !utf8.RuneStart(tail[0]) {
-		tail = tail[1:]
+	t := make([]byte, 0, len(b.tail))
+	t = append(t, b.tail[b.tpos:]...)
+	t = append(t, b.tail[:b.tpos]...)
+	h := trimPartialRune(b.head)
+	for len(t) > 0 && !utf8.RuneStart(t[0]) {
+		t = t[1:]
 	}
-	cut := b.total - int64(len(head)) - int64(len(tail))
+	return string(h), string(t), b.total - int64(len(h)) - int64(len(t))
+}
+
+// String renders the kept log as joinLog does.
+func (b *logBuffer) String() string { return joinLog(b.parts()) }
+
+// joinLog renders a log's parts, marking the cut with the number of
+// bytes dropped.
+func joinLog(head, tail string, cut int64) string {
+	if cut == 0 {
+		return head + tail
+	}
 	return fmt.Sprintf("%s\n… [%d bytes of log cut] …\n%s", head, cut, tail)
 }
 
@@ -87,102 +98,4 @@ func trimPartialRune(b []byte) []byte {
 		}
 	}
 	return b
-}
-
-// redactor replaces known secret values. Each secret is also replaced in
-// its JSON-escaped form, which is how it appears inside a serialized
-// return value or a logged object.
-type redactor struct{ r *strings.Replacer }
-
-const redacted = "[redacted]"
-
-func newRedactor(secrets []string) *redactor {
-	var pairs []string
-	seen := map[string]bool{}
-	add := func(s string) {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			pairs = append(pairs, s, redacted)
-		}
-	}
-	for _, s := range secrets {
-		if s == "" {
-			continue
-		}
-		add(s)
-		add(jsonEscape(s))
-	}
-	if len(pairs) == 0 {
-		return nil
-	}
-	return &redactor{r: strings.NewReplacer(pairs...)}
-}
-
-func (r *redactor) str(s string) string {
-	if r == nil {
-		return s
-	}
-	return r.r.Replace(s)
-}
-
-// json redacts a JSON document. Textual replacement keeps the common case
-// cheap; when it would break the document (a secret that is a number, or
-// JSON syntax) the value is redacted structurally instead.
-func (r *redactor) json(doc []byte) []byte {
-	if r == nil || len(doc) == 0 {
-		return doc
-	}
-	s := r.r.Replace(string(doc))
-	if len(s) == len(doc) && s == string(doc) {
-		return doc
-	}
-	if json.Valid([]byte(s)) {
-		return []byte(s)
-	}
-	var v any
-	dec := json.NewDecoder(strings.NewReader(string(doc)))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return []byte(`"` + redacted + `"`)
-	}
-	out, err := json.Marshal(r.walk(v))
-	if err != nil {
-		return []byte(`"` + redacted + `"`)
-	}
-	return out
-}
-
-func (r *redactor) walk(v any) any {
-	switch x := v.(type) {
-	case string:
-		return r.r.Replace(x)
-	case json.Number:
-		if s := r.r.Replace(x.String()); s != x.String() {
-			return s
-		}
-		return x
-	case []any:
-		for i := range x {
-			x[i] = r.walk(x[i])
-		}
-		return x
-	case map[string]any:
-		m := make(map[string]any, len(x))
-		for k, e := range x {
-			m[r.r.Replace(k)] = r.walk(e)
-		}
-		return m
-	}
-	return v
-}
-
-// jsonEscape returns s as it appears between the quotes of a JSON string
-// written by JSON.stringify (no HTML escaping).
-func jsonEscape(s string) string {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)
-	out := strings.TrimSuffix(b.String(), "\n")
-	return out[1 : len(out)-1]
 }

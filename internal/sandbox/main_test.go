@@ -110,3 +110,17 @@ func failed(t *testing.T, res agentfleet.ExecResult, kind agentfleet.ScriptError
 	}
 	return res.Err.Message
 }
+
+// onlyChildPid is the pid of p's one sandbox process.
+func onlyChildPid(t *testing.T, p *Pool) int {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.live) != 1 {
+		t.Fatalf("%d sandbox processes, want 1", len(p.live))
+	}
+	for c := range p.live {
+		return c.cmd.Process.Pid
+	}
+	return 0
+}

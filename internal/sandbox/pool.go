@@ -1,24 +1,18 @@
 package sandbox
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/egress"
-	"github.com/agentfleet/agentfleet/internal/procstat"
 )
 
 // ErrClosed is returned by Execute once the pool is closed.
@@ -38,6 +32,8 @@ type Pool struct {
 	guard  *egress.Guard
 	client *http.Client
 	decls  string // declarations of the default set
+	red    atomic.Pointer[redactorEntry]
+	spawn  *spawner
 
 	// procs holds one token per Execute that has or will get a process:
 	// at most MaxProcesses. compute holds one per script running
@@ -64,6 +60,17 @@ type Pool struct {
 	live     map[*child]struct{}
 	trim     *time.Timer // pending trimIdle, nil when none
 	inflight sync.WaitGroup
+
+	// Memory accounting (memory.go): each process from its start until
+	// it is reaped is charged perProcess; charged never passes
+	// memTotal (negative: no bound). Executes that found neither an
+	// idle process nor room wait for room to close, which is replaced
+	// each time a process goes idle or is reaped while roomWaiters > 0.
+	perProcess  int64
+	memTotal    int64
+	charged     int64
+	room        chan struct{}
+	roomWaiters int
 }
 
 // New validates cfg and returns a pool. Sandbox processes are started
@@ -104,7 +111,12 @@ func New(cfg Config) (*Pool, error) {
 		compute: make(chan struct{}, cfg.PoolSize),
 		done:    make(chan struct{}),
 		live:    map[*child]struct{}{},
+		spawn:   newSpawner(),
+
+		perProcess: ProcessMemory(cfg.Limits),
+		room:       make(chan struct{}),
 	}
+	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
 	p.decls = declarations(1<<numPrims-1, cfg.Limits)
 	return p, nil
 }
@@ -159,8 +171,11 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	}
 	defer p.inflight.Done()
 
-	c, err := p.acquire()
+	c, err := p.acquire(ctx, &computing)
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrClosed) {
+			return cancelledResult(start), nil // while waiting for memory
+		}
 		return agentfleet.ExecResult{}, err
 	}
 	res, reusable, err := p.run(ctx, c, &req, set, &computing)
@@ -215,29 +230,92 @@ func (p *Pool) isClosed() bool {
 	return p.closed
 }
 
-// acquire takes the most recently used idle process, or starts one.
-func (p *Pool) acquire() (*child, error) {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		c := p.idle[n-1]
-		p.idle = p.idle[:n-1]
+// acquire takes the most recently used idle process, or starts one if
+// the memory bound leaves room for it; else it waits, honouring ctx,
+// until a process goes idle or is reaped. While it waits it gives up its
+// compute place (*computing), which the turns holding the memory may
+// need in order to finish.
+func (p *Pool) acquire(ctx context.Context, computing *bool) (*child, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if n := len(p.idle); n > 0 {
+			c := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return c, nil
+		}
+		if p.memTotal < 0 || p.charged+p.perProcess <= p.memTotal {
+			p.charged += p.perProcess
+			p.mu.Unlock()
+			return p.start()
+		}
+		p.roomWaiters++
+		room := p.room
 		p.mu.Unlock()
-		return c, nil
+
+		if *computing {
+			<-p.compute
+			*computing = false
+		}
+		var err error
+		select {
+		case <-room:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-p.done:
+			err = ErrClosed
+		}
+		p.mu.Lock()
+		p.roomWaiters--
+		p.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.take(ctx, p.compute); err != nil {
+			return nil, err
+		}
+		*computing = true
 	}
-	p.mu.Unlock()
+}
+
+// start starts a process whose memory acquire has charged.
+func (p *Pool) start() (*child, error) {
 	c, err := p.startChild()
 	if err != nil {
+		p.uncharge()
 		return nil, err
 	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		c.destroy()
+		p.uncharge()
 		return nil, ErrClosed
 	}
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
+}
+
+// uncharge gives back the memory of a process that was reaped (or never
+// started).
+func (p *Pool) uncharge() {
+	p.mu.Lock()
+	p.charged -= p.perProcess
+	p.signalRoom()
+	p.mu.Unlock()
+}
+
+// signalRoom wakes the Executes waiting for room; p.mu held.
+func (p *Pool) signalRoom() {
+	if p.roomWaiters > 0 {
+		close(p.room)
+		p.room = make(chan struct{})
+	}
 }
 
 // release returns a healthy process to idle, or destroys it.
@@ -249,12 +327,15 @@ func (p *Pool) release(c *child, reusable bool) {
 		if len(p.idle) > p.cfg.PoolSize && p.trim == nil {
 			p.trim = time.AfterFunc(p.cfg.IdleTimeout, p.trimIdle)
 		}
+		p.signalRoom()
 		p.mu.Unlock()
 		return
 	}
 	delete(p.live, c)
 	p.mu.Unlock()
+	// Its memory counts until it is reaped.
 	c.destroy()
+	p.uncharge()
 }
 
 // trimIdle stops the idle processes beyond PoolSize that have been idle
@@ -289,7 +370,16 @@ func (p *Pool) trimIdle() {
 	defer p.inflight.Done()
 	for _, c := range stale {
 		c.destroy()
+		p.uncharge()
 	}
+}
+
+// Memory reports the memory charged to the live sandbox processes and
+// the bound on it (negative: none); see Config.MemoryTotal.
+func (p *Pool) Memory() (charged, total int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.charged, p.memTotal
 }
 
 // Processes reports the started sandbox processes and how many of them
@@ -330,513 +420,7 @@ func (p *Pool) Close() error {
 	for _, c := range idle {
 		c.destroy()
 	}
+	p.spawn.stopAndWait()
 	p.client.CloseIdleConnections()
 	return nil
-}
-
-// child is the parent's handle on one sandbox process.
-type child struct {
-	cmd    *exec.Cmd
-	w      *os.File      // requests and host replies: the child's fd 3
-	rf     *os.File      // results and host calls: the child's fd 4
-	ctl    *os.File      // cancels: the child's fd 5
-	r      *bufio.Reader // over rf
-	stderr *headBuffer
-	rbuf   []byte
-	seq    uint64
-	enc    encoder // request frames, used by the goroutine running the turn
-	// cpuMark is the process's CPU time at its hello or its last
-	// result: where the next turn's CPU time is counted from.
-	cpuMark time.Duration
-
-	idleSince time.Time // when it last went idle; guarded by Pool.mu
-
-	// killed is set when the parent kills the process, so that its
-	// SIGKILL is not mistaken for the kernel's OOM killer.
-	killed   atomic.Bool
-	waitOnce sync.Once
-	waitErr  error
-}
-
-func (p *Pool) startChild() (*child, error) {
-	var files []*os.File // all pipe ends, closed on failure
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
-	newPipe := func() (r, w *os.File, err error) {
-		r, w, err = pipe()
-		if err == nil {
-			files = append(files, r, w)
-		}
-		return r, w, err
-	}
-	reqR, reqW, err := newPipe()
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: start process: %w", err)
-	}
-	repR, repW, err := newPipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("sandbox: start process: %w", err)
-	}
-	ctlR, ctlW, err := newPipe()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("sandbox: start process: %w", err)
-	}
-	cmd := exec.Command(p.exe)
-	// The child gets no environment but its marker and no working
-	// directory worth having: scripts cannot reach either, and neither
-	// can a bug in a primitive.
-	cmd.Env = []string{childEnvVar + "=" + p.spec}
-	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{reqR, repW, ctlR} // fds 3, 4, 5
-	stderr := &headBuffer{max: 8 << 10}
-	cmd.Stderr = stderr
-	cmd.SysProcAttr = childSysProcAttr()
-	if err := cmd.Start(); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("sandbox: start process %s: %w", p.exe, err)
-	}
-	// The child holds its ends; closing ours makes EOF mean "the child
-	// exited".
-	reqR.Close()
-	repW.Close()
-	ctlR.Close()
-	c := &child{cmd: cmd, w: reqW, rf: repR, ctl: ctlW, r: bufio.NewReaderSize(repR, 64<<10), stderr: stderr}
-
-	// Reads block in the kernel, so the handshake deadline kills the
-	// process rather than setting a read deadline.
-	timer := time.AfterFunc(startTimeout, c.kill)
-	typ, payload, err := readFrame(c.r, &c.rbuf, 1<<10)
-	timedOut := !timer.Stop()
-	if err == nil && typ != frameHello {
-		err = fmt.Errorf("%w: expected hello, got frame %q", errProtocol, typ)
-	}
-	if err == nil {
-		d := decoder{b: payload}
-		if v := d.uint(); d.err != nil || v != protoVersion {
-			err = fmt.Errorf("%w: child speaks version %d, want %d", errProtocol, v, protoVersion)
-		}
-		_ = d.uint() // pid
-		c.cpuMark = time.Duration(d.uint())
-		if err == nil && d.err != nil {
-			err = fmt.Errorf("hello: %w", d.err)
-		}
-	}
-	if err != nil {
-		c.destroy()
-		if timedOut {
-			err = fmt.Errorf("no handshake within %s", startTimeout)
-		}
-		return nil, fmt.Errorf("sandbox: start process %s: %v (%s); the binary must import the sandbox package so that its init can serve as a sandbox process: %s",
-			p.exe, err, exitDescription(c.waitErr), firstLines(strings.TrimSpace(stderr.String()), 12))
-	}
-	return c, nil
-}
-
-// write sends one frame on the request pipe. Only the goroutine running
-// the turn writes there.
-func (c *child) write(frame []byte) error {
-	_, err := c.w.Write(frame)
-	return err
-}
-
-func (c *child) kill() {
-	c.killed.Store(true)
-	// Kill after the process was reaped returns ErrProcessDone; ignore.
-	_ = c.cmd.Process.Kill()
-}
-
-// destroy kills and reaps the process and closes the pipes.
-func (c *child) destroy() {
-	c.kill()
-	c.wait()
-	c.w.Close()
-	c.rf.Close()
-	c.ctl.Close()
-}
-
-func (c *child) wait() {
-	c.waitOnce.Do(func() { c.waitErr = c.cmd.Wait() })
-}
-
-// run executes one turn on c. reusable is false when c must not serve
-// again (it died, was killed, or broke the protocol).
-//
-// computing is whether the turn holds a compute token; run gives it back
-// for each host call and takes it again after, and clears computing when
-// the turn ended (cancelled, or the pool closed) before it got it back.
-func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
-	lim := p.cfg.Limits
-	turnCtx, cancel := context.WithTimeoutCause(ctx, lim.TurnTimeout, errWallTime)
-	defer cancel()
-
-	c.seq++
-	seq := c.seq
-	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args, secrets: req.Secrets}
-	frame := encodeExec(&c.enc, &msg)
-	if len(frame) > maxFrame(lim.CarryBytes) {
-		// The process would refuse the frame; say why instead.
-		res.Return = []byte("null")
-		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptLimit, Message: fmt.Sprintf(
-			"the script and its args take %s; the limit is %s", formatBytes(int64(len(frame))), formatBytes(int64(maxFrame(lim.CarryBytes))))}
-		return res, true, nil
-	}
-	if err := c.write(frame); err != nil {
-		return p.died(c, stopNone, fmt.Errorf("write request: %w", err), &res)
-	}
-
-	w := startWatch(c, seq, lim.CPUTime+killGrace)
-	stopCancel := context.AfterFunc(turnCtx, func() {
-		reason := stopCancelled
-		if context.Cause(turnCtx) == errWallTime {
-			reason = stopWallTime
-		}
-		w.cancel(reason)
-	})
-	defer stopCancel()
-
-	max := maxFrame(lim.CarryBytes)
-	for {
-		typ, payload, err := readFrame(c.r, &c.rbuf, max)
-		if err != nil {
-			return p.died(c, w.finish(), err, &res)
-		}
-		switch typ {
-		case frameHostCall:
-			w.pause()
-			if *computing { // not after a take below failed
-				<-p.compute
-				*computing = false
-			}
-			hseq, status, data := p.hostCall(turnCtx, req, set, payload, &res.AIUsage)
-			// Without the token again, the script goes on only to be
-			// stopped: its turn was cancelled or the pool is closing.
-			*computing = p.take(turnCtx, p.compute) == nil
-			w.resume()
-			if hseq != seq {
-				w.finish()
-				return p.broken(c, fmt.Errorf("%w: host call for turn %d during turn %d", errProtocol, hseq, seq), &res)
-			}
-			// A failed write shows up as EOF on the next read.
-			e := &c.enc
-			e.start(frameHostRep)
-			e.uint(seq)
-			e.byte(status)
-			e.bytes(data)
-			_ = c.write(e.frame())
-		case frameResult:
-			killed := w.finish()
-			m, err := decodeResult(payload)
-			if err == nil && m.seq != seq {
-				err = fmt.Errorf("%w: result for turn %d during turn %d", errProtocol, m.seq, seq)
-			}
-			if err != nil {
-				return p.broken(c, err, &res)
-			}
-			c.cpuMark = m.cpu
-			fillResult(&res, &m)
-			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
-				// The turn was cancelled (or ran out of wall time) but
-				// finished before the cancel reached it, typically
-				// because a host call failed on the cancelled context
-				// and the script went on. Whatever it produced then is
-				// not a result: report the cancellation.
-				reason := stopCancelled
-				if context.Cause(turnCtx) == errWallTime {
-					reason = stopWallTime
-				}
-				res.Answered, res.Answer, res.Return = false, nil, []byte("null")
-				res.Err = p.stopError(reason, true)
-			}
-			return res, killed == stopNone, nil
-		default:
-			w.finish()
-			return p.broken(c, fmt.Errorf("%w: unexpected frame %q", errProtocol, typ), &res)
-		}
-	}
-}
-
-func fillResult(res *agentfleet.ExecResult, m *resultMsg) {
-	res.Answered = m.answered
-	if m.answered {
-		res.Answer = m.answer
-	}
-	res.Return = m.ret
-	if len(res.Return) == 0 {
-		res.Return = []byte("null")
-	}
-	res.Logs = m.logs
-	if m.errKind != 0 {
-		res.Err = &agentfleet.ScriptError{Kind: kindFromCode(m.errKind), Message: m.errMsg}
-	}
-}
-
-// broken discards a child that broke the protocol.
-func (p *Pool) broken(c *child, err error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
-	c.kill()
-	return p.died(c, stopNone, err, res)
-}
-
-// died reports a turn whose process is gone: killed by us (killed says
-// why), out of memory, or crashed. The process is reaped here.
-func (p *Pool) died(c *child, killed stopReason, cause error, res *agentfleet.ExecResult) (agentfleet.ExecResult, bool, error) {
-	byParent := c.killed.Load() // before the kill below, which only makes sure
-	c.kill()
-	c.wait()
-	if p.isClosed() {
-		return *res, false, ErrClosed
-	}
-	res.Return = []byte("null")
-	stderr := strings.TrimSpace(c.stderr.String())
-	exit := exitDescription(c.waitErr)
-	switch {
-	case killed != stopNone:
-		res.Err = p.stopError(killed, false)
-	case oomExit(c.waitErr, stderr, byParent):
-		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptMemory, Message: fmt.Sprintf(
-			"the script exceeded the memory limit of %s (an allocation too large to satisfy) and its sandbox process was terminated; hold less data at once",
-			formatBytes(p.cfg.Limits.MemoryBytes))}
-	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
-		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptLimit, Message: "the script recursed too deeply and its sandbox process was terminated; use a loop instead of deep recursion"}
-	default:
-		res.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException, Message: fmt.Sprintf("sandbox process crashed (%s); the turn did not complete", exit)}
-	}
-	p.cfg.Logger.Warn("sandbox process ended during a turn",
-		"pid", c.cmd.Process.Pid, "kind", res.Err.Kind, "exit", exit, "cause", cause, "stderr", firstLines(stderr, 12))
-	return *res, false, nil
-}
-
-// stopError is the error of a turn the parent stopped. cooperative is
-// false when the process had to be killed because it did not stop.
-func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError {
-	l := p.cfg.Limits
-	switch r {
-	case stopCancelled:
-		return &agentfleet.ScriptError{Kind: agentfleet.ScriptCancelled, Message: "the execution was cancelled"}
-	case stopWallTime:
-		return &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: fmt.Sprintf("the turn exceeded its wall-clock time limit of %s (including fetch and ai calls) and was stopped", shortDuration(l.TurnTimeout))}
-	}
-	msg := fmt.Sprintf("the script used its CPU time limit of %s and was stopped", shortDuration(l.CPUTime))
-	if !cooperative {
-		msg = fmt.Sprintf("the script did not stop at its CPU time limit of %s (stuck in a long built-in call, such as sorting or filling a huge array) and its sandbox process was killed", shortDuration(l.CPUTime))
-	}
-	return &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: msg}
-}
-
-// oomMarks are how the Go runtime says it could not map memory: the
-// fatal error under RLIMIT_AS, and its race-mode variant.
-var oomMarks = []string{"out of memory", "cannot allocate memory", "too many address space collisions"}
-
-// oomExit recognizes a process that died for lack of memory: the Go
-// runtime's fatal error under RLIMIT_AS, or a SIGKILL the parent did not
-// send (the kernel's OOM killer).
-func oomExit(waitErr error, stderr string, killedByParent bool) bool {
-	for _, m := range oomMarks {
-		if strings.Contains(stderr, m) {
-			return true
-		}
-	}
-	var ee *exec.ExitError
-	if !killedByParent && errors.As(waitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			return true
-		}
-	}
-	return false
-}
-
-func exitDescription(err error) string {
-	if err == nil {
-		return "exit status 0"
-	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ProcessState.String()
-	}
-	return err.Error()
-}
-
-// turnWatch is the parent's hard deadline on a turn: if the child has not
-// reported once it has used its CPU time plus a grace, or within a grace
-// after a cancel, the process is killed. It never fires for a child that
-// interrupts itself in time.
-//
-// The budget is the child's CPU time, which the parent reads from /proc
-// (procstat). A timer sleeps for the budget left in wall time (the
-// clock stopped during host calls, when the child waits); when it fires
-// and the child, on a busy machine, has used less CPU than that, the
-// timer sleeps again for the rest. Where /proc cannot be read the
-// budget is that wall time. After a cancel the grace is wall time: the
-// turn must end. (A child that neither computes nor reports, which only
-// a bug would make, is ended that way too: by the turn's wall-clock
-// timeout and its grace.)
-type turnWatch struct {
-	c   *child
-	seq uint64
-
-	mu       sync.Mutex
-	timer    *time.Timer
-	gen      int           // invalidates callbacks of superseded timers
-	budget   time.Duration // CPU time the turn may use, grace included
-	left     time.Duration // budget left when the current segment began
-	segStart time.Time
-	paused   bool
-	done     bool
-	killed   stopReason // why the watch killed the process
-	stopped  stopReason // why the turn was cancelled, if it was
-}
-
-func startWatch(c *child, seq uint64, budget time.Duration) *turnWatch {
-	w := &turnWatch{c: c, seq: seq, budget: budget, left: budget}
-	w.mu.Lock()
-	w.arm()
-	w.mu.Unlock()
-	return w
-}
-
-// arm starts a timer for the budget left; w.mu held.
-func (w *turnWatch) arm() {
-	w.gen++
-	gen := w.gen
-	w.segStart = time.Now()
-	w.timer = time.AfterFunc(w.left, func() { w.fire(gen) })
-}
-
-func (w *turnWatch) disarm() {
-	w.gen++
-	w.timer.Stop()
-	w.left -= time.Since(w.segStart)
-}
-
-func (w *turnWatch) fire(gen int) {
-	w.mu.Lock()
-	if w.done || w.paused || gen != w.gen {
-		w.mu.Unlock()
-		return
-	}
-	if w.stopped == stopNone {
-		if left := w.cpuLeft(); left > 0 {
-			w.left = max(left, minCPUCheck)
-			w.arm()
-			w.mu.Unlock()
-			return
-		}
-	}
-	w.killed = stopTimeout
-	if w.stopped != stopNone {
-		w.killed = w.stopped
-	}
-	w.done = true
-	w.mu.Unlock()
-	w.c.kill()
-}
-
-// cpuLeft is the CPU time the child may still use this turn; zero when
-// it cannot be read (the process is gone, or there is no /proc).
-func (w *turnWatch) cpuLeft() time.Duration {
-	st, ok := procstat.Read(w.c.cmd.Process.Pid)
-	if !ok {
-		return 0
-	}
-	return w.budget - (st.CPU - w.c.cpuMark)
-}
-
-func (w *turnWatch) pause() {
-	w.mu.Lock()
-	if !w.done && !w.paused {
-		w.paused = true
-		w.disarm()
-	}
-	w.mu.Unlock()
-}
-
-func (w *turnWatch) resume() {
-	w.mu.Lock()
-	if !w.done && w.paused {
-		w.paused = false
-		w.arm()
-	}
-	w.mu.Unlock()
-}
-
-// cancel asks the child to stop and shortens the deadline to the grace.
-func (w *turnWatch) cancel(r stopReason) {
-	w.mu.Lock()
-	if w.done || w.stopped != stopNone {
-		w.mu.Unlock()
-		return
-	}
-	w.stopped = r
-	if w.paused {
-		w.left = min(w.left, killGrace)
-	} else {
-		w.disarm()
-		w.left = min(w.left, killGrace)
-		w.arm()
-	}
-	// Written under w.mu: once finish returns, no cancel for this turn
-	// can reach the child, so it cannot hit the next turn. (The child
-	// also checks the sequence number.)
-	var e encoder
-	e.start(frameCancel)
-	e.uint(w.seq)
-	e.byte(byte(r))
-	_, _ = w.c.ctl.Write(e.frame())
-	w.mu.Unlock()
-}
-
-// finish ends the watch and says whether (and why) it killed the process.
-func (w *turnWatch) finish() stopReason {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.done = true
-		w.gen++
-		w.timer.Stop()
-	}
-	return w.killed
-}
-
-// headBuffer keeps the first max bytes written to it: the line that says
-// why a Go process died ("fatal error: runtime: out of memory") comes
-// first, the goroutine dump after it.
-type headBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (h *headBuffer) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if n := h.max - len(h.b); n > 0 {
-		h.b = append(h.b, p[:min(n, len(p))]...)
-	}
-	return len(p), nil
-}
-
-func (h *headBuffer) String() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return string(h.b)
-}
-
-var _ io.Writer = (*headBuffer)(nil)
-
-// firstLines keeps the first n lines of s: enough of a Go crash to see
-// the error and the crashing goroutine.
-func firstLines(s string, n int) string {
-	i := 0
-	for ; n > 0 && i < len(s); n-- {
-		j := strings.IndexByte(s[i:], '\n')
-		if j < 0 {
-			return s
-		}
-		i += j + 1
-	}
-	return s[:i]
 }

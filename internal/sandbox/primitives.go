@@ -23,6 +23,8 @@ const (
 	primHTMLToMarkdown
 	primAI
 	primAIJSON
+	primSpawn
+	primWait
 	primRequire
 	numPrims
 )
@@ -61,6 +63,8 @@ var prims = [numPrims]primInfo{
 	primHTMLToMarkdown: {name: "htmlToMarkdown", decl: "declare function htmlToMarkdown(html: string): string;"},
 	primAI:             {name: "ai", host: true, decl: "declare function ai(prompt: string): string; // model sub-call; costs tokens"},
 	primAIJSON:         {name: "aiJSON", host: true, decl: "declare function aiJSON(prompt: string, schema?: object): any; // model sub-call returning parsed JSON"},
+	primSpawn:          {name: "spawn", host: true, decl: "declare function spawn(o: {message: string; agent?: string; context?: any; metadata?: Record<string, string>; max_turns?: number; max_tokens?: number}): string; // starts a child run now, returns its id"},
+	primWait:           {name: "wait", host: true, decl: "declare function wait(ids: string[], o?: {timeout?: number}): void; // once this turn returns, sleep until those children end (timeout: ms); next turn's args.children: {id, status, answer?, error?, truncated?}[]"},
 	// require is not a primitive of its own: it exists when a module
 	// (http, markdown) is enabled. Listing it is accepted and ignored.
 	primRequire: {name: "require"},

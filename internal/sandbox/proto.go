@@ -23,7 +23,7 @@ import (
 // anyway (args, return, host-call arguments and replies).
 
 const (
-	protoVersion = 2
+	protoVersion = 3
 
 	frameHello    byte = 'h' // child -> parent: ready (version, pid, CPU time)
 	frameExec     byte = 'x' // parent -> child: run a turn
@@ -183,8 +183,7 @@ type execMsg struct {
 	script string
 	// args is the carried value, JSON. Decoded, it aliases the frame:
 	// it is valid only until the next frame is read.
-	args    []byte
-	secrets []string
+	args []byte
 }
 
 func encodeExec(e *encoder, m *execMsg) []byte {
@@ -193,10 +192,6 @@ func encodeExec(e *encoder, m *execMsg) []byte {
 	e.uint(uint64(m.prims))
 	e.str(m.script)
 	e.bytes(m.args)
-	e.uint(uint64(len(m.secrets)))
-	for _, s := range m.secrets {
-		e.str(s)
-	}
 	return e.frame()
 }
 
@@ -204,13 +199,6 @@ func decodeExec(p []byte) (execMsg, error) {
 	d := decoder{b: p}
 	m := execMsg{seq: d.uint(), prims: primSet(d.uint()), script: d.str()}
 	m.args = d.bytes()
-	n := d.uint()
-	if n > uint64(len(d.b)) {
-		d.fail("secrets")
-	}
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		m.secrets = append(m.secrets, d.str())
-	}
 	return m, d.err
 }
 
@@ -220,9 +208,12 @@ type resultMsg struct {
 	answered bool
 	answer   []byte
 	ret      []byte
-	logs     string
-	errKind  byte // 0: no error
-	errMsg   string
+	// The log as logBuffer.parts gives it: the parent redacts and joins.
+	logHead, logTail string
+	logCut           int64
+	errKind          byte // 0: no error
+	errMsg           string
+	errCut           int // bytes cut from the end of errMsg (clipMessage)
 	// cpu is the process's CPU time when it sent the result: where the
 	// parent's count of the next turn's CPU time starts.
 	cpu time.Duration
@@ -238,9 +229,12 @@ func encodeResult(e *encoder, m *resultMsg) []byte {
 	}
 	e.bytes(m.answer)
 	e.bytes(m.ret)
-	e.str(m.logs)
+	e.str(m.logHead)
+	e.str(m.logTail)
+	e.uint(uint64(m.logCut))
 	e.byte(m.errKind)
 	e.str(m.errMsg)
+	e.uint(uint64(m.errCut))
 	e.uint(uint64(m.cpu))
 	return e.frame()
 }
@@ -257,9 +251,12 @@ func decodeResult(p []byte) (resultMsg, error) {
 	if r := d.bytes(); len(r) > 0 {
 		m.ret = append([]byte(nil), r...)
 	}
-	m.logs = d.str()
+	m.logHead = d.str()
+	m.logTail = d.str()
+	m.logCut = int64(d.uint())
 	m.errKind = d.byte()
 	m.errMsg = d.str()
+	m.errCut = int(d.uint())
 	m.cpu = time.Duration(d.uint())
 	return m, d.err
 }

@@ -374,6 +374,28 @@ func TestTurnWallTimeout(t *testing.T) {
 	require.Less(t, time.Since(start), 400*time.Millisecond+killGrace)
 }
 
+// A host call that ignores its context cannot hold a turn past its
+// wall-clock limit: the turn stops within a grace of it, failing as the
+// model is told (kind timeout, naming the wall-clock limit), and the
+// pool serves on.
+func TestTurnWallTimeoutWithHostCallIgnoringContext(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	ai := func(ctx context.Context, req agentfleet.AIRequest) (agentfleet.AIResponse, error) {
+		<-release // a stuck client that never looks at ctx
+		return agentfleet.AIResponse{Content: "late"}, nil
+	}
+	p := newPool(t, Config{PoolSize: 1, Limits: Limits{CPUTime: 200 * time.Millisecond, TurnTimeout: 400 * time.Millisecond}})
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the call
+	start := time.Now()
+	res := execute(t, p, agentfleet.ExecRequest{Script: `function run() { for (;;) { try { ai("slow") } catch (e) {} } }`, AI: ai})
+	elapsed := time.Since(start)
+	msg := failed(t, res, agentfleet.ScriptTimeout)
+	require.Contains(t, msg, "wall-clock time limit of 400ms")
+	require.Less(t, elapsed, 400*time.Millisecond+2*killGrace)
+	require.Equal(t, "1", ok(t, run(t, p, `function run() { return 1 }`, "")))
+}
+
 func TestHostCallTimeNotCountedAsCPU(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})

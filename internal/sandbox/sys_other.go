@@ -16,6 +16,12 @@ func limitAddressSpace(int64) error { return nil }
 
 func childSysProcAttr() *syscall.SysProcAttr { return nil }
 
+// limitResources is a no-op off Linux; see sys_linux.go.
+func limitResources() error { return nil }
+
+// prepareSpawnThread is a no-op off Linux, which has no no_new_privs.
+func prepareSpawnThread() error { return nil }
+
 // pipe is os.Pipe off Linux; only round-trip latency differs.
 func pipe() (r, w *os.File, err error) { return os.Pipe() }
 

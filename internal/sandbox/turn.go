@@ -17,8 +17,13 @@ import (
 const scriptName = "script.js"
 
 // maxErrMessage caps an error message shown to the model (a script can
-// throw a megabyte string).
-const maxErrMessage = 4 << 10
+// throw a megabyte string). The process sends up to maxErrWire of it: the
+// parent redacts before it cuts to maxErrMessage, so that the cut never
+// splits a secret it could not recognize.
+const (
+	maxErrMessage = 4 << 10
+	maxErrWire    = 4 * maxErrMessage
+)
 
 // runTurn executes one exec request on the spare runtime. The deadline
 // timer and the heap watcher stay armed until the result, error messages
@@ -33,7 +38,6 @@ func (s *childServer) runTurn(ctl *turnCtl, m *execMsg) resultMsg {
 	t := env.t
 	t.ctl = ctl
 	t.prims = m.prims
-	t.red = newRedactor(m.secrets)
 	s.logs.reset(s.spec.logBytes)
 	env.restrict(m.prims)
 
@@ -47,8 +51,8 @@ func (s *childServer) runTurn(ctl *turnCtl, m *execMsg) resultMsg {
 	t.cpu.stop()
 	res.seq = m.seq
 	res.cpu = processCPU()
-	res.logs = s.logs.String()
-	res.errMsg = t.red.str(capMessage(res.errMsg))
+	res.logHead, res.logTail, res.logCut = s.logs.parts()
+	res.errMsg, res.errCut = clipMessage(res.errMsg, maxErrWire)
 	return res
 }
 
@@ -121,7 +125,7 @@ func (t *turnState) run(m *execMsg) (res resultMsg) {
 		return failure(agentfleet.ScriptLimit, fmt.Sprintf(
 			"run() returned a value nested more than %d levels deep, more than the next turn can read; return something flatter", maxJSONDepth))
 	}
-	return resultMsg{ret: t.red.json(doc)}
+	return resultMsg{ret: doc}
 }
 
 var promiseType = reflect.TypeOf((*goja.Promise)(nil))
@@ -141,7 +145,7 @@ func failure(kind agentfleet.ScriptErrorKind, msg string) resultMsg {
 }
 
 func (t *turnState) answerResult() resultMsg {
-	return resultMsg{answered: true, answer: t.red.json(t.answer), ret: []byte("null")}
+	return resultMsg{answered: true, answer: t.answer, ret: []byte("null")}
 }
 
 // fail turns an error from goja into the turn's result. prefix says what
@@ -313,12 +317,14 @@ func errMessage(err error) string {
 	return err.Error()
 }
 
-func capMessage(s string) string {
-	if len(s) <= maxErrMessage {
-		return s
+// clipMessage cuts s to at most max bytes, at a rune boundary, and says
+// how many it dropped.
+func clipMessage(s string, max int) (string, int) {
+	if len(s) <= max {
+		return s, 0
 	}
-	cut := trimPartialRune([]byte(s[:maxErrMessage]))
-	return fmt.Sprintf("%s… [%d bytes cut]", cut, len(s)-len(cut))
+	kept := string(trimPartialRune([]byte(s[:max])))
+	return kept, len(s) - len(kept)
 }
 
 func firstLine(s string) string {

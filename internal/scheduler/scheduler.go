@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -152,6 +153,17 @@ type Scheduler struct {
 	cfg     Config
 	log     *slog.Logger
 	tenants *tenantCache
+	leading atomic.Bool
+}
+
+// Leading reports whether this scheduler schedules now (it holds the
+// lease, or runs without one), so that other fleet-wide singletons (the
+// retention sweep) can run where it does.
+func (s *Scheduler) Leading() bool { return s.leading.Load() }
+
+func (s *Scheduler) setLeading(on bool) {
+	s.leading.Store(on)
+	s.cfg.Metrics.setLeading(on)
 }
 
 // New returns a Scheduler.
@@ -171,8 +183,8 @@ func New(cfg Config) (*Scheduler, error) {
 // the scheduler lease, and steps down (then waits again) if it loses it.
 func (s *Scheduler) Run(ctx context.Context) error {
 	if s.cfg.LeaseTTL == 0 {
-		s.cfg.Metrics.setLeading(true)
-		defer s.cfg.Metrics.setLeading(false)
+		s.setLeading(true)
+		defer s.setLeading(false)
 		return s.lead(ctx)
 	}
 	for ctx.Err() == nil {
@@ -195,7 +207,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return nil
 		}
 		s.log.Info("scheduler lease acquired; scheduling")
-		s.cfg.Metrics.setLeading(true)
+		s.setLeading(true)
 		lctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -205,7 +217,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 		}()
 		err = s.lead(lctx)
-		s.cfg.Metrics.setLeading(false)
+		s.setLeading(false)
 		cancel()
 		lease.Release()
 		if err != nil && ctx.Err() == nil {

@@ -7,8 +7,12 @@
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
 // default). Both are held to one contract suite, store/storetest; a change
 // of behaviour starts there. Nothing outside the backends sees a driver
-// type, and callers branch only on the sentinel errors declared here and on
-// *agentfleet.BudgetExhaustedError.
+// type, and callers branch only on the sentinel errors declared here, on
+// *QueueFullError and on *agentfleet.BudgetExhaustedError.
+//
+// A tenant's runs not yet finished are capped (max_queued_runs): RunCreate
+// refuses a run beyond the cap with a *QueueFullError, found without
+// counting a large backlog per submission (see RunCreate).
 //
 // Every method that changes a run appends the run's events in the same
 // transaction and returns them with their seq assigned, so seq is dense per
@@ -38,6 +42,27 @@ var (
 	ErrInvalid = errors.New("invalid")
 )
 
+// MaxQueuedRunsDefault is a tenant's max_queued_runs when none is given:
+// far above the largest batch, so only a runaway submitter meets it.
+const MaxQueuedRunsDefault = 1_000_000
+
+// QueueFullError is RunCreate's refusal of runs beyond their tenant's
+// max_queued_runs. Nothing was written.
+type QueueFullError struct {
+	Tenant string
+	// Unfinished is how many of the tenant's runs were not finished
+	// (queued, running or waiting) when it was decided; Limit is the
+	// tenant's max_queued_runs; Requested how many runs were asked for.
+	Unfinished, Limit, Requested int
+	// RetryAfter is how long the caller should wait before trying again.
+	RetryAfter time.Duration
+}
+
+func (e *QueueFullError) Error() string {
+	return fmt.Sprintf("tenant %s has %d runs not finished (queued, running or waiting) and may have at most %d (max_queued_runs): "+
+		"wait for some to end, cancel some, or raise the tenant's max_queued_runs", e.Tenant, e.Unfinished, e.Limit)
+}
+
 // Store is the store of record. Methods are named NounVerb and take one
 // params struct each, so call sites read like sentences and grow without
 // breaking. All are safe for concurrent use.
@@ -54,18 +79,34 @@ type Store interface {
 	TenantUpdate(ctx context.Context, p TenantUpdateParams) (agentfleet.Tenant, error)
 	TenantList(ctx context.Context, p TenantListParams) ([]agentfleet.Tenant, error)
 
-	// APIKeyCreate stores the hash of a key for a tenant. The key itself
-	// is never stored.
-	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) error
-	// TenantGetByAPIKey hashes key and returns its tenant, or ErrNotFound.
-	TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error)
+	// APIKeyCreate stores the hash of a key for a tenant under a fresh
+	// public id and returns the key's record. The key itself is never
+	// stored. A key stored before is ErrConflict.
+	APIKeyCreate(ctx context.Context, p APIKeyCreateParams) (APIKey, error)
+	// APIKeyList lists a tenant's keys, newest first; it never shows a
+	// key or its hash.
+	APIKeyList(ctx context.Context, p APIKeyListParams) (APIKeyListResult, error)
+	// APIKeyDelete revokes a tenant's key: no lookup finds it once the
+	// call returns. An unknown id, or another tenant's, is ErrNotFound.
+	APIKeyDelete(ctx context.Context, p APIKeyDeleteParams) error
+	// TenantGetByAPIKey hashes Key and returns its tenant and the key's
+	// record, or ErrNotFound. It records the use: the key's LastUsedAt
+	// is written only when older than about a minute, so lookups are
+	// not writes.
+	TenantGetByAPIKey(ctx context.Context, p TenantGetByAPIKeyParams) (TenantGetByAPIKeyResult, error)
 
 	AgentUpsert(ctx context.Context, p AgentUpsertParams) (agentfleet.Agent, error)
 	AgentGetByName(ctx context.Context, p AgentGetByNameParams) (agentfleet.Agent, error)
 	AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error)
 
 	// RunCreate creates a run in status queued, or returns the existing
-	// run when (tenant, idempotency key) was seen before (Created false).
+	// run when (tenant, idempotency key) was seen before (Created false),
+	// even when the tenant is at its cap. A new run that would take the
+	// tenant's unfinished runs past its max_queued_runs is a
+	// *QueueFullError. One store never passes the cap; stores in
+	// several processes pass it at most by what the others admitted
+	// since a store's last count, which near the cap is at most a
+	// second old (rules/queue.go).
 	RunCreate(ctx context.Context, p RunCreateParams) (RunCreateResult, error)
 	RunGetByID(ctx context.Context, p RunGetByIDParams) (agentfleet.Run, error)
 	// TurnLoad reads what a worker needs to execute turn Turn of a run,
@@ -86,8 +127,25 @@ type Store interface {
 	// next turn boundary. Cancelling a cancelled run is a no-op; a run
 	// that ended otherwise is ErrConflict.
 	RunCancel(ctx context.Context, p RunCancelParams) (RunCancelResult, error)
-	// RunCountActive counts a tenant's runs that have started and not
-	// ended (running or waiting).
+	// RunEnded settles what a run's end owes other runs, and is safe to
+	// repeat: its parent, waiting for it, resumes (running, its wake
+	// counted) once every child it waits for has ended; its unfinished
+	// children are cancelled: at once when queued or waiting (and theirs
+	// in turn), at their next turn boundary when running. A run that has
+	// not ended owes nothing.
+	RunEnded(ctx context.Context, p RunEndedParams) (RunEndedResult, error)
+	// RunChildrenDue settles what RunEnded's callers missed (a process
+	// that died in between, a wait that timed out): it wakes up to Limit
+	// runs waiting for children that have all ended or whose wait ended
+	// by Now, and settles up to Limit ended runs with unfinished
+	// children as RunEnded would.
+	RunChildrenDue(ctx context.Context, p RunChildrenDueParams) (RunEndedResult, error)
+	// RunChildrenUsage sums the usage of every run below id (its
+	// children, theirs, and so on).
+	RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error)
+	// RunCountActive counts a tenant's running runs: those that hold, or
+	// are about to hold, a worker. Runs waiting (for budget, approval or
+	// children) do not count.
 	RunCountActive(ctx context.Context, tenant string) (int, error)
 	// RunCountByStatus counts a tenant's runs by status (statuses with
 	// no runs are absent from the map).
@@ -238,6 +296,21 @@ type Store interface {
 	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
 	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
 	SkillList(ctx context.Context, tenant string) ([]Skill, error)
+
+	// RunDeleteEnded deletes up to Limit runs that ended (completed,
+	// failed, cancelled, max turns) before EndedBefore, oldest first,
+	// with everything that belongs to them: steps, events, model replies
+	// and approvals. The usage ledger is kept. It returns how many runs
+	// it deleted; fewer than Limit means no more are due. One call is one
+	// short transaction, so a sweep calls it repeatedly. A table added
+	// later that belongs to a run (the side-effect journal) must go with
+	// it too: ON DELETE CASCADE, or on Postgres the runs_delete_children
+	// trigger, checked in storetest/retention.go.
+	RunDeleteEnded(ctx context.Context, p RunDeleteEndedParams) (deleted int, err error)
+	// RunDelete deletes one ended run the same way. A run that has not
+	// ended is ErrConflict (cancel it first); an unknown run, or another
+	// tenant's when Tenant is set, is ErrNotFound.
+	RunDelete(ctx context.Context, p RunDeleteParams) error
 }
 
 // TenantCreateParams creates a tenant. Zero TokenLimit means unlimited;
@@ -248,8 +321,11 @@ type TenantCreateParams struct {
 	Window            agentfleet.BudgetWindow
 	TokensPerMinute   int64
 	MaxConcurrentRuns int
-	Weight            int // zero means 1
-	Exhausted         agentfleet.ExhaustedPolicy
+	// MaxQueuedRuns caps runs not finished; zero means
+	// MaxQueuedRunsDefault.
+	MaxQueuedRuns int
+	Weight        int // zero means 1
+	Exhausted     agentfleet.ExhaustedPolicy
 }
 
 // TenantUpdateParams changes the set fields of a tenant. Changing the
@@ -270,6 +346,7 @@ type TenantUpdateParams struct {
 	Window            *agentfleet.BudgetWindow
 	TokensPerMinute   *int64
 	MaxConcurrentRuns *int
+	MaxQueuedRuns     *int // zero means MaxQueuedRunsDefault
 	Weight            *int
 	Exhausted         *agentfleet.ExhaustedPolicy
 }
@@ -278,10 +355,54 @@ type TenantListParams struct {
 	Limit int // zero: all
 }
 
+// APIKey is a tenant's API key as the store shows it: never the key or
+// its hash.
+type APIKey struct {
+	// ID names the key in URLs ("key_" and 32 hex digits); it is not
+	// secret.
+	ID         string
+	Tenant     string
+	Name       string
+	CreatedAt  time.Time
+	LastUsedAt time.Time // zero: never used
+}
+
+// APIKeyCreateParams stores Key (hashed) for Tenant. Name says what it is
+// for (at most 100 bytes).
 type APIKeyCreateParams struct {
 	Tenant string
 	Key    string
 	Name   string
+}
+
+// APIKeyListParams pages a tenant's keys, newest first. Cursor is the
+// NextCursor of the previous page.
+type APIKeyListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type APIKeyListResult struct {
+	Keys       []APIKey
+	NextCursor string // empty on the last page
+}
+
+type APIKeyDeleteParams struct {
+	Tenant string
+	ID     string
+}
+
+// TenantGetByAPIKeyParams looks up Key; Now is when it is used (zero:
+// the store's clock).
+type TenantGetByAPIKeyParams struct {
+	Key string
+	Now time.Time
+}
+
+type TenantGetByAPIKeyResult struct {
+	Tenant agentfleet.Tenant
+	Key    APIKey
 }
 
 type AgentUpsertParams struct {
@@ -292,6 +413,9 @@ type AgentUpsertParams struct {
 	Primitives          []string
 	MaxCompletionTokens int
 	MaxTurns            int
+	// MaxModelCallsPerTurn caps a turn's model calls; 0 is the fleet's
+	// default.
+	MaxModelCallsPerTurn int
 }
 
 type AgentGetByNameParams struct {
@@ -314,6 +438,9 @@ type RunCreateParams struct {
 	MaxTokens      int64
 	Deadline       time.Time
 	BatchID        string
+	// ParentRunID and Depth make the run a child of another (spawn()).
+	ParentRunID string
+	Depth       int
 	// Events are appended in the same transaction (seq from 1), only
 	// when the run is created.
 	Events []agentfleet.Event
@@ -375,8 +502,10 @@ type RunListParams struct {
 	Agent     string
 	SessionID string
 	BatchID   string
-	Limit     int // zero: 50
-	Cursor    string
+	// ParentRunID lists that run's children.
+	ParentRunID string
+	Limit       int // zero: 50
+	Cursor      string
 	// Oldest lists oldest first instead (for resuming parked runs in
 	// order).
 	Oldest bool
@@ -412,6 +541,34 @@ type RunChangeResult struct {
 	// history from them instead of loading it.
 	Steps       []agentfleet.Step
 	SessionNext *agentfleet.Run
+}
+
+type RunEndedParams struct {
+	ID string
+}
+
+// RunEndedResult is what a run's end changed in its family.
+type RunEndedResult struct {
+	// Changes are the runs changed, with their events to publish: woken
+	// parents, and children cancelled at once.
+	Changes []RunChangeResult
+	// Woken are the parents that resume: their next turn is due.
+	Woken []agentfleet.Run
+	// Stopping are running children asked to stop at their next turn
+	// boundary (a worker running one stops it sooner when told).
+	Stopping []agentfleet.Run
+}
+
+// Add appends o to r.
+func (r *RunEndedResult) Add(o RunEndedResult) {
+	r.Changes = append(r.Changes, o.Changes...)
+	r.Woken = append(r.Woken, o.Woken...)
+	r.Stopping = append(r.Stopping, o.Stopping...)
+}
+
+type RunChildrenDueParams struct {
+	Now   time.Time
+	Limit int // zero: 100
 }
 
 type RunCancelParams struct {
@@ -476,6 +633,15 @@ type TurnCommitParams struct {
 	Usage            agentfleet.Usage
 	DataBytesCarried int64
 	Events           []agentfleet.Event
+	// Spawned counts the children the turn's script spawned.
+	Spawned int
+	// WaitIDs, with Status waiting_children, are the children the run
+	// waits for, until WaitUntil (zero: until they end). The commit
+	// leaves the run running instead when every one has ended already.
+	// The ids stay on the run until its next turn commits, which reads
+	// the children's results.
+	WaitIDs   []string
+	WaitUntil time.Time
 }
 
 type StepListByRunParams struct {
@@ -833,4 +999,23 @@ func SessionNext(ctx context.Context, s Store, tenant, sessionID string) (*agent
 		return nil, nil
 	}
 	return &queued.Runs[0], nil
+}
+
+// RunDeleteEndedParams selects ended runs to delete. EndedBefore is
+// required; Limit (1 to RunDeleteEndedLimitMax) bounds one transaction.
+type RunDeleteEndedParams struct {
+	EndedBefore time.Time
+	Limit       int
+}
+
+// RunDeleteEndedLimitMax bounds RunDeleteEndedParams.Limit: a delete
+// holds its transaction (on SQLite, the one writer) for its whole
+// length.
+const RunDeleteEndedLimitMax = 10_000
+
+// RunDeleteParams names a run to delete; a non-empty Tenant scopes the
+// lookup, so another tenant's run is ErrNotFound.
+type RunDeleteParams struct {
+	ID     string
+	Tenant string
 }

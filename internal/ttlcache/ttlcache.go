@@ -1,7 +1,8 @@
-// Package ttlcache holds the fleet's cache of positive lookups: a bounded
-// map whose entries expire a fixed time after they were put. The API keeps
-// API keys and agents in it, the worker agent profiles: answers that change
-// rarely, asked for on every request or turn.
+// Package ttlcache holds the fleet's cache of lookups: a bounded map whose
+// entries expire a fixed time after they were put. The API keeps API keys
+// (and, briefly, tokens that are no key) and agents in it, the worker
+// agent profiles: answers that change rarely, asked for on every request
+// or turn.
 package ttlcache
 
 import (
@@ -83,6 +84,35 @@ func (c *Cache[K, V]) Put(k K, v V) {
 		}
 	}
 	c.m[k] = entry[V]{v: v, expires: now.Add(c.ttl)}
+}
+
+// Delete removes k.
+func (c *Cache[K, V]) Delete(k K) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, k)
+}
+
+// DeleteFunc removes every entry for which match is true and returns how
+// many it removed. It visits every entry: for rare events (a revoked
+// key), not for a request path.
+func (c *Cache[K, V]) DeleteFunc(match func(K, V) bool) int {
+	if c == nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, e := range c.m {
+		if match(k, e.v) {
+			delete(c.m, k)
+			n++
+		}
+	}
+	return n
 }
 
 // Len is the number of entries held, expired or not.

@@ -151,3 +151,24 @@ func TestCacheBounded(t *testing.T) {
 		require.LessOrEqual(t, c.Len(), 64)
 	})
 }
+
+func TestCacheDelete(t *testing.T) {
+	t.Parallel()
+	c, _ := newTestCache(t, time.Minute, 10)
+	for i := range 6 {
+		c.Put(fmt.Sprint("k", i), i)
+	}
+	c.Delete("k0")
+	c.Delete("nope")
+	_, ok := c.Get("k0")
+	require.False(t, ok)
+	require.Equal(t, 3, c.DeleteFunc(func(_ string, v int) bool { return v%2 == 1 }))
+	for i := 1; i < 6; i++ {
+		_, ok := c.Get(fmt.Sprint("k", i))
+		require.Equal(t, i%2 == 0, ok, "k%d", i)
+	}
+
+	var off *Cache[string, int]
+	off.Delete("k")
+	require.Zero(t, off.DeleteFunc(func(string, int) bool { return true }))
+}

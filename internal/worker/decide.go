@@ -146,6 +146,10 @@ const (
 	// effectInPlace runs the turn after this one at once, in this slot,
 	// under this message.
 	effectInPlace
+	// effectFamily settles what the end of run owes its family
+	// (store.RunEnded): its waiting parent woken, its unfinished
+	// children cancelled. A change that ends a run does the same.
+	effectFamily
 )
 
 // changeKind is a run change outside a commit.
@@ -230,14 +234,21 @@ func decide(f facts) verdict {
 	if c.change.SessionNext != nil {
 		effects = append(effects, effect{kind: effectSessionNext, run: *c.change.SessionNext})
 	}
-	if run.Status == agentfleet.StatusRunning {
-		if run.CancelRequested {
-			effects = append(effects, effect{kind: effectChange, change: changeCancel, run: run})
-		} else {
-			effects = append(effects, effect{kind: effectContinue, run: run, owedBy: t})
-		}
+	switch {
+	case run.Status == agentfleet.StatusRunning && run.CancelRequested:
+		effects = append(effects, effect{kind: effectChange, change: changeCancel, run: run})
+	case run.Status == agentfleet.StatusRunning:
+		effects = append(effects, effect{kind: effectContinue, run: run, owedBy: t})
+	case hasFamily(run):
+		effects = append(effects, effect{kind: effectFamily, run: run})
 	}
 	return finish(settleAck, effects...)
+}
+
+// hasFamily reports whether a run that ended may owe other runs: a
+// parent waiting for it, children to stop.
+func hasFamily(run agentfleet.Run) bool {
+	return run.Status.Terminal() && (run.ParentRunID != "" || run.Children > 0)
 }
 
 // decideExhausted gives up on a message delivered more than MaxDeliver
@@ -343,6 +354,9 @@ func republish(prev bus.Turn, run agentfleet.Run, turn int) verdict {
 	effects := []effect{{kind: effectRepublish, run: run, from: turn}, {kind: effectAwaitEvents}}
 	if run.Status.Terminal() && run.SessionID != "" {
 		effects = append(effects, effect{kind: effectSessionNext, run: run, lookup: true})
+	}
+	if hasFamily(run) {
+		effects = append(effects, effect{kind: effectFamily, run: run})
 	}
 	if run.Status == agentfleet.StatusRunning {
 		switch {

@@ -55,6 +55,8 @@ func describe(v verdict) string {
 			effects = append(effects, s)
 		case effectInPlace:
 			effects = append(effects, "in place")
+		case effectFamily:
+			effects = append(effects, "family")
 		}
 	}
 	s := v.settle.String()
@@ -83,6 +85,8 @@ func TestDecide(t *testing.T) {
 	withSession := func(r agentfleet.Run) agentfleet.Run { r.SessionID = "s1"; return r }
 	cancelling := func(r agentfleet.Run) agentfleet.Run { r.CancelRequested = true; return r }
 	next := agentfleet.Run{ID: "r2", Tenant: "acme", SessionID: "s1"}
+	child := func(r agentfleet.Run) agentfleet.Run { r.ParentRunID = "r0"; r.Depth = 1; return r }
+	parent := func(r agentfleet.Run) agentfleet.Run { r.Children = 3; return r }
 
 	cases := []struct {
 		name string
@@ -155,6 +159,14 @@ func TestDecide(t *testing.T) {
 			"ack: send, await, cancel"},
 		{"a turn that ended its session's run starts the next", facts{turn: turn(4), firstAttempt: true, load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont),
 			commit: &commitFacts{change: store.RunChangeResult{Run: withSession(run(4, agentfleet.StatusCompleted)), SessionNext: &next}}}, "ack: send, await, session next r2"},
+		{"a turn that parks its run for its children only publishes", facts{turn: turn(4), firstAttempt: true, load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont),
+			commit: committed(parent(run(4, agentfleet.StatusWaitingChildren)))}, "ack: send, await"},
+		{"a child's last turn settles its family", facts{turn: turn(4), firstAttempt: true, load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont),
+			commit: committed(child(run(4, agentfleet.StatusCompleted)))}, "ack: send, await, family"},
+		{"so does a parent's", facts{turn: turn(4), firstAttempt: true, load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont),
+			commit: committed(parent(run(4, agentfleet.StatusFailed)))}, "ack: send, await, family"},
+		{"a redelivered last turn of a child settles its family again", facts{turn: turn(4), load: loaded(child(run(4, agentfleet.StatusCompleted)))},
+			"ack: republish from 4, await, family"},
 		{"a turn run in place continues through the scheduler", facts{turn: turn(5), firstAttempt: true, inPlace: true, load: loaded(run(4, agentfleet.StatusRunning)), exec: ran(cont), commit: committed(run(5, agentfleet.StatusRunning))},
 			"ack: send, await, continue 5"},
 	}

@@ -98,9 +98,16 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	if err != nil {
 		return &execFacts{err: fmt.Errorf("load agent %q: %w", run.Agent, err)}
 	}
+	var children []agentfleet.Run
+	if len(run.WaitIDs) > 0 {
+		if children, err = w.children(a.ctx, run); err != nil {
+			return &execFacts{err: err}
+		}
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
+		Spawn: w.spawner(a.ctx, run, run.Turn+1), Children: children,
 	})
 	x := &execFacts{err: err, cause: context.Cause(a.turnCtx), res: res}
 	if a.prior != nil && !errors.Is(x.cause, errAbandoned) {
@@ -115,7 +122,7 @@ func (w *Worker) commit(a *attempt) *commitFacts {
 	ch, err := w.commits.commit(a.ctx, store.TurnCommitParams{
 		RunID: run.ID, Turn: res.Turn, Steps: res.Steps, Args: res.Args, Status: res.Status,
 		Answer: res.Answer, Error: res.Error, Usage: res.Usage, DataBytesCarried: res.DataBytesCarried,
-		Events: res.Events,
+		Events: res.Events, Spawned: res.Spawned, WaitIDs: res.WaitIDs, WaitUntil: res.WaitUntil,
 	})
 	if err == nil {
 		w.cfg.Metrics.turnCommitted(run.Tenant, res)
@@ -149,8 +156,13 @@ func (w *Worker) apply(a *attempt, v verdict) (_ verdict, again bool) {
 				err = w.awaitSent(a)
 			}
 			if err == nil && ch.SessionNext != nil {
-				err = w.startNext(ctx, *ch.SessionNext)
+				err = w.startRun(ctx, *ch.SessionNext)
 			}
+			if err == nil && hasFamily(ch.Run) {
+				err = w.settleFamily(a, ch.Run)
+			}
+		case effectFamily:
+			err = w.settleFamily(a, e.run)
 		case effectRepublish:
 			err = w.republish(a, e.run, e.from)
 		case effectSendEvents:
@@ -163,7 +175,7 @@ func (w *Worker) apply(a *attempt, v verdict) (_ verdict, again bool) {
 				sessionNext, err = store.SessionNext(ctx, w.cfg.Store, e.run.Tenant, e.run.SessionID)
 			}
 			if err == nil && sessionNext != nil {
-				err = w.startNext(ctx, *sessionNext)
+				err = w.startRun(ctx, *sessionNext)
 			}
 		case effectContinue:
 			err = w.continueRun(ctx, e.owedBy, e.run, e.retried)
@@ -196,7 +208,8 @@ func (w *Worker) change(a *attempt, e effect) (store.RunChangeResult, error) {
 	var p store.RunTransitionParams
 	switch e.change {
 	case changeCancel:
-		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled, Error: "cancelled",
+		// No error of its own: the run ends with its cancel's reason.
+		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled,
 			Events: []agentfleet.Event{
 				runEvent(run, agentfleet.EventCancelled, "cancelled at a turn boundary"),
 				runEvent(run, agentfleet.EventDone, string(agentfleet.StatusCancelled)),
@@ -355,12 +368,13 @@ func (w *Worker) republish(a *attempt, run agentfleet.Run, turn int) error {
 	return w.send(a, owed)
 }
 
-// startNext enqueues the first turn of the session's next run.
-func (w *Worker) startNext(ctx context.Context, run agentfleet.Run) error {
+// startRun enqueues the first turn of a run: the session's next, or a
+// child just spawned.
+func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Wake: run.Wake}); err != nil {
-		return fmt.Errorf("start next run %s of session: %w", run.ID, err)
+		return fmt.Errorf("enqueue the first turn of run %s: %w", run.ID, err)
 	}
 	return nil
 }

@@ -59,6 +59,7 @@ type Bus interface {
 	SendEvents(evs []agentfleet.Event) (*bus.EventsSent, error)
 	EnqueueTurn(ctx context.Context, t bus.Turn) error
 	ContinueTurn(ctx context.Context, prev, next bus.Turn) (direct bool, err error)
+	PublishControl(ctx context.Context, tenant, runID, verb string) error
 }
 
 // Config configures a Worker.

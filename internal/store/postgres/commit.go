@@ -17,19 +17,32 @@ import (
 // the updated runs' steps and events are inserted (they join on u). A
 // commit without args or answer keeps the stored ones (a failed turn
 // carrieds the previous args on); a cancellation without an error takes
-// the requested cancel's reason.
+// the requested cancel's reason. A commit that parks its run for its
+// children (waiting_children) leaves it running instead when every child
+// it waits for has ended already: a child that ends later wakes it
+// (RunEnded), and one that ended before found it not waiting yet.
 //
 // c: $1 run_id, $2 turn, $3 status, $4 args, $5 answer, $6 error,
-// $7 prompt, $8 completion, $9 carried, $10 n_events; $11 now,
-// $12 legal "from>to" pairs; steps $13..$20; events $21..$31.
+// $7 prompt, $8 completion, $9 carried, $10 n_events, $32 spawned,
+// $33 wait ids (a JSON array, ” for none), $34 wait until (unix
+// microseconds, 0 for none); $11 now, $12 legal "from>to" pairs; steps
+// $13..$20; events $21..$31.
 var commitSQL = `WITH c AS (
 		SELECT * FROM unnest($1::text[], $2::integer[], $3::text[], $4::bytea[], $5::bytea[], $6::text[],
-			$7::bigint[], $8::bigint[], $9::bigint[], $10::integer[])
-		WITH ORDINALITY AS c(run_id, turn, status, args, answer, error, prompt, completion, carried, n_events, ord)
+			$7::bigint[], $8::bigint[], $9::bigint[], $10::integer[], $32::integer[], $33::text[], $34::bigint[])
+		WITH ORDINALITY AS c(run_id, turn, status, args, answer, error, prompt, completion, carried, n_events,
+			spawned, wait_ids, wait_until_us, ord)
 	), u AS (
 		UPDATE runs r SET
 			turn = c.turn,
-			status = c.status,
+			status = CASE WHEN c.status = 'waiting_children' AND NOT EXISTS (
+					SELECT 1 FROM jsonb_array_elements_text(NULLIF(c.wait_ids, '')::jsonb) w(id)
+					JOIN runs k ON k.id = w.id WHERE k.status NOT IN (` + terminalList + `))
+				THEN 'running' ELSE c.status END,
+			children = r.children + c.spawned,
+			wait_ids = NULLIF(c.wait_ids, '')::jsonb,
+			wait_until = CASE WHEN c.wait_until_us = 0 THEN NULL
+				ELSE timestamptz 'epoch' + c.wait_until_us * interval '1 microsecond' END,
 			args = COALESCE(c.args, r.args),
 			answer = COALESCE(c.answer, r.answer),
 			error = CASE WHEN c.error <> '' THEN c.error
@@ -301,6 +314,9 @@ func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Tim
 		sCreated             []time.Time
 		eOrd, eK             []int64
 		ev                   eventArrays
+		spawned              = make([]int32, 0, n)
+		waitIDs              = make([]string, 0, n)
+		waitUntil            = make([]int64, 0, n)
 	)
 	for k, i := range wave {
 		p := ps[i]
@@ -315,6 +331,13 @@ func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Tim
 		completion = append(completion, p.Usage.CompletionTokens)
 		carried = append(carried, p.DataBytesCarried)
 		nEvents = append(nEvents, int32(len(p.Events)))
+		spawned = append(spawned, int32(p.Spawned))
+		waitIDs = append(waitIDs, string(rules.EncodeStrings(p.WaitIDs)))
+		var until int64
+		if !p.WaitUntil.IsZero() {
+			until = p.WaitUntil.UnixMicro()
+		}
+		waitUntil = append(waitUntil, until)
 		for _, x := range p.Steps {
 			sOrd = append(sOrd, ord)
 			sIdx = append(sIdx, int32(x.Index))
@@ -335,5 +358,6 @@ func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Tim
 		runID, turn, status, args, answer, errMsg, prompt, completion, carried, nEvents, now, s.pairs,
 		sOrd, sIdx, sKind, sText, sModel, sPrompt, sCompletion, sCreated,
 		eOrd, eK, ev.v, ev.turn, ev.typ, ev.ts, ev.content, ev.args, ev.tp, ev.tc, ev.summary,
+		spawned, waitIDs, waitUntil,
 	}
 }

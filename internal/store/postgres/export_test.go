@@ -57,3 +57,27 @@ func HoldPipeline(ctx context.Context, s *Store, d time.Duration) error {
 	return s.pipelined(ctx, "", func(b *pgx.Batch) { b.Queue(`SELECT pg_sleep($1)`, d.Seconds()) },
 		func(br pgx.BatchResults) error { _, err := br.Exec(); return err })
 }
+
+// InsertQueuedRunsForTest inserts n queued runs of tenant in one
+// statement, far faster than n RunCreate calls: a backlog for benchmarks.
+func InsertQueuedRunsForTest(ctx context.Context, s *Store, tenant string, n int) error {
+	return s.withConn(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `INSERT INTO runs (id, tenant, agent, status, message, created_at, updated_at)
+			SELECT 'backlog-' || g, $1, 'default', 'queued', 'task', now(), now() FROM generate_series(1, $2) g`, tenant, n)
+		return err
+	})
+}
+
+// CountQueuedForTest is the queue gate's count of a tenant.
+func CountQueuedForTest(ctx context.Context, s *Store, tenant string) (limit, unfinished int, err error) {
+	return s.countQueued(ctx, tenant)
+}
+
+// AnalyzeForTest vacuums and analyzes runs, as autovacuum would after a
+// bulk insert (the visibility map lets counts scan the index only).
+func AnalyzeForTest(ctx context.Context, s *Store) error {
+	return s.withConn(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `VACUUM ANALYZE runs`)
+		return err
+	})
+}

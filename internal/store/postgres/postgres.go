@@ -137,6 +137,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
 	pipe  pipeline
+	queue rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -326,6 +327,10 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: a referenced row does not exist: %s", store.ErrNotFound, pe.Message)
 		case "23514", "22P02", "22023": // check_violation, invalid_text_representation, invalid_parameter_value
 			return fmt.Errorf("%w: %s", store.ErrInvalid, pe.Message)
+		case "22021", "22P05": // character_not_in_repertoire, untranslatable_character
+			// A NUL or bad byte that rules did not clean or refuse
+			// (a lookup by such an id, say): the caller's input.
+			return fmt.Errorf("%w: text is not valid UTF-8 or holds U+0000: %s", store.ErrInvalid, pe.Message)
 		}
 	}
 	return err

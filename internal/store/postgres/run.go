@@ -18,29 +18,32 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
 
 var (
-	terminalList = rules.SQLList(rules.Terminal)
-	activeList   = rules.SQLList(rules.Active)
+	terminalList   = rules.SQLList(rules.Terminal)
+	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
 func scanRun(sc scanner, extra ...any) (rules.RunRow, error) {
 	var r rules.RunRow
-	var ctxJSON, meta, args, answer []byte
-	var deadline *time.Time
+	var ctxJSON, meta, args, answer, waitIDs []byte
+	var deadline, waitUntil *time.Time
 	dest := append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt)
+		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)
 	if err := sc.Scan(dest...); err != nil {
 		return r, err
 	}
 	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
-	r.Deadline = tsVal(deadline)
+	r.Deadline, r.WaitUntil = tsVal(deadline), tsVal(waitUntil)
 	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
 	var err error
+	if r.WaitIDs, err = rules.DecodeStrings(waitIDs); err != nil {
+		return r, err
+	}
 	r.Metadata, err = rules.DecodeMetadata(meta)
 	return r, err
 }
@@ -103,11 +106,44 @@ func (a *eventArrays) add(e agentfleet.Event) {
 // contend.
 const lockSessionSQL = `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2 || '/' || $3))`
 
+// queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
+// and its unfinished runs, counted no further than one past it (an index
+// scan of runs_tenant_status).
+var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
+		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + unfinishedList + `) LIMIT t.max_queued_runs + 1) x)
+	FROM tenants t WHERE t.id = $1`
+
+func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	type counted struct{ limit, unfinished int }
+	c, err := queryOne(ctx, s, queueCountSQL, func(sc scanner) (counted, error) {
+		var c counted
+		err := sc.Scan(&c.limit, &c.unfinished)
+		return c, err
+	}, tenant)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, err)
+	}
+	return c.limit, c.unfinished, nil
+}
+
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	p, err := rules.RunCreate(p)
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
+	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	var full *store.QueueFullError
+	if errors.As(err, &full) && p.IdempotencyKey != "" {
+		// A repeat of a run already admitted is never refused.
+		if res, err := s.runByIdempotency(ctx, p); !isNotFound(err) {
+			return res, err
+		}
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
+	}
+	admitted := 0 // of the one admitted, what was created
+	defer func() { done(admitted) }()
 	now := rules.Now()
 	evs, err := rules.Events(p.Events, 0, now)
 	if err != nil {
@@ -116,7 +152,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	run := rules.NewRun(p, now)
 	insertArgs := append([]any{run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message,
 		bytesArg(run.Context), rules.EncodeMetadata(run.Metadata), run.IdempotencyKey, run.BatchID, run.MaxTurns,
-		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, string(agentfleet.StepUser)}, evArgs(evs)...)
+		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, run.ParentRunID, run.Depth, string(agentfleet.StepUser)}, evArgs(evs)...)
 	var res store.RunCreateResult
 	created := false
 	// One round trip, one transaction: the session lock, the run with
@@ -128,15 +164,15 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		}
 		b.Queue(`WITH r AS (
 				INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
-					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15)
+					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, $17)
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
 				RETURNING `+runCols+`
 			), s AS (
-				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $16, message, created_at FROM r
+				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $18, message, created_at FROM r
 			), e AS (
 				`+insertEventsInto+` SELECT r.id, x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
-				FROM r, `+evUnnest(17)+`
+				FROM r, `+evUnnest(19)+`
 			)
 			SELECT `+runCols+` FROM r`, insertArgs...)
 		if run.SessionID != "" {
@@ -189,15 +225,20 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
 	}
 	if created {
+		admitted = 1
 		return res, nil
 	}
-	// The idempotency key was seen before: return that run.
-	// The non-empty condition is the partial unique index's predicate,
-	// so a generic plan can use the index too.
+	return s.runByIdempotency(ctx, p)
+}
+
+// runByIdempotency is RunCreate's answer when the idempotency key was seen
+// before: that run. The non-empty condition is the partial unique index's
+// predicate, so a generic plan can use the index too.
+func (s *Store) runByIdempotency(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
 		scanRunRow, p.Tenant, p.IdempotencyKey)
+	res := store.RunCreateResult{Run: prev.Run}
 	if err == nil {
-		res = store.RunCreateResult{Run: prev.Run}
 		res.Startable, err = s.startable(ctx, prev)
 	}
 	if err != nil {
@@ -546,17 +587,14 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 }
 
 func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	if p.ID == "" {
-		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
-	}
 	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
+	p, err := rules.RunCancel(p, now)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
 	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, evs, now)
+		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, p.Events, now)
 		return err
 	})
 	if err != nil {
@@ -566,7 +604,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 }
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status IN (`+activeList+`)`, func(sc scanner) (int, error) {
+	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, func(sc scanner) (int, error) {
 		var n int
 		err := sc.Scan(&n)
 		return n, err

@@ -13,11 +13,15 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at`
+const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at`
 
-func scanTenant(sc scanner) (agentfleet.Tenant, error) {
+func scanTenant(sc scanner) (agentfleet.Tenant, error) { return scanTenantThen(sc) }
+
+// scanTenantThen scans tenantCols, then any extra trailing columns.
+func scanTenantThen(sc scanner, extra ...any) (agentfleet.Tenant, error) {
 	var t agentfleet.Tenant
-	err := sc.Scan(&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.Weight, &t.Exhausted, &t.CreatedAt, &t.UpdatedAt)
+	err := sc.Scan(append([]any{&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.MaxQueuedRuns,
+		&t.Weight, &t.Exhausted, &t.CreatedAt, &t.UpdatedAt}, extra...)...)
 	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
 	return t, err
 }
@@ -40,14 +44,14 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 	}
 	now := rules.Now()
 	t, err := queryOne(ctx, s, `WITH t AS (
-			INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9) RETURNING `+tenantCols+`
+			INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $11) RETURNING `+tenantCols+`
 		), a AS (
 			INSERT INTO agents (tenant, name, created_at, updated_at) SELECT id, $10, created_at, created_at FROM t
 		)
 		SELECT `+tenantCols+` FROM t`, scanTenant,
 		p.ID, p.TokenLimit, string(p.Window), w.Every.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
-		string(p.Exhausted), now, agentfleet.DefaultAgent)
+		string(p.Exhausted), now, agentfleet.DefaultAgent, p.MaxQueuedRuns)
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
 	}
@@ -124,14 +128,18 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 				window_end = CASE WHEN $3::text <> budget_window THEN NULL WHEN $10::bigint IS NOT NULL THEN $12 ELSE window_end END,
 				minute_start = CASE WHEN $10::bigint IS NOT NULL THEN $13 ELSE minute_start END,
 				minute_used = COALESCE($14::bigint, minute_used),
+				max_queued_runs = COALESCE($15::integer, max_queued_runs),
 				updated_at = $9
 			WHERE id = $1 RETURNING `+tenantCols,
 			p.ID, p.TokenLimit, window, windowUS, p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, exhausted, now,
-			used, ws, we, ms, mu))
+			used, ws, we, ms, mu, p.MaxQueuedRuns))
 		return err
 	})
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
+	}
+	if p.MaxQueuedRuns != nil {
+		s.queue.Forget(p.ID)
 	}
 	return t, nil
 }
@@ -148,36 +156,112 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]age
 	return ts, nil
 }
 
-func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) error {
-	if p.Tenant == "" || p.Key == "" {
-		return rules.Invalidf("api key: tenant and key are required")
+const apiKeyCols = `id, tenant, name, created_at, last_used_at`
+
+// scanAPIKey scans apiKeyCols, then any extra trailing columns.
+func scanAPIKey(sc scanner, extra ...any) (store.APIKey, error) {
+	var k store.APIKey
+	var used *time.Time
+	err := sc.Scan(append(apiKeyDest(&k, &used), extra...)...)
+	k.CreatedAt, k.LastUsedAt = k.CreatedAt.UTC(), tsVal(used)
+	return k, err
+}
+
+// apiKeyDest is where apiKeyCols scan to; used is the last use.
+func apiKeyDest(k *store.APIKey, used **time.Time) []any {
+	return []any{&k.ID, &k.Tenant, &k.Name, &k.CreatedAt, used}
+}
+
+func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
+	if err := rules.APIKeyCreate(p); err != nil {
+		return store.APIKey{}, err
 	}
+	k, err := queryOne(ctx, s, `INSERT INTO api_keys (id, hash, tenant, name, created_at) VALUES ($1, $2, $3, $4, $5)
+		RETURNING `+apiKeyCols, func(sc scanner) (store.APIKey, error) { return scanAPIKey(sc) },
+		rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now())
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
+	}
+	return k, nil
+}
+
+func (s *Store) APIKeyList(ctx context.Context, p store.APIKeyListParams) (store.APIKeyListResult, error) {
+	p, after, err := rules.APIKeyList(p)
+	if err != nil {
+		return store.APIKeyListResult{}, err
+	}
+	type row struct {
+		key store.APIKey
+		seq int64
+	}
+	rows, err := queryAll(ctx, s, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
+		ORDER BY seq DESC LIMIT $3`, func(sc scanner) (row, error) {
+		var r row
+		var err error
+		r.key, err = scanAPIKey(sc, &r.seq)
+		return r, err
+	}, p.Tenant, after, p.Limit+1)
+	if err != nil {
+		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, err)
+	}
+	keys, seqs := make([]store.APIKey, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		keys[i], seqs[i] = r.key, r.seq
+	}
+	return rules.APIKeyPage(keys, seqs, p), nil
+}
+
+func (s *Store) APIKeyDelete(ctx context.Context, p store.APIKeyDeleteParams) error {
+	var n int64
 	err := s.withConn(ctx, func(c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `INSERT INTO api_keys (hash, tenant, name, created_at) VALUES ($1, $2, $3, $4)`,
-			rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now())
+		tag, err := c.Exec(ctx, `DELETE FROM api_keys WHERE id = $1 AND tenant = $2`, p.ID, p.Tenant)
+		n = tag.RowsAffected()
 		return err
 	})
+	if err == nil && n == 0 {
+		err = store.ErrNotFound
+	}
 	if err != nil {
-		return fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, mapErr(err))
+		return fmt.Errorf("revoke api key %s of tenant %s: %w", p.ID, p.Tenant, mapErr(err))
 	}
 	return nil
 }
 
-func (s *Store) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
-	t, err := queryOne(ctx, s, `SELECT `+prefixCols("t.", tenantCols)+` FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = $1`,
-		scanTenant, rules.HashAPIKey(key))
+// tenantByAPIKeySQL finds a key and its tenant and, in the same
+// statement, writes the key's last use when it is older than $3 (an
+// UPDATE whose WHERE fails writes nothing).
+var tenantByAPIKeySQL = `WITH k AS (
+		SELECT ` + apiKeyCols + ` FROM api_keys WHERE hash = $1
+	), u AS (
+		UPDATE api_keys SET last_used_at = $2 WHERE hash = $1 AND (last_used_at IS NULL OR last_used_at <= $3)
+	)
+	SELECT ` + prefixCols("t.", tenantCols) + `, ` + prefixCols("k.", apiKeyCols) + ` FROM k JOIN tenants t ON t.id = k.tenant`
+
+func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
+	now := rules.NowOr(p.Now)
+	res, err := queryOne(ctx, s, tenantByAPIKeySQL, func(sc scanner) (store.TenantGetByAPIKeyResult, error) {
+		var r store.TenantGetByAPIKeyResult
+		var used *time.Time
+		var err error
+		r.Tenant, err = scanTenantThen(sc, apiKeyDest(&r.Key, &used)...)
+		r.Key.CreatedAt, r.Key.LastUsedAt = r.Key.CreatedAt.UTC(), tsVal(used)
+		return r, err
+	}, rules.HashAPIKey(p.Key), now, now.Add(-rules.APIKeyTouchEvery))
 	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("get tenant by api key: %w", err)
+		return store.TenantGetByAPIKeyResult{}, fmt.Errorf("get tenant by api key: %w", err)
 	}
-	return t, nil
+	if rules.APIKeyTouchDue(res.Key.LastUsedAt, now) {
+		res.Key.LastUsedAt = now
+	}
+	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
 
 func scanAgent(sc scanner) (agentfleet.Agent, error) {
 	var a agentfleet.Agent
 	var prims []byte
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.CreatedAt, &a.UpdatedAt); err != nil {
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &a.CreatedAt, &a.UpdatedAt); err != nil {
 		return a, err
 	}
 	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
@@ -190,12 +274,12 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 	if err := rules.AgentUpsert(p); err != nil {
 		return agentfleet.Agent{}, err
 	}
-	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
 		ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
 			primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-			max_turns = excluded.max_turns, updated_at = excluded.updated_at
+			max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
 		RETURNING `+agentCols, scanAgent,
-		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, rules.Now())
+		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, rules.Now())
 	if err != nil {
 		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
 	}
@@ -258,6 +342,9 @@ func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval,
 }
 
 func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolveParams) (store.Approval, error) {
+	if err := rules.ApprovalResolve(p); err != nil {
+		return store.Approval{}, err
+	}
 	status := store.ApprovalDenied
 	if p.Approve {
 		status = store.ApprovalApproved

@@ -15,29 +15,32 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
 
 var (
-	terminalList = rules.SQLList(rules.Terminal)
-	activeList   = rules.SQLList(rules.Active)
+	terminalList   = rules.SQLList(rules.Terminal)
+	unfinishedList = rules.SQLList(rules.Unfinished)
 )
 
 // scanRun scans runCols, after any extra leading columns.
 func scanRun(sc interface{ Scan(...any) error }, extra ...any) (rules.RunRow, error) {
 	var r rules.RunRow
-	var ctxJSON, meta, args, answer []byte
-	var deadline sql.NullInt64
+	var ctxJSON, meta, args, answer, waitIDs []byte
+	var deadline, waitUntil sql.NullInt64
 	var created, updated int64
 	err := sc.Scan(append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &created, &updated)...)
+		&r.CancelReason, &r.Wake, &created, &updated, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)...)
 	if err != nil {
 		return r, err
 	}
 	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
-	r.Deadline = tsVal(deadline)
+	r.Deadline, r.WaitUntil = tsVal(deadline), tsVal(waitUntil)
 	r.CreatedAt, r.UpdatedAt = fromMicros(created), fromMicros(updated)
+	if r.WaitIDs, err = rules.DecodeStrings(waitIDs); err != nil {
+		return r, err
+	}
 	r.Metadata, err = rules.DecodeMetadata(meta)
 	return r, err
 }
@@ -59,11 +62,48 @@ func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, 
 const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
 	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
 
+// queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
+// and its unfinished runs, counted no further than one past it.
+// (SQLite's LIMIT cannot name an outer column, hence the second read of
+// the tenant.)
+var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
+		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + unfinishedList + `)
+		LIMIT (SELECT max_queued_runs + 1 FROM tenants WHERE id = ?1)))
+	FROM tenants t WHERE t.id = ?1`
+
+// countQueued reads on the read pool: the gate's own accounting covers
+// what the writer has queued and not committed.
+func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	if err := s.rd.QueryRowContext(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished); err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, mapErr(err))
+	}
+	return limit, unfinished, nil
+}
+
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
 	p, err := rules.RunCreate(p)
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
+	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	var full *store.QueueFullError
+	if errors.As(err, &full) && p.IdempotencyKey != "" {
+		// A repeat of a run already admitted is never refused.
+		row, rerr := scanRun(s.rd.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
+		if rerr == nil {
+			res := store.RunCreateResult{Run: row.Run}
+			res.Startable, rerr = startable(ctx, s.rd, row)
+			return res, rerr
+		}
+		if !errors.Is(rerr, sql.ErrNoRows) {
+			return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, rerr)
+		}
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
+	}
+	admitted := 0 // of the one admitted, what was created
+	defer func() { done(admitted) }()
 	now := rules.Now()
 	evs, err := rules.Events(p.Events, 0, now)
 	if err != nil {
@@ -85,11 +125,11 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		run := rules.NewRun(p, now)
 		run.EventSeq = int64(len(evs))
 		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
-				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
 			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
 			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
-			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro()))
+			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth))
 		if err != nil {
 			return err
 		}
@@ -106,6 +146,9 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	})
 	if err != nil {
 		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
+	}
+	if res.Created {
+		admitted = 1
 	}
 	return res, nil
 }
@@ -271,17 +314,14 @@ func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) 
 }
 
 func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	if p.ID == "" {
-		return store.RunCancelResult{}, rules.Invalidf("run cancel: run id is empty")
-	}
 	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
+	p, err := rules.RunCancel(p, now)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
 	var res store.RunCancelResult
 	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, evs, now)
+		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, p.Events, now)
 		return err
 	})
 	if err != nil {
@@ -292,7 +332,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
 	var n int
-	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status IN (`+activeList+`)`, tenant).Scan(&n)
+	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status = 'running'`, tenant).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
 	}
@@ -414,10 +454,17 @@ func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (stor
 // without Args or Answer keeps the stored ones: a failed turn carries the
 // previous args on. A cancellation without an error takes the requested
 // cancel's reason.
-const commitRunSQL = `UPDATE runs SET turn = ?1, status = ?2, args = COALESCE(?3, args), answer = COALESCE(?4, answer),
+// A commit that parks its run for its children (waiting_children) leaves
+// it running instead when every child it waits for (?14) has ended.
+var commitRunSQL = `UPDATE runs SET turn = ?1,
+		status = CASE WHEN ?2 = 'waiting_children' AND NOT EXISTS (
+				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + terminalList + `))
+			THEN 'running' ELSE ?2 END,
+		args = COALESCE(?3, args), answer = COALESCE(?4, answer),
 		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
 		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
-		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10
+		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10,
+		children = children + ?13, wait_ids = ?14, wait_until = ?15
 	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + runCols
 
 // commitFrom lists, per status a commit moves a run to, the statuses the
@@ -552,7 +599,8 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			}
 			n := len(p.Events)
 			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
-				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status]))
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status],
+				p.Spawned, textArg(rules.EncodeStrings(p.WaitIDs)), tsArg(p.WaitUntil)))
 			if errors.Is(err, sql.ErrNoRows) {
 				if commitErrs[i], err = s.commitLost(ctx, tx, p); err != nil {
 					return err

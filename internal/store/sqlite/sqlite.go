@@ -149,6 +149,7 @@ type Store struct {
 	rd     reader
 	// The group commit's queue of writes (see write).
 	writes group.Queue[*writeReq]
+	queue  rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,12 +14,18 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at`
+const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at`
 
 func scanTenant(sc interface{ Scan(...any) error }) (agentfleet.Tenant, error) {
+	return scanTenantThen(sc)
+}
+
+// scanTenantThen scans tenantCols, then any extra trailing columns.
+func scanTenantThen(sc interface{ Scan(...any) error }, extra ...any) (agentfleet.Tenant, error) {
 	var t agentfleet.Tenant
 	var created, updated int64
-	err := sc.Scan(&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.Weight, &t.Exhausted, &created, &updated)
+	err := sc.Scan(append([]any{&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.MaxQueuedRuns,
+		&t.Weight, &t.Exhausted, &created, &updated}, extra...)...)
 	t.CreatedAt, t.UpdatedAt = fromMicros(created), fromMicros(updated)
 	return t, err
 }
@@ -33,9 +40,9 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 	now := rules.Now()
 	var t agentfleet.Tenant
 	err = s.write(ctx, func(tx *wtx) error {
-		row := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols,
-			p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, string(p.Exhausted), now.UnixMicro(), now.UnixMicro())
+		row := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols,
+			p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.MaxQueuedRuns, p.Weight, string(p.Exhausted), now.UnixMicro(), now.UnixMicro())
 		var err error
 		if t, err = scanTenant(row); err != nil {
 			return err
@@ -94,6 +101,9 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 		if p.MaxConcurrentRuns != nil {
 			cur.MaxConcurrentRuns = *p.MaxConcurrentRuns
 		}
+		if p.MaxQueuedRuns != nil {
+			cur.MaxQueuedRuns = *p.MaxQueuedRuns
+		}
 		if p.Weight != nil {
 			cur.Weight = *p.Weight
 		}
@@ -109,15 +119,18 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 			}
 		}
 		t, err = scanTenant(tx.QueryRowContext(ctx, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
-				max_concurrent_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
+				max_concurrent_runs = ?, max_queued_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
 				used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
 			WHERE id = ? RETURNING `+tenantCols,
-			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
+			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.MaxQueuedRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
 			l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, p.ID))
 		return err
 	})
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
+	}
+	if p.MaxQueuedRuns != nil {
+		s.queue.Forget(p.ID)
 	}
 	return t, nil
 }
@@ -142,37 +155,116 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]age
 	return collect(rows, scanTenant)
 }
 
-func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) error {
-	if p.Tenant == "" || p.Key == "" {
-		return rules.Invalidf("api key: tenant and key are required")
+const apiKeyCols = `id, tenant, name, created_at, last_used_at`
+
+// apiKeyRow is apiKeyCols as scanned; key turns it into the record.
+type apiKeyRow struct {
+	k       store.APIKey
+	created int64
+	used    sql.NullInt64
+}
+
+func (r *apiKeyRow) dest() []any { return []any{&r.k.ID, &r.k.Tenant, &r.k.Name, &r.created, &r.used} }
+
+func (r *apiKeyRow) key() store.APIKey {
+	k := r.k
+	k.CreatedAt, k.LastUsedAt = fromMicros(r.created), tsVal(r.used)
+	return k
+}
+
+func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
+	if err := rules.APIKeyCreate(p); err != nil {
+		return store.APIKey{}, err
 	}
+	var r apiKeyRow
 	err := s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (hash, tenant, name, created_at) VALUES (?, ?, ?, ?)`,
-			rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now().UnixMicro())
-		return err
+		return tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, tenant, name, created_at) VALUES (?, ?, ?, ?, ?) RETURNING `+apiKeyCols,
+			rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now().UnixMicro()).Scan(r.dest()...)
 	})
 	if err != nil {
-		return fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
+		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
+	}
+	return r.key(), nil
+}
+
+func (s *Store) APIKeyList(ctx context.Context, p store.APIKeyListParams) (store.APIKeyListResult, error) {
+	p, after, err := rules.APIKeyList(p)
+	if err != nil {
+		return store.APIKeyListResult{}, err
+	}
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = ? AND (? = 0 OR seq < ?)
+		ORDER BY seq DESC LIMIT ?`, p.Tenant, after, after, p.Limit+1)
+	if err != nil {
+		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, mapErr(err))
+	}
+	var keys []store.APIKey
+	var seqs []int64
+	_, err = collect(rows, func(sc interface{ Scan(...any) error }) (struct{}, error) {
+		var r apiKeyRow
+		var seq int64
+		if err := sc.Scan(append(r.dest(), &seq)...); err != nil {
+			return struct{}{}, err
+		}
+		keys, seqs = append(keys, r.key()), append(seqs, seq)
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, mapErr(err))
+	}
+	return rules.APIKeyPage(keys, seqs, p), nil
+}
+
+func (s *Store) APIKeyDelete(ctx context.Context, p store.APIKeyDeleteParams) error {
+	err := s.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ? AND tenant = ?`, p.ID, p.Tenant)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return cmp.Or(err, store.ErrNotFound)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("revoke api key %s of tenant %s: %w", p.ID, p.Tenant, err)
 	}
 	return nil
 }
 
-func (s *Store) TenantGetByAPIKey(ctx context.Context, key string) (agentfleet.Tenant, error) {
-	t, err := scanTenant(s.rd.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`
-		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, rules.HashAPIKey(key)))
+// TenantGetByAPIKey reads on the read pool; only a due last-use write
+// (rules.APIKeyTouchDue) goes to the writer.
+func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
+	now := rules.NowOr(p.Now)
+	hash := rules.HashAPIKey(p.Key)
+	var r apiKeyRow
+	t, err := scanTenantThen(s.rd.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`, `+prefixCols("k.", apiKeyCols)+`
+		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, hash), r.dest()...)
 	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("get tenant by api key: %w", mapErr(err))
+		return store.TenantGetByAPIKeyResult{}, fmt.Errorf("get tenant by api key: %w", mapErr(err))
 	}
-	return t, nil
+	res := store.TenantGetByAPIKeyResult{Tenant: t, Key: r.key()}
+	if rules.APIKeyTouchDue(res.Key.LastUsedAt, now) {
+		// Best effort: a use that could not be written is no reason to
+		// refuse the key; the next lookup writes it.
+		err := s.write(ctx, func(tx *wtx) error {
+			_, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE hash = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
+				now.UnixMicro(), hash, now.Add(-rules.APIKeyTouchEvery).UnixMicro())
+			return err
+		})
+		if err == nil {
+			res.Key.LastUsedAt = now
+		}
+	}
+	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, created_at, updated_at`
+const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
 
 func scanAgent(sc interface{ Scan(...any) error }) (agentfleet.Agent, error) {
 	var a agentfleet.Agent
 	var prims []byte
 	var created, updated int64
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &created, &updated); err != nil {
+	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &created, &updated); err != nil {
 		return a, err
 	}
 	a.CreatedAt, a.UpdatedAt = fromMicros(created), fromMicros(updated)
@@ -189,12 +281,12 @@ func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (age
 	var a agentfleet.Agent
 	err := s.write(ctx, func(tx *wtx) error {
 		var err error
-		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
 				primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-				max_turns = excluded.max_turns, updated_at = excluded.updated_at
+				max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
 			RETURNING `+agentCols,
-			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, now, now))
+			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, now, now))
 		return err
 	})
 	if err != nil {
@@ -271,6 +363,9 @@ func (s *Store) ApprovalGetByID(ctx context.Context, id string) (store.Approval,
 }
 
 func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolveParams) (store.Approval, error) {
+	if err := rules.ApprovalResolve(p); err != nil {
+		return store.Approval{}, err
+	}
 	status := store.ApprovalDenied
 	if p.Approve {
 		status = store.ApprovalApproved

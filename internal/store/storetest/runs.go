@@ -140,13 +140,13 @@ func testRunCreate(t *testing.T, newStore NewStore) {
 		ten := b.tenant(t, store.TenantCreateParams{})
 		b.run(t, store.RunCreateParams{Tenant: ten.ID}) // queued: not active
 		b.started(t, ten.ID)                            // running
-		w := b.started(t, ten.ID)                       // waiting
+		w := b.started(t, ten.ID)                       // waiting: holds no worker, not active
 		b.transition(t, w.ID, agentfleet.StatusWaitingBudget)
 		d := b.started(t, ten.ID) // ended
 		b.transition(t, d.ID, agentfleet.StatusFailed)
 		n, err := b.s.RunCountActive(b.ctx, ten.ID)
 		require.NoError(t, err)
-		require.Equal(t, 2, n)
+		require.Equal(t, 1, n)
 		counts, err := b.s.RunCountByStatus(b.ctx, ten.ID)
 		require.NoError(t, err)
 		require.Equal(t, map[agentfleet.RunStatus]int{

@@ -21,7 +21,12 @@
 //     the fleet's defaults).
 //   - RunCreate writes the trace's first step, the message as a user step
 //     at turn 0. An idempotent repeat returns the first run, no events,
-//     and Startable as of now.
+//     and Startable as of now, even at the tenant's max_queued_runs; a
+//     new run beyond it is a *store.QueueFullError (default cap
+//     store.MaxQueuedRunsDefault).
+//   - API keys have public ids ("key_" and 32 hex digits), list newest
+//     first, and record their last use at most once a minute; a revoked
+//     key is never found again, and revoking is scoped to the tenant.
 //   - Sessions: runs are ordered by creation. A run's end hands out
 //     SessionNext only when it was the session's head (no unfinished run
 //     before it) and the next unfinished run is queued.
@@ -55,8 +60,17 @@
 //     reply: not when the reply existed, not when the fence fails (the
 //     reservation stays for the caller), and when the reservation is gone
 //     the reply is still recorded and ChargeErr is ErrNotFound.
+//   - Retention: a run is deleted only once it ended, with its steps,
+//     events, model replies and approvals; the usage ledger keeps its
+//     rows. Deleting a session's ended runs never changes which run is
+//     its head.
 //   - Steps and events of a commit, a batch of commits, a run's creation
 //     or an append land whole and in order at any count (0, 1, 150, ...).
+//   - Text: what scripts and models produce (steps, events, args, answers,
+//     errors, replies) is stored with each NUL and invalid byte as U+FFFD
+//     (in JSON an escaped \u0000 as \ufffd); what a client submits (a
+//     run's message, metadata, context, ids; agents', skills', triggers'
+//     text) with either is ErrInvalid naming the field.
 package storetest
 
 import (
@@ -110,6 +124,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"APIKey", testAPIKey},
 		{"Agent", testAgent},
 		{"RunCreate", testRunCreate},
+		{"QueueCap", testQueueCap},
 		{"RunList", testRunList},
 		{"Session", testSession},
 		{"RunTransition", testRunTransition},
@@ -127,6 +142,9 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"TriggerDelivery", testTriggerDelivery},
 		{"RunCallback", testRunCallback},
 		{"Skill", testSkill},
+		{"Retention", testRetention},
+		{"Text", testText},
+		{"Children", testChildren},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
 	}

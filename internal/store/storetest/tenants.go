@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 func testTenant(t *testing.T, newStore NewStore) {
@@ -22,6 +24,7 @@ func testTenant(t *testing.T, newStore NewStore) {
 		require.Equal(t, agentfleet.ExhaustedQueue, ten.Exhausted)
 		require.Equal(t, agentfleet.WindowDay, ten.Window)
 		require.Zero(t, ten.TokenLimit)
+		require.Equal(t, store.MaxQueuedRunsDefault, ten.MaxQueuedRuns)
 		require.False(t, ten.CreatedAt.IsZero())
 		require.Equal(t, time.UTC, ten.CreatedAt.Location())
 		got, err := b.s.TenantGetByID(b.ctx, "acme")
@@ -29,12 +32,12 @@ func testTenant(t *testing.T, newStore NewStore) {
 		require.Equal(t, ten, got)
 
 		full, err := b.s.TenantCreate(b.ctx, store.TenantCreateParams{
-			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, Weight: 5,
+			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, MaxQueuedRuns: 40, Weight: 5,
 			Exhausted: agentfleet.ExhaustedFail,
 		})
 		require.NoError(t, err)
 		require.Equal(t, agentfleet.Tenant{
-			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, Weight: 5,
+			ID: "full_1", TokenLimit: 1000, Window: "24h", TokensPerMinute: 50, MaxConcurrentRuns: 3, MaxQueuedRuns: 40, Weight: 5,
 			Exhausted: agentfleet.ExhaustedFail, CreatedAt: full.CreatedAt, UpdatedAt: full.UpdatedAt,
 		}, full)
 	})
@@ -52,6 +55,7 @@ func testTenant(t *testing.T, newStore NewStore) {
 			"negative weight": {ID: "x", Weight: -1},
 			"bad policy":      {ID: "x", Exhausted: "panic"},
 			"negative tpm":    {ID: "x", TokensPerMinute: -5},
+			"negative queue":  {ID: "x", MaxQueuedRuns: -1},
 		} {
 			_, err := b.s.TenantCreate(b.ctx, p)
 			require.ErrorIs(t, err, store.ErrInvalid, name)
@@ -86,6 +90,16 @@ func testTenant(t *testing.T, newStore NewStore) {
 		up, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, Weight: ptr(0), Window: ptr(agentfleet.BudgetWindow("1h"))})
 		require.NoError(t, err)
 		require.Equal(t, 1, up.Weight, "zero weight means 1")
+
+		up, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, MaxQueuedRuns: ptr(12)})
+		require.NoError(t, err)
+		require.Equal(t, 12, up.MaxQueuedRuns)
+		require.Equal(t, 1, up.Weight)
+		up, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, MaxQueuedRuns: ptr(0)})
+		require.NoError(t, err)
+		require.Equal(t, store.MaxQueuedRunsDefault, up.MaxQueuedRuns, "zero means the default")
+		_, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: ten.ID, MaxQueuedRuns: ptr(-3)})
+		require.ErrorIs(t, err, store.ErrInvalid)
 		require.Equal(t, agentfleet.BudgetWindow("1h"), up.Window)
 
 		_, err = b.s.TenantUpdate(b.ctx, store.TenantUpdateParams{ID: "nobody", Weight: ptr(3)})
@@ -114,22 +128,120 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 	t.Run("CreateLookup", func(t *testing.T) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
-		require.NoError(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "sk-secret-1", Name: "ci"}))
-		got, err := b.s.TenantGetByAPIKey(b.ctx, "sk-secret-1")
+		k, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "sk-secret-1", Name: "ci"})
 		require.NoError(t, err)
-		require.Equal(t, ten, got)
-		_, err = b.s.TenantGetByAPIKey(b.ctx, "sk-secret-2")
+		require.Regexp(t, `^key_[0-9a-f]{32}$`, k.ID, "a public id, safe in a URL path")
+		require.Equal(t, store.APIKey{ID: k.ID, Tenant: ten.ID, Name: "ci", CreatedAt: k.CreatedAt}, k)
+		require.False(t, k.CreatedAt.IsZero())
+		require.Equal(t, time.UTC, k.CreatedAt.Location())
+
+		now := rules.Time(time.Now().Add(time.Hour))
+		got, err := b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "sk-secret-1", Now: now})
+		require.NoError(t, err)
+		require.Equal(t, ten, got.Tenant)
+		k.LastUsedAt = now
+		require.Equal(t, k, got.Key, "the key's record, its use recorded")
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "sk-secret-2"})
 		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.TenantGetByAPIKey(b.ctx, "")
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{})
 		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+	t.Run("LastUse", func(t *testing.T) {
+		// A use is written at most once a minute per key: lookups in
+		// between leave it, and report it, as it was.
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		k, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k"})
+		require.NoError(t, err)
+		t0 := rules.Time(time.Now())
+		lastUsed := func(at time.Time) (looked, listed time.Time) {
+			t.Helper()
+			got, err := b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "k", Now: at})
+			require.NoError(t, err)
+			list, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID})
+			require.NoError(t, err)
+			require.Len(t, list.Keys, 1)
+			require.Equal(t, k.ID, list.Keys[0].ID)
+			return got.Key.LastUsedAt, list.Keys[0].LastUsedAt
+		}
+		looked, listed := lastUsed(t0)
+		require.Equal(t, t0, looked)
+		require.Equal(t, t0, listed)
+		looked, listed = lastUsed(t0.Add(30 * time.Second))
+		require.Equal(t, t0, looked, "within a minute the use is not written again")
+		require.Equal(t, t0, listed)
+		t2 := t0.Add(61 * time.Second)
+		looked, listed = lastUsed(t2)
+		require.Equal(t, t2, looked)
+		require.Equal(t, t2, listed)
+	})
+	t.Run("ListDelete", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		other := b.tenant(t, store.TenantCreateParams{})
+		var made []store.APIKey
+		for _, name := range []string{"first", "second", "third"} {
+			k, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "key-" + name, Name: name})
+			require.NoError(t, err)
+			made = append(made, k)
+		}
+		theirs, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: other.ID, Key: "theirs", Name: "theirs"})
+		require.NoError(t, err)
+
+		page, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID, Limit: 2})
+		require.NoError(t, err)
+		require.Equal(t, []store.APIKey{made[2], made[1]}, page.Keys, "newest first")
+		require.NotEmpty(t, page.NextCursor)
+		rest, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID, Limit: 2, Cursor: page.NextCursor})
+		require.NoError(t, err)
+		require.Equal(t, []store.APIKey{made[0]}, rest.Keys)
+		require.Empty(t, rest.NextCursor)
+		none, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: unique("nobody")})
+		require.NoError(t, err)
+		require.Empty(t, none.Keys)
+
+		// Revocation is scoped to the tenant, and at once.
+		require.ErrorIs(t, b.s.APIKeyDelete(b.ctx, store.APIKeyDeleteParams{Tenant: ten.ID, ID: theirs.ID}), store.ErrNotFound,
+			"another tenant's key")
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "theirs"})
+		require.NoError(t, err, "a refused revocation changed nothing")
+		require.NoError(t, b.s.APIKeyDelete(b.ctx, store.APIKeyDeleteParams{Tenant: ten.ID, ID: made[1].ID}))
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "key-second"})
+		require.ErrorIs(t, err, store.ErrNotFound, "a revoked key is found no more")
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "key-first"})
+		require.NoError(t, err, "the other keys still work")
+		require.ErrorIs(t, b.s.APIKeyDelete(b.ctx, store.APIKeyDeleteParams{Tenant: ten.ID, ID: made[1].ID}), store.ErrNotFound,
+			"revoking twice")
+		require.ErrorIs(t, b.s.APIKeyDelete(b.ctx, store.APIKeyDeleteParams{Tenant: ten.ID, ID: "key_nope"}), store.ErrNotFound)
+		all, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID})
+		require.NoError(t, err)
+		require.Len(t, all.Keys, 2)
+		require.Equal(t, made[2], all.Keys[0])
+		require.Equal(t, made[0].ID, all.Keys[1].ID)
+		require.False(t, all.Keys[1].LastUsedAt.IsZero(), "the lookup above was a use")
 	})
 	t.Run("Errors", func(t *testing.T) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
-		require.NoError(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"}))
-		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"}), store.ErrConflict)
-		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: "nobody", Key: "k2"}), store.ErrNotFound)
-		require.ErrorIs(t, b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID}), store.ErrInvalid)
+		_, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"})
+		require.NoError(t, err)
+		for name, c := range map[string]struct {
+			p    store.APIKeyCreateParams
+			want error
+		}{
+			"duplicate key":  {store.APIKeyCreateParams{Tenant: ten.ID, Key: "k1"}, store.ErrConflict},
+			"unknown tenant": {store.APIKeyCreateParams{Tenant: "nobody", Key: "k2"}, store.ErrNotFound},
+			"no key":         {store.APIKeyCreateParams{Tenant: ten.ID}, store.ErrInvalid},
+			"NUL in name":    {store.APIKeyCreateParams{Tenant: ten.ID, Key: "k3", Name: "a\x00"}, store.ErrInvalid},
+			"long name":      {store.APIKeyCreateParams{Tenant: ten.ID, Key: "k3", Name: strings.Repeat("n", 101)}, store.ErrInvalid},
+		} {
+			_, err := b.s.APIKeyCreate(b.ctx, c.p)
+			require.ErrorIs(t, err, c.want, name)
+		}
+		_, err = b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID, Cursor: "bogus!"})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.APIKeyList(b.ctx, store.APIKeyListParams{})
+		require.ErrorIs(t, err, store.ErrInvalid)
 	})
 }
 
@@ -138,10 +250,10 @@ func testAgent(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		a, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1",
-			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9})
+			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4})
 		require.NoError(t, err)
 		require.Equal(t, agentfleet.Agent{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1", Primitives: []string{"fetch", "ai"},
-			MaxCompletionTokens: 512, MaxTurns: 9, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
+			MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
 		got, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "writer"})
 		require.NoError(t, err)
 		require.Equal(t, a, got)

@@ -15,7 +15,7 @@ func RunCallbackCreate(p store.RunCallbackCreateParams) error {
 	if p.Tenant == "" || p.URL == "" {
 		return Invalidf("run callback: tenant and url are required")
 	}
-	return nil
+	return CheckText("callback_url", p.URL)
 }
 
 // RunCallbackClaim validates p and fills its defaults.
@@ -37,7 +37,7 @@ func RunCallbackRecord(p store.RunCallbackRecordParams) (store.RunCallbackRecord
 	if p.RunID == "" {
 		return p, Invalidf("run callback: run id is required")
 	}
-	p.Attempt.At = NowOr(p.Attempt.At)
+	p.Attempt.At, p.Attempt.Error = NowOr(p.Attempt.At), Clean(p.Attempt.Error)
 	p.NextAt = Time(p.NextAt)
 	if p.State == store.CallbackPending && p.NextAt.IsZero() {
 		return p, Invalidf("run callback %s: a pending callback needs its next attempt", p.RunID)

@@ -24,6 +24,10 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 	if p.Weight == 0 {
 		p.Weight = 1
 	}
+	var err error
+	if p.MaxQueuedRuns, err = maxQueuedRuns(p.ID, p.MaxQueuedRuns); err != nil {
+		return p, Window{}, err
+	}
 	w, err := ParseWindow(p.Window)
 	if err != nil {
 		return p, Window{}, err
@@ -33,6 +37,17 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 		return p, Window{}, err
 	}
 	return p, w, nil
+}
+
+// maxQueuedRuns checks a tenant's max_queued_runs and fills the default.
+func maxQueuedRuns(tenant string, n int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, Invalidf("tenant %s: max queued runs must not be negative (zero means the default, %d)", tenant, store.MaxQueuedRunsDefault)
+	case n == 0:
+		return store.MaxQueuedRunsDefault, nil
+	}
+	return n, nil
 }
 
 func exhausted(e agentfleet.ExhaustedPolicy) (agentfleet.ExhaustedPolicy, error) {
@@ -56,6 +71,13 @@ func TenantUpdate(p store.TenantUpdateParams) (store.TenantUpdateParams, *Window
 	}
 	if p.MaxConcurrentRuns != nil && *p.MaxConcurrentRuns < 0 {
 		return p, nil, Invalidf("tenant %s: max concurrent runs must not be negative (zero means unlimited)", p.ID)
+	}
+	if p.MaxQueuedRuns != nil {
+		n, err := maxQueuedRuns(p.ID, *p.MaxQueuedRuns)
+		if err != nil {
+			return p, nil, err
+		}
+		p.MaxQueuedRuns = &n
 	}
 	if p.Weight != nil {
 		if *p.Weight < 0 {
@@ -84,13 +106,67 @@ func TenantUpdate(p store.TenantUpdateParams) (store.TenantUpdateParams, *Window
 	return p, &w, nil
 }
 
+// apiKeyNameMax bounds a key's name.
+const apiKeyNameMax = 100
+
+// APIKeyCreate validates p.
+func APIKeyCreate(p store.APIKeyCreateParams) error {
+	if p.Tenant == "" || p.Key == "" {
+		return Invalidf("api key: tenant and key are required")
+	}
+	if len(p.Name) > apiKeyNameMax {
+		return Invalidf("api key name is %d bytes: use at most %d", len(p.Name), apiKeyNameMax)
+	}
+	return CheckText("api key name", p.Name)
+}
+
+// APIKeyList validates p and fills its defaults; it returns the position
+// the cursor continues after (zero: from the newest).
+func APIKeyList(p store.APIKeyListParams) (store.APIKeyListParams, int64, error) {
+	if p.Tenant == "" {
+		return p, 0, Invalidf("api key list: tenant is empty")
+	}
+	if p.Limit < 0 {
+		return p, 0, Invalidf("api key list: limit must not be negative")
+	}
+	if p.Limit == 0 {
+		p.Limit = RunListLimitDefault
+	}
+	p.Limit = min(p.Limit, RunListLimitMax)
+	if p.Cursor == "" {
+		return p, 0, nil
+	}
+	after, err := DecodeCursor(p.Cursor, false)
+	return p, after, err
+}
+
+// APIKeyPage is APIKeyList p's answer from rows read newest first, one
+// more than p.Limit when a page follows; seqs are the rows' positions.
+func APIKeyPage(keys []store.APIKey, seqs []int64, p store.APIKeyListParams) store.APIKeyListResult {
+	var res store.APIKeyListResult
+	if len(keys) > p.Limit {
+		keys = keys[:p.Limit]
+		res.NextCursor = EncodeCursor(false, seqs[p.Limit-1])
+	}
+	res.Keys = keys
+	return res
+}
+
 // AgentUpsert validates p.
 func AgentUpsert(p store.AgentUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
 		return Invalidf("agent: tenant and name are required")
 	}
-	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 {
+	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 || p.MaxModelCallsPerTurn < 0 {
 		return Invalidf("agent %s: limits must not be negative (zero means the default)", p.Name)
+	}
+	if err := checkTexts("agent name", p.Name, "agent persona", p.Persona, "agent model", p.Model); err != nil {
+		return err
+	}
+	for _, prim := range p.Primitives {
+		if err := CheckText("agent primitive", prim); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -112,7 +188,26 @@ func RunCreate(p store.RunCreateParams) (store.RunCreateParams, error) {
 	if p.MaxTurns < 0 || p.MaxTokens < 0 {
 		return p, Invalidf("run %s: max turns and max tokens must not be negative (zero means the default)", p.ID)
 	}
+	if p.Depth < 0 || (p.Depth > 0) != (p.ParentRunID != "") {
+		return p, Invalidf("run %s: a child run names its parent and a depth from 1", p.ID)
+	}
+	if p.ParentRunID != "" {
+		if err := CheckID("parent run id", p.ParentRunID); err != nil {
+			return p, err
+		}
+	}
 	if err := CheckJSON("run context", p.Context); err != nil {
+		return p, err
+	}
+	// Submitted by a client: refused, not cleaned (see text.go).
+	if err := checkTexts("message", p.Message, "agent", p.Agent, "session id", p.SessionID,
+		"idempotency key", p.IdempotencyKey, "batch id", p.BatchID); err != nil {
+		return p, err
+	}
+	if err := CheckMetadata("metadata", p.Metadata); err != nil {
+		return p, err
+	}
+	if err := CheckJSONText("context", p.Context); err != nil {
 		return p, err
 	}
 	p.Context = NullJSON(p.Context)
@@ -143,7 +238,9 @@ func Events(in []agentfleet.Event, turn int, now time.Time) ([]agentfleet.Event,
 			return nil, Invalidf("event %d has negative tokens", i)
 		}
 		e.V = agentfleet.EventVersion
-		e.Args = NullJSON(e.Args)
+		e.Type = agentfleet.EventType(Clean(string(e.Type)))
+		e.Content, e.Summary = Clean(e.Content), Clean(e.Summary)
+		e.Args = CleanJSON(NullJSON(e.Args))
 		if e.Turn == 0 && turn > 0 {
 			e.Turn = turn
 		}
@@ -190,6 +287,7 @@ func Steps(in []agentfleet.Step, runID string, turn int, now time.Time) ([]agent
 			return nil, Invalidf("step %d of turn %d has negative usage", i, turn)
 		}
 		s.RunID, s.Turn, s.Index = runID, turn, i
+		s.Content, s.Model = Clean(s.Content), Clean(s.Model)
 		if s.CreatedAt.IsZero() {
 			s.CreatedAt = now
 		} else {
@@ -214,13 +312,26 @@ func TurnCommit(p store.TurnCommitParams, now time.Time) (store.TurnCommitParams
 	if p.Usage.PromptTokens < 0 || p.Usage.CompletionTokens < 0 || p.DataBytesCarried < 0 {
 		return p, Invalidf("run %s: turn %d: usage and carried bytes must not be negative", p.RunID, p.Turn)
 	}
+	if p.Spawned < 0 {
+		return p, Invalidf("run %s: turn %d: spawned children must not be negative", p.RunID, p.Turn)
+	}
+	if (p.Status == agentfleet.StatusWaitingChildren) != (len(p.WaitIDs) > 0) {
+		return p, Invalidf("run %s: turn %d: a run waits for children (status %s) exactly when the commit names them", p.RunID, p.Turn, agentfleet.StatusWaitingChildren)
+	}
+	for _, id := range p.WaitIDs {
+		if err := CheckID("waited child id", id); err != nil {
+			return p, err
+		}
+	}
+	p.WaitUntil = Time(p.WaitUntil)
 	if err := CheckJSON("carried args", p.Args); err != nil {
 		return p, err
 	}
 	if err := CheckJSON("answer", p.Answer); err != nil {
 		return p, err
 	}
-	p.Args, p.Answer = NullJSON(p.Args), NullJSON(p.Answer)
+	p.Args, p.Answer = CleanJSON(NullJSON(p.Args)), CleanJSON(NullJSON(p.Answer))
+	p.Error = Clean(p.Error)
 	var err error
 	if p.Steps, err = Steps(p.Steps, p.RunID, p.Turn, now); err != nil {
 		return p, err
@@ -261,6 +372,7 @@ func ModelReply(r store.ModelReply, now time.Time) (store.ModelReply, error) {
 	} else {
 		r.CreatedAt = Time(r.CreatedAt)
 	}
+	r.Content, r.Model = Clean(r.Content), Clean(r.Model)
 	return r, nil
 }
 
@@ -280,7 +392,19 @@ func RunTransition(p store.RunTransitionParams, now time.Time) (store.RunTransit
 	if err := CheckJSON("answer", p.Answer); err != nil {
 		return p, err
 	}
-	p.Answer = NullJSON(p.Answer)
+	p.Answer = CleanJSON(NullJSON(p.Answer))
+	p.Error = Clean(p.Error)
+	var err error
+	p.Events, err = Events(p.Events, 0, now)
+	return p, err
+}
+
+// RunCancel validates p and cleans its reason and events.
+func RunCancel(p store.RunCancelParams, now time.Time) (store.RunCancelParams, error) {
+	if p.ID == "" {
+		return p, Invalidf("run cancel: run id is empty")
+	}
+	p.Reason = Clean(p.Reason)
 	var err error
 	p.Events, err = Events(p.Events, 0, now)
 	return p, err
@@ -312,6 +436,7 @@ func BudgetSettle(p store.BudgetSettleParams) (store.BudgetSettleParams, error) 
 	if p.Usage.PromptTokens < 0 || p.Usage.CompletionTokens < 0 {
 		return p, Invalidf("budget settle of %s: usage must not be negative", p.ReservationID)
 	}
+	p.Model = Clean(p.Model)
 	p.Now = NowOr(p.Now)
 	return p, nil
 }
@@ -347,6 +472,10 @@ func RunList(p store.RunListParams) (store.RunListParams, int64, error) {
 			return p, 0, Invalidf("run list: unknown status %q", s)
 		}
 	}
+	if err := checkTexts("run list: tenant", p.Tenant, "run list: agent", p.Agent, "run list: session id", p.SessionID,
+		"run list: batch id", p.BatchID); err != nil {
+		return p, 0, err
+	}
 	if p.Cursor == "" {
 		return p, 0, nil
 	}
@@ -365,8 +494,14 @@ func ApprovalCreate(p store.ApprovalCreateParams) (store.ApprovalCreateParams, e
 	if err := CheckJSON("approval args", p.Args); err != nil {
 		return p, err
 	}
-	p.Args = NullJSON(p.Args)
+	p.Primitive = Clean(p.Primitive)
+	p.Args = CleanJSON(NullJSON(p.Args))
 	return p, nil
+}
+
+// ApprovalResolve validates p.
+func ApprovalResolve(p store.ApprovalResolveParams) error {
+	return CheckText("approval decided by", p.DecidedBy)
 }
 
 // BatchCreate validates p and fills its id.
@@ -385,6 +520,12 @@ func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
 	if p.Total < 0 {
 		return p, Invalidf("batch %s: total must not be negative", p.ID)
 	}
+	if err := CheckText("batch agent", p.Agent); err != nil {
+		return p, err
+	}
+	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -393,7 +534,7 @@ func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
 		return Invalidf("skill: tenant and name are required")
 	}
-	return nil
+	return checkTexts("skill name", p.Name, "skill description", p.Description, "skill code", p.Code)
 }
 
 // SessionHead decides what a run's end hands out: head is the oldest

@@ -1,7 +1,8 @@
 // Package rules holds what both store backends decide in Go rather than in
 // SQL: parameter validation and defaults, identifiers and timestamps, the
 // legal status transitions, budget window arithmetic and the ledger maths,
-// cursors and API key hashing.
+// cursors, API key hashing, and text hygiene (text.go: no NUL or invalid
+// UTF-8 reaches either backend).
 //
 // Keeping these in one place is what lets the SQLite and Postgres backends
 // agree to the bit on the values they return, which the contract suite
@@ -88,6 +89,22 @@ func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", store.ErrInvalid, fmt.Sprintf(format, args...))
 }
 
+// NewAPIKeyID returns a fresh public id for an API key: "key_" and 32 hex
+// digits, as migration 0004 gave the keys it found.
+func NewAPIKeyID() string {
+	return "key_" + strings.ReplaceAll(uuid.NewString(), "-", "")
+}
+
+// APIKeyTouchEvery is how stale a key's LastUsedAt may grow before a
+// lookup writes it again: one write a minute per key in use, not one per
+// request.
+const APIKeyTouchEvery = time.Minute
+
+// APIKeyTouchDue reports whether a lookup at now writes a key's last use.
+func APIKeyTouchDue(lastUsed, now time.Time) bool {
+	return lastUsed.IsZero() || now.Sub(lastUsed) >= APIKeyTouchEvery
+}
+
 // HashAPIKey is what the store keeps of an API key: hex SHA-256. Keys are
 // random and long, so a fast unsalted hash is enough to make a leaked table
 // useless while keeping lookup a single indexed equality.
@@ -106,6 +123,9 @@ var (
 	Terminal = filterStatuses(agentfleet.RunStatus.Terminal)
 	// Active are the statuses of a run that started and has not ended.
 	Active = filterStatuses(func(s agentfleet.RunStatus) bool { return s == agentfleet.StatusRunning || s.Waiting() })
+	// Unfinished are the statuses a tenant's queue cap counts: queued or
+	// active.
+	Unfinished = filterStatuses(func(s agentfleet.RunStatus) bool { return !s.Terminal() })
 )
 
 func filterStatuses(keep func(agentfleet.RunStatus) bool) []agentfleet.RunStatus {

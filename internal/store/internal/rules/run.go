@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,8 +45,10 @@ func endError(r RunRow, to agentfleet.RunStatus, msg string) string {
 	switch {
 	case msg != "":
 		return msg
-	case to == agentfleet.StatusCancelled && r.Error == "":
+	case to == agentfleet.StatusCancelled && r.Error == "" && r.CancelReason != "":
 		return r.CancelReason
+	case to == agentfleet.StatusCancelled && r.Error == "":
+		return "cancelled"
 	}
 	return r.Error
 }
@@ -201,6 +204,9 @@ func RunListQuery(cols string, p store.RunListParams, after int64, statusArray b
 	if p.BatchID != "" {
 		add("batch_id = ? AND batch_id <> ''", p.BatchID)
 	}
+	if p.ParentRunID != "" {
+		add("parent_run_id = ? AND parent_run_id <> ''", p.ParentRunID)
+	}
 	order := "DESC"
 	if p.Oldest {
 		order = "ASC"
@@ -243,6 +249,8 @@ func NewRun(p store.RunCreateParams, now time.Time) agentfleet.Run {
 		Metadata:       cloneMetadata(p.Metadata),
 		IdempotencyKey: p.IdempotencyKey,
 		BatchID:        p.BatchID,
+		ParentRunID:    p.ParentRunID,
+		Depth:          p.Depth,
 		MaxTurns:       p.MaxTurns,
 		MaxTokens:      p.MaxTokens,
 		Deadline:       p.Deadline,
@@ -275,4 +283,143 @@ func RawOrNil(b []byte) json.RawMessage {
 		return nil
 	}
 	return json.RawMessage(b)
+}
+
+// ChildCancelReason is the error of a child run cancelled because its
+// parent ended.
+func ChildCancelReason(parent agentfleet.Run) string {
+	return fmt.Sprintf("parent run %s ended (%s)", parent.ID, parent.Status)
+}
+
+// WaitDue reports whether a run waiting for children may resume at now:
+// every child it waits for has ended (an id the store does not know
+// counts as ended: there is nothing to wait for), or its wait timed out.
+func WaitDue(r agentfleet.Run, statuses map[string]agentfleet.RunStatus, now time.Time) bool {
+	if r.Status != agentfleet.StatusWaitingChildren {
+		return false
+	}
+	if !r.WaitUntil.IsZero() && !now.Before(r.WaitUntil) {
+		return true
+	}
+	for _, id := range r.WaitIDs {
+		if st, ok := statuses[id]; ok && !st.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
+// ChildTx is a RunTx that also reads a run's family, for RunEnded.
+type ChildTx interface {
+	RunTx
+	// ReadRun reads run id without locking it; a missing run is
+	// store.ErrNotFound.
+	ReadRun(ctx context.Context, id string) (RunRow, error)
+	// Statuses reads the statuses of the runs ids names that exist.
+	Statuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error)
+	// UnfinishedChildren lists the ids of parent's children that have not
+	// ended, oldest first.
+	UnfinishedChildren(ctx context.Context, parent string) ([]string, error)
+}
+
+// ApplyWake resumes run id, when it waits for children and WaitDue says
+// it may, in tx at now: running again, its wake counted (its next turn's
+// message id must differ from the one it parked after). woken is false
+// when it was not due.
+func ApplyWake(ctx context.Context, tx ChildTx, id string, now time.Time) (res store.RunChangeResult, woken bool, err error) {
+	r, err := tx.LockRun(ctx, id)
+	if err != nil || r.Status != agentfleet.StatusWaitingChildren {
+		return res, false, err
+	}
+	statuses, err := tx.Statuses(ctx, r.WaitIDs)
+	if err != nil || !WaitDue(r.Run, statuses, now) {
+		return res, false, err
+	}
+	r.Status = agentfleet.StatusRunning
+	r.Wake++
+	r.UpdatedAt = now
+	row, err := tx.UpdateRun(ctx, r)
+	if err != nil {
+		return res, false, err
+	}
+	return store.RunChangeResult{Run: row.Run}, true, nil
+}
+
+// ApplyRunEnded is RunEnded of run id in tx at now: its parent woken when
+// due, its unfinished children (and theirs, when cancelled at once)
+// cancelled. The ended run itself is read, not locked: it can no longer
+// change, and locking only parents upwards, then children downwards,
+// keeps two families' RunEnded from deadlocking.
+func ApplyRunEnded(ctx context.Context, tx ChildTx, id string, now time.Time) (store.RunEndedResult, error) {
+	var res store.RunEndedResult
+	ended, err := tx.ReadRun(ctx, id)
+	if err != nil || !ended.Status.Terminal() {
+		return res, err
+	}
+	if ended.ParentRunID != "" {
+		ch, woken, err := ApplyWake(ctx, tx, ended.ParentRunID, now)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return res, err
+		}
+		if woken {
+			res.Changes = append(res.Changes, ch)
+			res.Woken = append(res.Woken, ch.Run)
+		}
+	}
+	return res, cancelChildren(ctx, tx, ended.Run, now, &res)
+}
+
+// cancelChildren cancels parent's unfinished children, and the children
+// of those cancelled at once, into res.
+func cancelChildren(ctx context.Context, tx ChildTx, parent agentfleet.Run, now time.Time, res *store.RunEndedResult) error {
+	todo := []agentfleet.Run{parent}
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		kids, err := tx.UnfinishedChildren(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		reason := ChildCancelReason(p)
+		for _, kid := range kids {
+			cur, err := tx.ReadRun(ctx, kid)
+			if err != nil {
+				return err
+			}
+			evs, err := Events([]agentfleet.Event{
+				{Type: agentfleet.EventCancelled, Turn: cur.Turn, Summary: reason},
+				{Type: agentfleet.EventDone, Turn: cur.Turn, Summary: string(agentfleet.StatusCancelled)},
+			}, 0, now)
+			if err != nil {
+				return err
+			}
+			cres, err := ApplyCancel(ctx, tx, store.RunCancelParams{ID: kid, Reason: reason}, evs, now)
+			if errors.Is(err, store.ErrConflict) {
+				continue // ended meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case !cres.Immediate:
+				res.Stopping = append(res.Stopping, cres.Run)
+			case len(cres.Events) > 0:
+				res.Changes = append(res.Changes, cres.RunChangeResult)
+				todo = append(todo, cres.Run)
+			}
+		}
+	}
+	return nil
+}
+
+// ChildrenDueLimitDefault bounds one RunChildrenDue call when its caller
+// names no limit.
+const ChildrenDueLimitDefault = 100
+
+// ChildrenDueLimit is RunChildrenDue's limit: n, or the default.
+func ChildrenDueLimit(n int) int {
+	if n <= 0 {
+		return ChildrenDueLimitDefault
+	}
+	return n
 }

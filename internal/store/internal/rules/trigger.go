@@ -34,7 +34,28 @@ func TriggerCreate(p store.TriggerCreateParams) (store.TriggerCreateParams, erro
 	if p.MaxTurns < 0 || p.MaxTokens < 0 || p.MaxBodyBytes < 0 {
 		return p, Invalidf("trigger %s: caps must not be negative (zero: the defaults)", p.ID)
 	}
-	return p, nil
+	if err := checkTexts("trigger name", p.Name, "trigger agent", p.Agent, "trigger scheme", p.Scheme, "trigger message", p.Message,
+		"trigger session_id", p.SessionID, "trigger secret", p.Secret, "trigger callback_url", p.CallbackURL); err != nil {
+		return p, err
+	}
+	return p, checkEvents(p.Events)
+}
+
+func checkEvents(events []string) error {
+	for _, e := range events {
+		if err := CheckText("trigger events entry", e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deref is *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // TriggerUpdate validates p.
@@ -48,6 +69,13 @@ func TriggerUpdate(p store.TriggerUpdateParams) error {
 		return Invalidf("trigger %s: a new secret must not be empty", p.ID)
 	case p.Agent != nil && *p.Agent == "":
 		return Invalidf("trigger %s: agent must not be empty", p.ID)
+	}
+	if err := checkTexts("trigger name", deref(p.Name), "trigger agent", deref(p.Agent), "trigger message", deref(p.Message),
+		"trigger session_id", deref(p.SessionID), "trigger secret", deref(p.Secret), "trigger callback_url", deref(p.CallbackURL)); err != nil {
+		return err
+	}
+	if p.Events != nil {
+		return checkEvents(*p.Events)
 	}
 	return nil
 }
@@ -85,7 +113,10 @@ func TriggerDeliveryRecord(p store.TriggerDeliveryRecordParams) (store.TriggerDe
 		if err := CheckJSON("delivery payload", l.Payload); err != nil {
 			return p, err
 		}
-		l.ID, l.ReceivedAt, l.Payload = NewID(), NowOr(l.ReceivedAt), NullJSON(l.Payload)
+		// What a sender sent, signed or not, is logged cleaned: a log
+		// line is never refused for its text.
+		l.Delivery, l.Event, l.Action, l.Reason = Clean(l.Delivery), Clean(l.Event), Clean(l.Action), Clean(l.Reason)
+		l.ID, l.ReceivedAt, l.Payload = NewID(), NowOr(l.ReceivedAt), CleanJSON(NullJSON(l.Payload))
 		lines[i] = l
 	}
 	p.Lines = lines

@@ -1,0 +1,242 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+func TestKeysCreateListRevoke(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	first := e.tenant("acme")
+	other := e.tenant("globex")
+
+	// The key the tenant was made with is listed as "default", never
+	// shown again.
+	l := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK)
+	require.Len(t, l.Keys, 1)
+	def := l.Keys[0]
+	require.Equal(t, "default", def.Name)
+	require.True(t, strings.HasPrefix(def.ID, "key_"), def.ID)
+	require.Nil(t, def.LastUsedAt, "not used yet")
+	require.Empty(t, def.APIKey)
+
+	// A tenant makes itself a key with its own; the key is shown once.
+	r := e.do("POST", "/v1/tenants/acme/keys", first, map[string]any{"name": "ci"})
+	ci := decode[api.APIKeyView](t, r, http.StatusCreated)
+	require.Equal(t, "ci", ci.Name)
+	require.NotEqual(t, def.ID, ci.ID)
+	require.True(t, strings.HasPrefix(ci.APIKey, "af_"))
+	require.False(t, ci.CreatedAt.IsZero())
+	raw := rawJSON(t, r.body)
+	for _, k := range []string{"id", "name", "created_at", "last_used_at", "api_key"} {
+		require.Contains(t, raw, k)
+	}
+	e.createRun(ci.APIKey, map[string]any{"message": "go"}) // works at once
+
+	l = decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", first, nil), http.StatusOK)
+	require.Equal(t, []string{ci.ID, def.ID}, []string{l.Keys[0].ID, l.Keys[1].ID}, "newest first")
+	require.NotNil(t, l.Keys[0].LastUsedAt, "ci was used")
+	require.NotNil(t, l.Keys[1].LastUsedAt, "the default key was used to list")
+	body := string(e.do("GET", "/v1/tenants/acme/keys", adminToken, nil).body)
+	require.NotContains(t, body, ci.APIKey, "a listing never shows a key")
+	require.NotContains(t, body, first)
+	require.NotContains(t, body, "api_key")
+	page := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1", adminToken, nil), http.StatusOK)
+	require.Len(t, page.Keys, 1)
+	require.NotEmpty(t, page.NextCursor)
+	rest := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1&cursor="+page.NextCursor, adminToken, nil), http.StatusOK)
+	require.Equal(t, def.ID, rest.Keys[0].ID)
+	require.Empty(t, rest.NextCursor)
+	requireError(t, e.do("GET", "/v1/tenants/acme/keys?cursor=bogus!", adminToken, nil), 400, "bad_request", "cursor")
+	requireError(t, e.do("GET", "/v1/tenants/acme/keys?limit=0", adminToken, nil), 400, "bad_request", "limit")
+
+	// Another tenant sees none of it.
+	requireError(t, e.do("GET", "/v1/tenants/acme/keys", other, nil), 404, "not_found", `no tenant "acme"`)
+	requireError(t, e.do("POST", "/v1/tenants/acme/keys", other, map[string]any{"name": "x"}), 404, "not_found")
+	requireError(t, e.do("DELETE", "/v1/tenants/acme/keys/"+ci.ID, other, nil), 404, "not_found")
+	requireError(t, e.do("DELETE", "/v1/tenants/globex/keys/"+ci.ID, adminToken, nil), 404, "not_found", "has no key")
+	requireError(t, e.do("GET", "/v1/tenants/nobody/keys", adminToken, nil), 404, "not_found", `no tenant "nobody"`)
+
+	// Bad names.
+	for _, c := range []struct {
+		body   string
+		status int
+		want   string
+	}{
+		{`{}`, 422, "name is required"},
+		{`{"name":"  "}`, 422, "name is required"},
+		{`{"name":"` + strings.Repeat("n", 101) + `"}`, 422, "limit is 100"},
+		{`{"name":"a\u0000"}`, 422, "contains U+0000"},
+		{`{"nme":"x"}`, 400, "unknown field"},
+	} {
+		r := e.do("POST", "/v1/tenants/acme/keys", adminToken, c.body)
+		require.Equal(t, c.status, r.status, "%s: %s", c.body, r)
+		require.Contains(t, string(r.body), c.want, c.body)
+	}
+
+	// Revocation is at once, though the key is cached.
+	r = e.do("DELETE", "/v1/tenants/acme/keys/"+ci.ID, adminToken, nil)
+	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
+	requireError(t, e.do("POST", "/v1/runs", ci.APIKey, map[string]any{"message": "go"}), 401, "unauthorized", "invalid API key")
+	requireError(t, e.do("DELETE", "/v1/tenants/acme/keys/"+ci.ID, adminToken, nil), 404, "not_found", "has no key")
+
+	// A tenant may revoke the key it calls with, its last one included;
+	// the admin token can make it a new one.
+	r = e.do("DELETE", "/v1/tenants/acme/keys/"+def.ID, first, nil)
+	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
+	requireError(t, e.do("GET", "/v1/tenants/acme", first, nil), 401, "unauthorized")
+	again := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "again"}), http.StatusCreated)
+	e.getRun(again.APIKey, e.createRun(again.APIKey, map[string]any{"message": "go"}).ID)
+}
+
+// observedRevocations is a real KeyRevocations (the bus) that reports
+// each revocation after the server it serves has handled it.
+type observedRevocations struct {
+	api.KeyRevocations
+	handled chan string
+}
+
+func (o *observedRevocations) SubscribeKeyRevoked(fn func(keyID string)) (func(), error) {
+	return o.KeyRevocations.SubscribeKeyRevoked(func(id string) {
+		fn(id)
+		o.handled <- id
+	})
+}
+
+func TestKeyRevokedOnEveryDispatcher(t *testing.T) {
+	t.Parallel()
+	// Two dispatchers on one store and one NATS. Their caches keep keys
+	// for an hour, so only the broadcast can make the second one let go.
+	e := newEnv(t, func(c *api.Config) { c.LookupCacheTTL = time.Hour })
+	key := e.tenant("acme")
+	keep := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "keep"}), http.StatusCreated)
+	ids := map[string]string{}
+	for _, k := range decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK).Keys {
+		ids[k.Name] = k.ID
+	}
+
+	emb := bustest.StartServer(t)
+	servers := make([]*env, 2)
+	observed := make([]*observedRevocations, 2)
+	for i := range servers {
+		b := bustest.Connect(t, emb)
+		observed[i] = &observedRevocations{KeyRevocations: b, handled: make(chan string, 10)}
+		srv, err := api.New(api.Config{Store: e.store, Bus: b, AdminToken: adminToken, LookupCacheTTL: time.Hour,
+			KeyRevocations: observed[i], Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		t.Cleanup(srv.Close)
+		hs := httptest.NewServer(srv)
+		t.Cleanup(hs.Close)
+		servers[i] = &env{t: t, fixture: &fixture{ctx: e.ctx, store: e.store, bus: b, srv: hs, api: srv}}
+	}
+	a, b := servers[0], servers[1]
+	for _, s := range servers {
+		for _, k := range []string{key, keep.APIKey} {
+			decode[api.TenantView](t, s.do("GET", "/v1/tenants/acme", k, nil), http.StatusOK) // now cached
+		}
+	}
+
+	r := a.do("DELETE", "/v1/tenants/acme/keys/"+ids["default"], adminToken, nil)
+	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
+	requireError(t, a.do("GET", "/v1/tenants/acme", key, nil), 401, "unauthorized")
+	select {
+	case id := <-observed[1].handled:
+		require.Equal(t, ids["default"], id)
+	case <-time.After(waitFor):
+		t.Fatal("the other dispatcher never heard of the revocation")
+	}
+	requireError(t, b.do("GET", "/v1/tenants/acme", key, nil), 401, "unauthorized")
+	for _, s := range servers {
+		decode[api.TenantView](t, s.do("GET", "/v1/tenants/acme", keep.APIKey, nil), http.StatusOK) // the other key stands
+	}
+}
+
+func TestKeyCreatedForgetsUnknownToken(t *testing.T) {
+	t.Parallel()
+	e, cs := newCountingEnv(t, 0, func(c *api.Config) { c.UnknownKeyTTL = time.Hour })
+	e.tenant("acme")
+	const token = "af_chosen_token"
+	requireError(t, e.do("GET", "/v1/runs", token, nil), 401, "unauthorized")
+	requireError(t, e.do("GET", "/v1/runs", token, nil), 401, "unauthorized")
+	keys, _ := cs.lookups()
+	require.EqualValues(t, 1, keys)
+	// Keys made through the server are random, so this is what making
+	// one under a token it refused would do.
+	_, err := e.store.APIKeyCreate(context.Background(), storeKey("acme", token))
+	require.NoError(t, err)
+	api.KeyCreatedForTest(e.api, token)
+	e.getRun(token, e.createRun(token, map[string]any{"message": "go"}).ID)
+}
+
+// pausingStore is the real store, except that the first lookup of token
+// waits, after it has read the key, until the test lets it answer.
+type pausingStore struct {
+	store.Store
+	token        string
+	read, resume chan struct{}
+	once         sync.Once
+}
+
+func (s *pausingStore) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
+	res, err := s.Store.TenantGetByAPIKey(ctx, p)
+	if p.Key == s.token {
+		s.once.Do(func() {
+			close(s.read)
+			<-s.resume
+		})
+	}
+	return res, err
+}
+
+func TestKeyRevokedWhileLookedUp(t *testing.T) {
+	t.Parallel()
+	// A lookup that read the key just before it was revoked must not
+	// put it into the cache afterwards, where it would live for an hour.
+	const token = "af_doomed"
+	ps := &pausingStore{token: token, read: make(chan struct{}), resume: make(chan struct{})}
+	e := newEnv(t, func(c *api.Config) {
+		ps.Store = c.Store
+		c.Store = ps
+		c.LookupCacheTTL = time.Hour
+	})
+	e.tenant("acme")
+	k, err := e.store.APIKeyCreate(e.ctx, storeKey("acme", token))
+	require.NoError(t, err)
+
+	// The request is sent by hand: e.do fails the test, which only the
+	// test's own goroutine may do.
+	answer := make(chan reply, 1)
+	req, err := http.NewRequestWithContext(e.ctx, "GET", e.srv.URL+"/v1/tenants/acme", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	go func() {
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			answer <- reply{status: -1, body: []byte(err.Error())}
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		answer <- reply{status: resp.StatusCode, header: resp.Header, body: body}
+	}()
+	<-ps.read // the key was found valid
+	r := e.do("DELETE", "/v1/tenants/acme/keys/"+k.ID, adminToken, nil)
+	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
+	close(ps.resume)
+	requireError(t, recv(t, answer, "the paused request"), 401, "unauthorized", "revoked")
+	requireError(t, e.do("GET", "/v1/tenants/acme", token, nil), 401, "unauthorized")
+}

@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// ChildRunID is the id of the child a run's turn spawns with its
+// index-th spawn() call: derived, not drawn, so a turn that runs again
+// (after a crash, or a commit that failed) finds the children it already
+// spawned instead of spawning them twice. It has a UUID's shape.
+func ChildRunID(parent string, turn, index int) string {
+	sum := sha256.Sum256([]byte(parent + "/" + strconv.Itoa(turn) + "/" + strconv.Itoa(index)))
+	h := hex.EncodeToString(sum[:16])
+	// Version 8 (custom), variant 10.
+	b := []byte(h)
+	b[12] = '8'
+	b[16] = "89ab"[sum[8]&3]
+	return string(b[0:8]) + "-" + string(b[8:12]) + "-" + string(b[12:16]) + "-" + string(b[16:20]) + "-" + string(b[20:32])
+}
+
+// spawner is spawn() for turn of run: a child of the same tenant,
+// created in the store (its id derived from the call), its queued event
+// published and its first turn enqueued.
+func (w *Worker) spawner(ctx context.Context, run agentfleet.Run, turn int) agentfleet.SpawnFunc {
+	return func(_ context.Context, index int, req agentfleet.SpawnRequest) (string, error) {
+		return w.spawn(ctx, run, turn, index, req)
+	}
+}
+
+func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index int, req agentfleet.SpawnRequest) (string, error) {
+	id := ChildRunID(parent.ID, turn, index)
+	agent := req.Agent
+	if agent == "" {
+		agent = parent.Agent
+	}
+	if _, err := w.agents.get(ctx, parent.Tenant, agent); errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("no agent %q: spawn one of the tenant's agents (or leave agent out for this run's)", agent)
+	} else if err != nil {
+		return "", fmt.Errorf("look up agent %q: %w", agent, err)
+	}
+	queued := agentfleet.Event{V: agentfleet.EventVersion, Type: agentfleet.EventQueued, Summary: "child of " + parent.ID}
+	res, err := w.cfg.Store.RunCreate(ctx, store.RunCreateParams{
+		ID: id, Tenant: parent.Tenant, Agent: agent, Message: req.Message, Context: req.Context, Metadata: req.Metadata,
+		MaxTurns: req.MaxTurns, MaxTokens: req.MaxTokens, ParentRunID: parent.ID, Depth: parent.Depth + 1,
+		IdempotencyKey: "spawn/" + id, Events: []agentfleet.Event{queued},
+	})
+	var full *store.QueueFullError
+	switch {
+	case errors.As(err, &full):
+		return "", fmt.Errorf("the tenant has %d runs not finished, its most (max_queued_runs %d): wait for children to end before spawning more", full.Unfinished, full.Limit)
+	case errors.Is(err, store.ErrInvalid):
+		return "", err
+	case err != nil:
+		return "", fmt.Errorf("create the child run: %w", err)
+	}
+	evs := res.Events
+	if !res.Created {
+		// Spawned by an earlier attempt of this turn, which may have
+		// died before it published: publish again (deduplicated).
+		if evs, err = w.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: id}); err != nil {
+			return "", fmt.Errorf("load the child run's events: %w", err)
+		}
+	}
+	sent, err := w.cfg.Bus.SendEvents(evs)
+	if err == nil {
+		err = w.awaitEvents(ctx, sent)
+	}
+	if err != nil {
+		return "", err
+	}
+	if res.Run.Status == agentfleet.StatusQueued {
+		if err := w.startRun(ctx, res.Run); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
+}
+
+// children loads the children run waits for (Run.WaitIDs).
+func (w *Worker) children(ctx context.Context, run agentfleet.Run) ([]agentfleet.Run, error) {
+	var out []agentfleet.Run
+	p := store.RunListParams{Tenant: run.Tenant, ParentRunID: run.ID, Limit: 1000}
+	for {
+		page, err := w.cfg.Store.RunList(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("load the children of run %s: %w", run.ID, err)
+		}
+		out = append(out, page.Runs...)
+		if page.NextCursor == "" {
+			return out, nil
+		}
+		p.Cursor = page.NextCursor
+	}
+}
+
+// settleFamily settles what the end of run owes its family: publishes
+// the changes RunEnded made, enqueues the next turn of a parent it woke,
+// and tells the workers of children asked to stop.
+func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
+	res, err := w.cfg.Store.RunEnded(a.ctx, store.RunEndedParams{ID: run.ID})
+	if err != nil {
+		return fmt.Errorf("settle the family of run %s: %w", run.ID, err)
+	}
+	for _, ch := range res.Changes {
+		if err := w.send(a, ch.Events); err != nil {
+			return err
+		}
+	}
+	if err := w.awaitSent(a); err != nil {
+		return err
+	}
+	for _, p := range res.Woken {
+		if err := w.enqueueNext(a.ctx, p); err != nil {
+			return err
+		}
+	}
+	for _, c := range res.Stopping {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), publishTimeout)
+		_ = w.cfg.Bus.PublishControl(pctx, c.Tenant, c.ID, "cancel") // best effort: the store holds the cancel
+		cancel()
+	}
+	return nil
+}
+
+// enqueueNext publishes the next turn of a run that resumes.
+func (w *Worker) enqueueNext(ctx context.Context, run agentfleet.Run) error {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
+		return fmt.Errorf("enqueue turn %d of run %s: %w", run.Turn+1, run.ID, err)
+	}
+	return nil
+}
