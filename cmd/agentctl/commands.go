@@ -217,13 +217,14 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 		status := fs.String("status", "", "filter by status (comma-separated)")
 		agent := fs.String("agent", "", "filter by agent")
 		session := fs.String("session", "", "filter by session")
+		parent := fs.String("parent", "", "list the children of this run")
 		limit := fs.Int("limit", 20, "page size")
 		cursor := fs.String("cursor", "", "page cursor from a previous listing")
 		asJSON := fs.Bool("json", false, "JSON output")
 		if _, err := parse(fs, args[1:]); err != nil {
 			return err
 		}
-		p := client.ListRunsParams{Agent: *agent, SessionID: *session, Limit: *limit, Cursor: *cursor}
+		p := client.ListRunsParams{Agent: *agent, SessionID: *session, ParentRunID: *parent, Limit: *limit, Cursor: *cursor}
 		if *status != "" {
 			for _, s := range strings.Split(*status, ",") {
 				p.Status = append(p.Status, agentfleet.RunStatus(strings.TrimSpace(s)))

@@ -40,7 +40,7 @@ Usage:
   agentctl run [--agent A] [--session S] [--context JSON] [--max-turns N] [--max-tokens N]
                [--timeout D] [--idempotency-key K] [--callback-url U] [--wait] [--json] MESSAGE
   agentctl watch [--json] RUN
-  agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--limit N] [--cursor C] [--json]
+  agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
@@ -65,7 +65,7 @@ Usage:
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
-  agentctl bench [throughput|latency|scale|fairness|chaos|webhooks] [--runs N] [--turns T]
+  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
                  ('agentctl bench -h' for all flags)
 

@@ -27,11 +27,12 @@ const (
 	Scale      = "scale"
 	Fairness   = "fairness"
 	Chaos      = "chaos"
+	Fanout     = "fanout"
 	Webhooks   = "webhooks"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Webhooks}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -45,6 +46,7 @@ var scenarioDefaults = map[string]defaults{
 	Scale:      {runs: 5000, turns: 2, workers: 1, latency: 2 * time.Second}, // slots: runs
 	Fairness:   {runs: 300, turns: 2, workers: 2, slots: 4, latency: 100 * time.Millisecond},
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
+	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
 }
 
@@ -353,6 +355,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.fairness(ctx)
 	case Chaos:
 		runErr = e.chaos(ctx)
+	case Fanout:
+		runErr = e.fanout(ctx)
 	case Webhooks:
 		runErr = e.webhooks(ctx)
 	}

@@ -149,6 +149,14 @@ func TestLatency(t *testing.T) {
 	require.GreaterOrEqual(t, l.CommitToNATS.N, l.CommitToSSE.N)
 }
 
+func TestFanout(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Fanout, Runs: 6, Warmup: 1})
+	fo := rep.Figures.Fanout
+	require.NotNil(t, fo)
+	require.Equal(t, 6*bench.FanoutChildren, fo.Children)
+	requireOrdered(t, "resume", fo.Resume, 6)
+}
+
 func TestScale(t *testing.T) {
 	rep := run(t, bench.Config{Scenario: bench.Scale, Runs: 50, ModelLatency: 300 * time.Millisecond, Warmup: 4})
 	require.Equal(t, 50, rep.Parameters.Slots, "one slot per run by default")

@@ -111,6 +111,16 @@ type model struct {
 	// 1-based); the latency scenario holds a run's first reply until its
 	// SSE stream is open.
 	gate func(task string, turn int)
+	// fanoutTag's tasks spawn fanoutChildren children and wait for them
+	// (the fanout scenario).
+	fanoutTag      string
+	fanoutChildren int
+}
+
+func (m *model) setFanout(tag string, children int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fanoutTag, m.fanoutChildren = tag, children
 }
 
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
@@ -166,6 +176,8 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 	}
 	m.mu.Lock()
 	timing, gate := m.timing, m.gate
+	fanout := m.fanoutTag != "" && tag == m.fanoutTag
+	children := m.fanoutChildren
 	if timing {
 		if _, seen := m.requests[turnKey(task, k)]; !seen {
 			m.requests[turnKey(task, k)] = arrived
@@ -176,6 +188,9 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 		gate(task, k)
 	}
 	text := reply(i, k, turns, m.cfg.CompletionTokens)
+	if fanout {
+		text = fanoutReply(tag, i, k, children)
+	}
 	usage := agentfleet.Usage{PromptTokens: int64(m.cfg.PromptTokens), CompletionTokens: int64(m.cfg.CompletionTokens)}
 	if usage.PromptTokens == 0 || usage.CompletionTokens == 0 {
 		if usage.PromptTokens == 0 {

@@ -64,6 +64,7 @@ type Figures struct {
 	Scale      *ScaleFigures      `json:"scale,omitempty"`
 	Fairness   *FairnessFigures   `json:"fairness,omitempty"`
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
+	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
 }
 
@@ -435,6 +436,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("B's runs done after", "%s (worst %s, bound %s)", strings.Join(ds, ", "), fa.BWorst, fa.BBound)
 		row("A's total", "%s for %d runs", fa.ATotal, fa.ARuns)
 		row("A during B", "%d of A's backlog of %d finished while B ran", fa.ADoneDuringB, fa.ABacklogAtB)
+	}
+	if fo := f.Fanout; fo != nil {
+		row("children", "%d of %d parents, %d each", fo.Children, fo.Parents, fo.ChildrenPerParent)
+		row("wall", "%s", fo.Wall)
+		row("last child's end -> parent's next turn", "%s", fo.Resume)
 	}
 	if ch := f.Chaos; ch != nil {
 		row("wall", "%s", ch.Wall)

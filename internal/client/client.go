@@ -129,8 +129,10 @@ type ListRunsParams struct {
 	Status    []agentfleet.RunStatus
 	Agent     string
 	SessionID string
-	Limit     int
-	Cursor    string
+	// ParentRunID lists that run's children.
+	ParentRunID string
+	Limit       int
+	Cursor      string
 }
 
 // ListRuns lists runs, newest first.
@@ -148,6 +150,9 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, e
 	}
 	if p.SessionID != "" {
 		q.Set("session_id", p.SessionID)
+	}
+	if p.ParentRunID != "" {
+		q.Set("parent_run_id", p.ParentRunID)
 	}
 	if p.Limit > 0 {
 		q.Set("limit", strconv.Itoa(p.Limit))

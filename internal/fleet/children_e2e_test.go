@@ -1,7 +1,9 @@
 package fleet_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
@@ -89,10 +92,12 @@ func parentWaitsForItsChildren(t *testing.T, f *testFleet) {
 	require.JSONEq(t, `"completed:0,completed:1,completed:4,completed:9,completed:16"`, string(parent.Answer))
 	require.Equal(t, 5, parent.Children)
 
-	kids, err := f.store.RunList(f.ctx, store.RunListParams{Tenant: parent.Tenant, ParentRunID: parent.ID})
+	kids, err := f.tenant.ListRuns(f.ctx, client.ListRunsParams{ParentRunID: parent.ID})
 	require.NoError(t, err)
 	require.Len(t, kids.Runs, 5)
+	var childUsage agentfleet.Usage
 	for _, k := range kids.Runs {
+		childUsage = childUsage.Add(k.Usage)
 		require.Equal(t, agentfleet.StatusCompleted, k.Status)
 		require.Equal(t, 1, k.Depth)
 		require.Empty(t, k.SessionID)
@@ -107,6 +112,26 @@ func parentWaitsForItsChildren(t *testing.T, f *testFleet) {
 	}
 	require.Equal(t, 5, spawned)
 	f.requireOneCommitPerTurn(parent)
+
+	// The run's view rolls its children's usage up.
+	req, err := http.NewRequestWithContext(f.ctx, http.MethodGet, f.dispatcher.URL()+"/v1/runs/"+parent.ID, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+f.tenantKey)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var view struct {
+		ParentRunID string `json:"parent_run_id"`
+		Usage       struct {
+			PromptTokens int64             `json:"prompt_tokens"`
+			Children     *agentfleet.Usage `json:"children"`
+		} `json:"usage"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&view))
+	require.Equal(t, parent.Usage.PromptTokens, view.Usage.PromptTokens)
+	require.NotNil(t, view.Usage.Children)
+	require.Equal(t, childUsage, *view.Usage.Children)
+	require.Positive(t, childUsage.Total())
 }
 
 // Ending a parent ends its children: a parent cancelled while it waits is

@@ -105,6 +105,7 @@ type testFleet struct {
 	// startWorker starts one more worker process and returns its index.
 	startWorker func() int
 	admin       *client.Client
+	tenantKey   string
 	tenant      *client.Client
 }
 
@@ -207,6 +208,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	require.NoError(t, err)
 	require.NotEmpty(t, tv.APIKey)
 	f.tenant = client.New(f.dispatcher.URL(), tv.APIKey)
+	f.tenantKey = tv.APIKey
 	return f
 }
 

@@ -240,3 +240,95 @@ func withQuery(t *testing.T, raw, key, value string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// A worker process SIGKILLed after its parent's turn spawned children and
+// before that turn committed: the turn runs again on another worker and
+// spawns nothing twice (the children's ids come from the parent, the turn
+// and the call), and the parent completes from its children's answers.
+func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test builds binaries")
+	}
+	baseURL, schema := pgtest.Schema(t)
+	dispatcherBin, workerBin := buildFleet(t)
+	natsBin := bustest.BuildServerBinary(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	natsSrv := bustest.StartServerProcess(t, natsBin, freePort(t), t.TempDir())
+
+	held, killed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+		if r.FirstUser() == "hold" {
+			// The first hold answers only once its worker is dead.
+			once.Do(func() { close(held); <-killed })
+		}
+		return fanOutTurns(r)
+	}
+	model, err := fakeserver.Start(fakeserver.Config{Responder: responder})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = model.Close() })
+
+	apiPort := freePort(t)
+	common := []string{
+		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
+		"AGENTFLEET_DATABASE_URL=" + withQuery(t, baseURL, "search_path", schema),
+		"AGENTFLEET_ACK_WAIT=3s",
+		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
+	}
+	startProc(t, "dispatcher", dispatcherBin, append(common,
+		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
+	workerEnv := append(common, "AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
+		"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL())
+	first := startProc(t, "worker0", workerBin, workerEnv)
+
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	tenant := client.New(apiURL, tv.APIKey)
+	parent, err := tenant.CreateRun(ctx, api.RunCreateRequest{Message: "fan out 2 and hold"})
+	require.NoError(t, err)
+
+	select {
+	case <-held: // both children spawned, the turn not committed
+	case <-time.After(60 * time.Second):
+		t.Fatal("the parent's script never reached its hold")
+	}
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	<-first.done
+	close(killed)
+	startProc(t, "worker1", workerBin, workerEnv)
+
+	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	done, err := tenant.Wait(waitCtx, parent.ID)
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusCompleted, done.Status, done.Error)
+	require.JSONEq(t, `"completed:4,completed:9"`, string(done.Answer))
+	kids, err := st.RunList(ctx, store.RunListParams{Tenant: "acme", ParentRunID: parent.ID})
+	require.NoError(t, err)
+	require.Len(t, kids.Runs, 2, "the turn run again spawned nothing twice")
+	for _, k := range kids.Runs {
+		requireCommittedOnce(t, st, k)
+	}
+	evs, err := st.EventListByRun(ctx, store.EventListByRunParams{RunID: parent.ID})
+	require.NoError(t, err)
+	calls := map[int]int{}
+	for i, ev := range evs {
+		require.EqualValues(t, i+1, ev.Seq)
+		if ev.Type == agentfleet.EventModelCall {
+			calls[ev.Turn]++
+		}
+	}
+	require.Equal(t, map[int]int{1: 2, 2: 1}, calls, "the parent's turns committed once: its reply and the hold's ai() call, then its answer")
+}
