@@ -174,27 +174,11 @@ func (s *Server) newCallbackSecret(ctx context.Context, tenant string) (string, 
 
 func callbackSecretAD(tenant string) string { return "tenant-callback:" + tenant }
 
-// visibleTenant is the tenant named in the path, when it exists and the
-// principal may see it (otherwise a 404, whichever it is).
-func (s *Server) visibleTenant(r *http.Request, p principal) (string, error) {
-	id := r.PathValue("id")
-	if !p.canSee(id) {
-		return "", errNotFound("no tenant %q", id)
-	}
-	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errNotFound("no tenant %q", id)
-		}
-		return "", err
-	}
-	return id, nil
-}
-
 // handleCallbackSecretRotate replaces a tenant's callback secret (the
 // admin, or the tenant itself). Callbacks sent from now on are signed
 // with the new one.
 func (s *Server) handleCallbackSecretRotate(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := s.visibleTenant(r, p)
+	id, err := s.tenantForKeys(r, p)
 	if err != nil {
 		s.fail(w, r, err)
 		return

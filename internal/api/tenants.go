@@ -288,7 +288,7 @@ type UsageRow struct {
 
 // handleTenantUsage sums a tenant's settled usage by model or by run.
 func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p principal) {
-	id, err := s.visibleTenant(r, p)
+	id, err := s.tenantForKeys(r, p)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -355,9 +355,10 @@ func keyView(k store.APIKey) APIKeyView {
 // keyNameMax bounds a key's name (the store's limit).
 const keyNameMax = 100
 
-// tenantForKeys checks that the principal may manage the keys of the
-// tenant in the path (the admin, or the tenant's own key) and that it
-// exists; either failing is a 404, so ids do not leak.
+// tenantForKeys checks that the principal may manage the keys (or the
+// usage, or the callback secret) of the tenant in the path (the admin,
+// or the tenant's own key) and that it exists; either failing is a 404,
+// so ids do not leak.
 func (s *Server) tenantForKeys(r *http.Request, p principal) (string, error) {
 	id := r.PathValue("id")
 	if !p.canSee(id) {
