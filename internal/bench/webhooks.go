@@ -179,6 +179,8 @@ func (e *env) webhooks(ctx context.Context) error {
 		f.Retries++
 		if r.status == http.StatusOK && r.runID != "" && r.runID == retries[k].runID {
 			f.RetriesDeduped++
+		} else if f.Retries-f.RetriesDeduped <= 3 {
+			e.rep.note("retry of delivery %s: HTTP %d run %q (%s), first sent: HTTP %d run %q", ds[r.i].id, r.status, r.runID, r.err, retries[k].status, retries[k].runID)
 		}
 	}
 
@@ -235,6 +237,7 @@ type hookResult struct {
 	runID  string
 	at     time.Time
 	took   time.Duration
+	err    error
 }
 
 func (e *env) burst(ctx context.Context, hook *client.Client, trig api.TriggerView, ds []signedDelivery) ([]hookResult, int) {
@@ -261,7 +264,7 @@ func (e *env) burstCounting(ctx context.Context, hook *client.Client, trig api.T
 				for {
 					at := time.Now()
 					res, err := hook.SendHook(ctx, trig.URL, d.header, d.body)
-					results[k] = hookResult{i: d.i, status: res.Status, runID: res.Answer.RunID, at: at, took: time.Since(at)}
+					results[k] = hookResult{i: d.i, status: res.Status, runID: res.Answer.RunID, at: at, took: time.Since(at), err: err}
 					var apiErr *client.Error
 					retry := err != nil && (!errors.As(err, &apiErr) || apiErr.Status >= 500 || apiErr.Status == http.StatusTooManyRequests)
 					if !retry || time.Now().After(giveUp) || ctx.Err() != nil {

@@ -13,11 +13,14 @@ import (
 // executed per delivery, so its cost must be bounded by its shape: it
 // may not nest a range in a range, range over a literal number, or
 // define and call templates, which leaves work linear in the payload;
-// the output and the time are capped on top of that.
+// the output and the time are capped on top of that. The time is wall
+// time, so its cap is a backstop well above what any allowed template
+// takes: on a machine starved of CPU a goroutine may wait tens of
+// milliseconds for a core, and a delivery must not fail for that.
 const (
 	MaxTemplateLen        = 4 << 10
 	TemplateOutputDefault = 256 << 10
-	TemplateTimeDefault   = 100 * time.Millisecond
+	TemplateTimeDefault   = time.Second
 )
 
 // Template is a parsed message or session_id template.
