@@ -161,6 +161,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
+		Secrets: testSecrets, Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	dispatcherDone := make(chan struct{})
