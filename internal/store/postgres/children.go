@@ -89,38 +89,24 @@ func (s *Store) RunChildrenDue(ctx context.Context, p store.RunChildrenDueParams
 		var id string
 		return id, sc.Scan(&id)
 	}
-	var res store.RunEndedResult
 	waiters, err := queryAll(ctx, s, waitersDueSQL, str, now, limit)
 	if err != nil {
-		return res, fmt.Errorf("find runs whose children are done: %w", err)
-	}
-	for _, id := range waiters {
-		var ch store.RunChangeResult
-		var woken bool
-		err := s.withTx(ctx, func(tx pgx.Tx) (err error) {
-			ch, woken, err = rules.ApplyWake(ctx, runTx{tx}, id, now)
-			return err
-		})
-		if err != nil {
-			return res, fmt.Errorf("wake run %s: %w", id, err)
-		}
-		if woken {
-			res.Changes = append(res.Changes, ch)
-			res.Woken = append(res.Woken, ch.Run)
-		}
+		return store.RunEndedResult{}, fmt.Errorf("find runs whose children are done: %w", err)
 	}
 	ended, err := queryAll(ctx, s, orphanedSQL, str, limit)
 	if err != nil {
-		return res, fmt.Errorf("find ended runs with children: %w", err)
+		return store.RunEndedResult{}, fmt.Errorf("find ended runs with children: %w", err)
 	}
-	for _, id := range ended {
-		r, err := s.RunEnded(ctx, store.RunEndedParams{ID: id})
-		if err != nil {
-			return res, err
-		}
-		res.Add(r)
+	wake := func(ctx context.Context, id string) (ch store.RunChangeResult, woken bool, err error) {
+		err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
+			ch, woken, err = rules.ApplyWake(ctx, runTx{tx}, id, now)
+			return err
+		})
+		return ch, woken, err
 	}
-	return res, nil
+	return rules.SettleChildrenDue(ctx, waiters, ended, wake, func(ctx context.Context, id string) (store.RunEndedResult, error) {
+		return s.RunEnded(ctx, store.RunEndedParams{ID: id})
+	})
 }
 
 func (s *Store) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {

@@ -79,45 +79,34 @@ var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.pare
 func (s *Store) RunChildrenDue(ctx context.Context, p store.RunChildrenDueParams) (store.RunEndedResult, error) {
 	now := rules.NowOr(p.Now)
 	limit := rules.ChildrenDueLimit(p.Limit)
-	var res store.RunEndedResult
-	rows, err := s.rd.QueryContext(ctx, waitersDueSQL, now.UnixMicro(), limit)
+	waiters, err := s.readStrings(ctx, waitersDueSQL, now.UnixMicro(), limit)
 	if err != nil {
-		return res, fmt.Errorf("find runs whose children are done: %w", mapErr(err))
+		return store.RunEndedResult{}, fmt.Errorf("find runs whose children are done: %w", err)
 	}
-	waiters, err := collectStrings(rows)
+	ended, err := s.readStrings(ctx, orphanedSQL, limit)
 	if err != nil {
-		return res, fmt.Errorf("find runs whose children are done: %w", mapErr(err))
+		return store.RunEndedResult{}, fmt.Errorf("find ended runs with children: %w", err)
 	}
-	for _, id := range waiters {
-		var ch store.RunChangeResult
-		var woken bool
-		err := s.write(ctx, func(tx *wtx) (err error) {
+	wake := func(ctx context.Context, id string) (ch store.RunChangeResult, woken bool, err error) {
+		err = s.write(ctx, func(tx *wtx) (err error) {
 			ch, woken, err = rules.ApplyWake(ctx, runTx{s: s, tx: tx}, id, now)
 			return err
 		})
-		if err != nil {
-			return res, fmt.Errorf("wake run %s: %w", id, err)
-		}
-		if woken {
-			res.Changes = append(res.Changes, ch)
-			res.Woken = append(res.Woken, ch.Run)
-		}
+		return ch, woken, err
 	}
-	if rows, err = s.rd.QueryContext(ctx, orphanedSQL, limit); err != nil {
-		return res, fmt.Errorf("find ended runs with children: %w", mapErr(err))
-	}
-	ended, err := collectStrings(rows)
+	return rules.SettleChildrenDue(ctx, waiters, ended, wake, func(ctx context.Context, id string) (store.RunEndedResult, error) {
+		return s.RunEnded(ctx, store.RunEndedParams{ID: id})
+	})
+}
+
+// readStrings reads one string column of a query on the read pool.
+func (s *Store) readStrings(ctx context.Context, q string, args ...any) ([]string, error) {
+	rows, err := s.rd.QueryContext(ctx, q, args...)
 	if err != nil {
-		return res, fmt.Errorf("find ended runs with children: %w", mapErr(err))
+		return nil, mapErr(err)
 	}
-	for _, id := range ended {
-		r, err := s.RunEnded(ctx, store.RunEndedParams{ID: id})
-		if err != nil {
-			return res, err
-		}
-		res.Add(r)
-	}
-	return res, nil
+	out, err := collectStrings(rows)
+	return out, mapErr(err)
 }
 
 func (s *Store) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {

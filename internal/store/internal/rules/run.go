@@ -423,3 +423,30 @@ func ChildrenDueLimit(n int) int {
 	}
 	return n
 }
+
+// SettleChildrenDue is RunChildrenDue once a backend has found what is
+// due: each waiter woken in a transaction of its own (wake, ApplyWake
+// in it), each ended parent settled (RunEnded).
+func SettleChildrenDue(ctx context.Context, waiters, ended []string,
+	wake func(ctx context.Context, id string) (store.RunChangeResult, bool, error),
+	settle func(ctx context.Context, id string) (store.RunEndedResult, error)) (store.RunEndedResult, error) {
+	var res store.RunEndedResult
+	for _, id := range waiters {
+		ch, woken, err := wake(ctx, id)
+		if err != nil {
+			return res, fmt.Errorf("wake run %s: %w", id, err)
+		}
+		if woken {
+			res.Changes = append(res.Changes, ch)
+			res.Woken = append(res.Woken, ch.Run)
+		}
+	}
+	for _, id := range ended {
+		r, err := settle(ctx, id)
+		if err != nil {
+			return res, err
+		}
+		res.Add(r)
+	}
+	return res, nil
+}
