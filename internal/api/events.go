@@ -64,14 +64,7 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 		defer live.Close()
 	}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-
+	startSSE(w, flusher)
 	sse := &sseWriter{w: w, f: flusher, last: last}
 	done, err := s.catchUp(ctx, sse, run.ID)
 	if err != nil || done {
@@ -189,16 +182,35 @@ type sseWriter struct {
 	last int64
 }
 
+// startSSE sends the headers of an event stream.
+func startSSE(w http.ResponseWriter, flusher http.Flusher) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+}
+
+// send writes a run's event with its seq as the id.
 func (s *sseWriter) send(ev agentfleet.Event) error {
+	if err := s.sendAt(strconv.FormatInt(ev.Seq, 10), ev); err != nil {
+		return err
+	}
+	s.last = ev.Seq
+	return nil
+}
+
+func (s *sseWriter) sendAt(id string, ev agentfleet.Event) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(s.w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data); err != nil {
+	if _, err := fmt.Fprintf(s.w, "id: %s\nevent: %s\ndata: %s\n\n", id, ev.Type, data); err != nil {
 		return err
 	}
 	s.f.Flush()
-	s.last = ev.Seq
 	return nil
 }
 

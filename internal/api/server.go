@@ -79,6 +79,9 @@ type Config struct {
 	// (one dispatcher) drops only this server's cache entries.
 	KeyRevocations KeyRevocations
 	Logger         *slog.Logger
+	// Console, when set, serves the web console at / and its assets
+	// under /console/ (internal/console).
+	Console http.Handler
 	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
 	RunsDeleted prometheus.Counter
 }
@@ -183,6 +186,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	// What the console reads, and the console itself when it is served.
+	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
+	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
+	if s.cfg.Console != nil {
+		s.mux.Handle("GET /{$}", s.cfg.Console)
+		s.mux.Handle("GET /console/", s.cfg.Console)
+	}
 	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("the API does not serve /metrics: the dispatcher serves them on AGENTFLEET_METRICS_LISTEN"))
 	})
