@@ -251,16 +251,25 @@ var ErrStopEvents = errors.New("stop events")
 // resumed with Last-Event-ID, so fn sees every event exactly once.
 func (c *Client) Events(ctx context.Context, runID string, afterSeq int64, fn func(agentfleet.Event) error) error {
 	last := afterSeq
-	return follow(ctx, func() (bool, error, error) { return c.eventStream(ctx, runID, &last, fn) })
+	return follow(ctx, func() (bool, bool, error, error) {
+		before := last
+		done, cbErr, err := c.eventStream(ctx, runID, &last, fn)
+		return last != before, done, cbErr, err
+	})
 }
 
 // follow calls stream, one connection of an event stream, again after
-// each break, backing off, until it is done, its callback failed, ctx
-// ended or the API refused it (a 4xx).
-func follow(ctx context.Context, stream func() (done bool, cbErr, err error)) error {
-	backoff := 100 * time.Millisecond
+// each break until it is done, its callback failed, ctx ended or the API
+// refused it (a 4xx). It backs off between connections that brought
+// nothing new.
+func follow(ctx context.Context, stream func() (progress, done bool, cbErr, err error)) error {
+	const backoffMin = 100 * time.Millisecond
+	backoff := backoffMin
 	for {
-		done, cbErr, err := stream()
+		progress, done, cbErr, err := stream()
+		if progress {
+			backoff = backoffMin
+		}
 		switch {
 		case done || errors.Is(cbErr, ErrStopEvents):
 			return nil
@@ -414,10 +423,11 @@ func (c *Client) TenantEvents(ctx context.Context, p TenantEventsParams, fn func
 	if p.Tenant != "" {
 		path += "?tenant=" + url.QueryEscape(p.Tenant)
 	}
-	return follow(ctx, func() (bool, error, error) {
+	return follow(ctx, func() (bool, bool, error, error) {
+		before := lastID
 		resp, err := c.openSSE(ctx, path, lastID)
 		if err != nil {
-			return false, nil, err
+			return false, false, nil, err
 		}
 		defer resp.Body.Close()
 		var cbErr error
@@ -437,7 +447,7 @@ func (c *Client) TenantEvents(ctx context.Context, p TenantEventsParams, fn func
 			cbErr = fn(TenantEvent{Pos: pos, Event: ev})
 			return cbErr != nil, nil
 		})
-		return false, cbErr, err
+		return lastID != before, false, cbErr, err
 	})
 }
 

@@ -1,16 +1,22 @@
 package fleet_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 )
@@ -259,4 +265,80 @@ func TestConsole(t *testing.T) {
 		require.False(t, browsertest.Eval[bool](p, `'__pwned' in window`))
 		requireClean(t, p)
 	})
+}
+
+// cutBody ends a response body with an error after limit bytes, as a
+// connection that breaks would.
+type cutBody struct {
+	io.ReadCloser
+	left int
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errors.New("connection cut by the test")
+	}
+	n, err := b.ReadCloser.Read(p[:min(len(p), b.left)])
+	b.left -= n
+	return n, err
+}
+
+type cuttingTransport struct {
+	limit int
+	opens atomic.Int64
+}
+
+func (c *cuttingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err == nil && r.URL.Path == "/v1/events" {
+		c.opens.Add(1)
+		resp.Body = &cutBody{ReadCloser: resp.Body, left: c.limit}
+	}
+	return resp, err
+}
+
+// TestTenantEventsResumeAcrossBrokenStreams: client.TenantEvents over a
+// stream that breaks every couple of events gets every event of every
+// run of the tenant exactly once, each run's in seq order, resuming
+// with Last-Event-ID each time.
+func TestTenantEventsResumeAcrossBrokenStreams(t *testing.T) {
+	t.Parallel()
+	f := setupFleet(t, threeTurns, 0)
+	var runs []agentfleet.Run
+	for i := range 5 {
+		runs = append(runs, f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}))
+	}
+	for _, r := range runs {
+		f.wait(r.ID, 30*time.Second)
+	}
+
+	tr := &cuttingTransport{limit: 1500}
+	c := client.New(f.dispatcher.URL(), f.tenantKey)
+	c.HTTP = &http.Client{Transport: tr}
+	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
+	defer cancel()
+	got := map[string][]int64{}
+	ended := 0
+	var lastPos uint64
+	err := c.TenantEvents(ctx, client.TenantEventsParams{FromOldest: true}, func(ev client.TenantEvent) error {
+		require.Greater(t, ev.Pos, lastPos, "positions increase")
+		lastPos = ev.Pos
+		got[ev.Event.RunID] = append(got[ev.Event.RunID], ev.Event.Seq)
+		if ev.Event.Terminal() {
+			if ended++; ended == len(runs) {
+				return client.ErrStopEvents
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, tr.opens.Load(), int64(len(runs)), "the stream broke and was resumed many times")
+	require.Len(t, got, len(runs))
+	for _, r := range runs {
+		want := []int64{}
+		for _, ev := range f.events(r.ID) {
+			want = append(want, ev.Seq)
+		}
+		require.Equal(t, want, got[r.ID], "run %s: every event once, in order", r.ID)
+	}
 }
