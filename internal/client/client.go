@@ -402,7 +402,8 @@ type TenantEventsParams struct {
 	FromOldest bool
 }
 
-// TenantEvent is an event of every-run stream with its position there.
+// TenantEvent is an event of GET /v1/events with its position in the
+// fleet's events stream, which TenantEventsParams.After resumes after.
 type TenantEvent struct {
 	Pos   uint64
 	Event agentfleet.Event

@@ -19,6 +19,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/store"
 )
 
 // xss is markup a tenant or a model might write; the console must show
@@ -263,6 +264,37 @@ func TestConsole(t *testing.T) {
 		require.Contains(t, p.Text("table.runs tbody tr:first-child td.message"), xss)
 		require.Zero(t, browsertest.Eval[int](p, `document.querySelectorAll('img').length`))
 		require.False(t, browsertest.Eval[bool](p, `'__pwned' in window`))
+		requireClean(t, p)
+	})
+
+	t.Run("Paging", func(t *testing.T) {
+		// 120 runs of a tenant of their own, recorded in the store alone
+		// (no turn queued), so nothing runs them.
+		tv, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "pages"})
+		require.NoError(t, err)
+		for i := range 120 {
+			p := store.RunCreateParams{Tenant: "pages", Agent: agentfleet.DefaultAgent, Message: fmt.Sprintf("compute %d", i)}
+			if i < 20 {
+				p.SessionID = "batch-a"
+			}
+			_, err := f.store.RunCreate(f.ctx, p)
+			require.NoError(t, err)
+		}
+		p := signIn(t, br, url, tv.APIKey)
+		rows := `document.querySelectorAll('table.runs tbody tr').length`
+		p.WaitJS("a page of 50", rows+` === 50`)
+		require.Contains(t, p.Text("table.runs tbody tr:first-child td.message"), "compute 119", "newest first")
+		p.Click("button.more")
+		p.WaitJS("two pages", rows+` === 100`)
+		p.Click("button.more")
+		p.WaitJS("every run", rows+` === 120`)
+		p.WaitJS("no more pages", `document.querySelector('button.more').hidden`)
+		require.Contains(t, p.Text("table.runs tbody tr:last-child td.message"), "compute 0")
+
+		p.Type(`form.filters input[name="session_id"]`, "batch-a")
+		p.Click(`form.filters button[type=submit]`)
+		p.WaitJS("the session's runs alone", rows+` === 20`)
+		require.Contains(t, browsertest.Eval[string](p, `location.hash`), "session_id=batch-a")
 		requireClean(t, p)
 	})
 }

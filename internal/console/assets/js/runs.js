@@ -63,7 +63,7 @@ export function runsPage(root, params) {
       h('td', { title: when(run.created_at) }, ago(run.created_at)),
       h('td', { class: 'message' }, run.message.length > 120 ? run.message.slice(0, 120) + '…' : run.message),
       h('td', null, isTerminal(run.status) ? null :
-        h('button', { type: 'button', class: 'cancel', onclick: async () => { const r = await cancelRun(run.id); if (r) update(r); } }, 'Cancel')),
+        h('button', { type: 'button', class: 'cancel', 'aria-label': 'Cancel run ' + run.id, onclick: async () => { const r = await cancelRun(run.id); if (r) update(r); } }, 'Cancel')),
     ];
   }
 
