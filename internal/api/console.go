@@ -43,9 +43,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, p principa
 		s.fail(w, r, err)
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		s.fail(w, r, fmt.Errorf("response writer cannot stream"))
+	flusher, err := sseFlusher(w)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -48,9 +49,9 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 			return
 		}
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		s.fail(w, r, fmt.Errorf("response writer cannot stream"))
+	flusher, err := sseFlusher(w)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -180,6 +181,15 @@ type sseWriter struct {
 	w    http.ResponseWriter
 	f    http.Flusher
 	last int64
+}
+
+// sseFlusher is how an event stream sends each event at once.
+func sseFlusher(w http.ResponseWriter) (http.Flusher, error) {
+	f, ok := w.(http.Flusher)
+	if !ok {
+		return nil, errors.New("response writer cannot stream")
+	}
+	return f, nil
 }
 
 // startSSE sends the headers of an event stream.

@@ -154,15 +154,20 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, e
 	if p.ParentRunID != "" {
 		q.Set("parent_run_id", p.ParentRunID)
 	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	setPage(q, p.Limit, p.Cursor)
 	var out api.RunList
 	err := c.do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &out)
 	return out, err
+}
+
+// setPage sets a list endpoint's ?limit= and ?cursor= when given.
+func setPage(q url.Values, limit int, cursor string) {
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
 }
 
 // CancelRun cancels a run.
@@ -225,12 +230,7 @@ type ListKeysParams struct {
 // last used, never the keys.
 func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (api.APIKeyList, error) {
 	q := url.Values{}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	setPage(q, p.Limit, p.Cursor)
 	var out api.APIKeyList
 	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+q.Encode(), nil, &out)
 	return out, err
@@ -462,12 +462,7 @@ type ListTenantsParams struct {
 // token); a tenant's key lists its own tenant alone.
 func (c *Client) ListTenants(ctx context.Context, p ListTenantsParams) (api.TenantList, error) {
 	q := url.Values{}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
+	setPage(q, p.Limit, p.Cursor)
 	var out api.TenantList
 	err := c.do(ctx, http.MethodGet, "/v1/tenants?"+q.Encode(), nil, &out)
 	return out, err
