@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout] [flags]
+const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [flags]
 
 Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
@@ -30,6 +30,9 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
                                       then SIGKILL) and Postgres, SIGKILL the dispatcher
   fanout       200 x 2, 0,      1 x 16  each run spawns 5 children and waits: how soon a
                                       parent resumes after its last child ends
+  webhooks    5000 x 1, 0,      1 x 64  signed GitHub deliveries as a burst: accepted/s and
+                                      request -> 202 percentiles (with --spawn the workers
+                                      are stopped meanwhile), then the runs they started
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

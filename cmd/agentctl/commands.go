@@ -57,6 +57,7 @@ func (e cliEnv) cmdRun(ctx context.Context, args []string) error {
 	maxTokens := fs.Int64("max-tokens", 0, "token cap for the run (0: none)")
 	timeout := fs.String("timeout", "", "run timeout, e.g. 10m")
 	idem := fs.String("idempotency-key", "", "dedupes repeated submissions")
+	callback := fs.String("callback-url", "", "receives the run's final view when it ends, signed with the tenant's callback secret")
 	wait := fs.Bool("wait", false, "follow the run: events to stderr, the answer to stdout")
 	asJSON := fs.Bool("json", false, "machine output: the run as JSON; with --wait, NDJSON events then the run")
 	pos, err := parse(fs, args)
@@ -67,7 +68,7 @@ func (e cliEnv) cmdRun(ctx context.Context, args []string) error {
 		return usagef("run takes one MESSAGE (quote it), got %d arguments", len(pos))
 	}
 	req := api.RunCreateRequest{Agent: *agent, Message: pos[0], SessionID: *session, MaxTurns: *maxTurns,
-		MaxTokens: *maxTokens, Timeout: *timeout, IdempotencyKey: *idem}
+		MaxTokens: *maxTokens, Timeout: *timeout, IdempotencyKey: *idem, CallbackURL: *callback}
 	if *contextJSON != "" {
 		if !json.Valid([]byte(*contextJSON)) {
 			return usagef("--context is not valid JSON")
@@ -292,7 +293,7 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 
 func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("tenants needs a subcommand: create, show, set-budget, usage or keys")
+		return usagef("tenants needs a subcommand: create, show, set-budget, usage, keys or callback-secret")
 	}
 	c := e.client()
 	settings := func(fs *flag.FlagSet) func() api.TenantRequest {
@@ -353,6 +354,9 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 			return err
 		}
 		fmt.Fprintf(e.stderr, "API key of %s (shown once): %s\n", t.ID, t.APIKey)
+		if t.CallbackSecret != "" {
+			fmt.Fprintf(e.stderr, "callback secret of %s (shown once): %s\n", t.ID, t.CallbackSecret)
+		}
 		return nil
 	case "show":
 		fs := flag.NewFlagSet("tenants show", flag.ContinueOnError)
@@ -403,10 +407,21 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 			return err
 		}
 		return writeJSON(e.stdout, u)
+	case "callback-secret":
+		if len(args) != 2 {
+			return usagef("tenants callback-secret takes one tenant ID")
+		}
+		v, err := c.RotateCallbackSecret(ctx, args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "new callback secret of %s (shown once; callbacks are signed with it from now on):\n", v.Tenant)
+		fmt.Fprintln(e.stdout, v.CallbackSecret)
+		return nil
 	case "keys":
 		return e.cmdTenantKeys(ctx, c, args[1:])
 	}
-	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, keys)", args[0])
+	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, keys, callback-secret)", args[0])
 }
 
 // cmdTenantKeys is `agentctl tenants keys create|ls|revoke`.

@@ -1,5 +1,6 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, administer tenants, run the whole fleet in one process
+// cancel them, administer tenants and webhook triggers (and send signed
+// deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //
 // Clients read AGENTFLEET_URL (default http://127.0.0.1:8080) and
@@ -37,7 +38,7 @@ const usage = `agentctl — the agentfleet CLI
 
 Usage:
   agentctl run [--agent A] [--session S] [--context JSON] [--max-turns N] [--max-tokens N]
-               [--timeout D] [--idempotency-key K] [--wait] [--json] MESSAGE
+               [--timeout D] [--idempotency-key K] [--callback-url U] [--wait] [--json] MESSAGE
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
@@ -51,11 +52,20 @@ Usage:
                               [--max-concurrent N] [--max-queued N] [--weight N]
                               [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
+  agentctl tenants callback-secret ID
+  agentctl triggers create [--scheme github|standard|stripe|hmac] [--agent A] [--message T] [--session T]
+                           [--events E[,E]] [--secret S] [--max-turns N] [--max-tokens N] NAME
+  agentctl triggers ls|show|rm [--json] [ID]
+  agentctl triggers set [--enabled=false] [--rotate-secret] [--message T] [--events E[,E]] [...] ID
+  agentctl triggers deliveries [--limit N] [--cursor C] [--json] ID
+  agentctl triggers redeliver ID DELIVERY
+  agentctl triggers test [--event E] [--file payload.json] ID
+  agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
-  agentctl bench [throughput|latency|scale|fairness|chaos|fanout] [--runs N] [--turns T]
+  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
                  ('agentctl bench -h' for all flags)
 
@@ -63,6 +73,7 @@ Environment:
   AGENTFLEET_URL    the dispatcher (default http://127.0.0.1:8080)
   AGENTFLEET_TOKEN  a tenant API key, or the admin token for 'tenants'
                     (a tenant's own key may show it and manage its keys)
+  AGENTFLEET_TRIGGER_SECRET  the secret 'triggers send' signs with
 
 'run --wait' prints events to stderr and the answer alone to stdout, and exits
 0 completed, 1 failed, 2 max turns, 3 usage error, 4 cancelled, 5 budget.
@@ -113,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdRuns(ctx, args[1:])
 	case "tenants":
 		err = env.cmdTenants(ctx, args[1:])
+	case "triggers":
+		err = env.cmdTriggers(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "bench":

@@ -84,6 +84,8 @@ func (s *Server) publishFamily(ctx context.Context, res store.RunEndedResult) {
 type runView struct {
 	agentfleet.Run
 	Usage runUsage `json:"usage"`
+	// Callback is the run's completion callback (callbacks.go).
+	Callback *CallbackView `json:"callback,omitempty"`
 }
 
 type runUsage struct {
@@ -94,6 +96,10 @@ type runUsage struct {
 
 func (s *Server) viewRun(ctx context.Context, run agentfleet.Run) (runView, error) {
 	v := runView{Run: run, Usage: runUsage{Usage: run.Usage}}
+	var err error
+	if v.Callback, err = s.callbackView(ctx, run); err != nil {
+		return v, err
+	}
 	if run.Children > 0 {
 		u, err := s.cfg.Store.RunChildrenUsage(ctx, run.ID)
 		if err != nil {

@@ -37,6 +37,9 @@ type RunCreateRequest struct {
 	MaxTokens      int64             `json:"max_tokens,omitempty"`
 	// Timeout is a Go duration ("90s", "10m") after which the run fails.
 	Timeout string `json:"timeout,omitempty"`
+	// CallbackURL receives the run's final view when it ends
+	// (callbacks.go).
+	CallbackURL string `json:"callback_url,omitempty"`
 }
 
 func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p principal) {
@@ -53,37 +56,15 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.checkAgent(r.Context(), p.tenant, params.Agent); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	params.Events = []agentfleet.Event{{
-		V: agentfleet.EventVersion, Tenant: p.tenant, SessionID: params.SessionID,
-		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
-	}}
-	res, err := s.cfg.Store.RunCreate(r.Context(), params)
-	if err != nil {
-		s.fail(w, r, tooManyRuns(w, err))
-		return
-	}
-	// A repeated submission (same idempotency key) publishes again what
-	// the first one owed: if that request died between the store and
-	// NATS, this finishes its work; if not, dedup drops the repeats.
-	evs := res.Events
-	if !res.Created {
-		evs, err = s.cfg.Store.EventListByRun(r.Context(), store.EventListByRunParams{RunID: res.Run.ID, Limit: 1})
-		if err != nil {
+	if req.CallbackURL != "" {
+		if err := s.checkCallbackURL(req.CallbackURL); err != nil {
 			s.fail(w, r, err)
 			return
 		}
 	}
-	if err := s.publishAdmission(r.Context(), res.Run, evs, res.Startable); err != nil {
-		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
-		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
-			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
-		}
-		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
-		s.fail(w, r, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg})
+	res, err := s.admit(r.Context(), params, admission{callbackURL: req.CallbackURL})
+	if err != nil {
+		s.fail(w, r, tooManyRuns(w, err))
 		return
 	}
 	status := http.StatusAccepted
@@ -91,6 +72,57 @@ func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p princ
 		status = http.StatusOK
 	}
 	writeJSON(w, status, res.Run)
+}
+
+// admission is what a run's admission carries besides the run: its
+// queued event's Args, and a callback URL.
+type admission struct {
+	queuedArgs  json.RawMessage
+	callbackURL string
+}
+
+// admit is the one path by which a run enters the fleet, for POST
+// /v1/runs and the webhook intake alike: the agent must exist, the
+// run's callback is stored first (so the run cannot end without it),
+// the run is recorded with its queued event, then its events and first
+// turn are published. An error is for fail (after tooManyRuns).
+func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admission) (store.RunCreateResult, error) {
+	if err := s.checkAgent(ctx, params.Tenant, params.Agent); err != nil {
+		return store.RunCreateResult{}, err
+	}
+	if a.callbackURL != "" {
+		if err := s.createCallback(ctx, &params, a.callbackURL); err != nil {
+			return store.RunCreateResult{}, fmt.Errorf("store the run's callback: %w", err)
+		}
+	}
+	params.Events = []agentfleet.Event{{
+		V: agentfleet.EventVersion, Tenant: params.Tenant, SessionID: params.SessionID,
+		Type: agentfleet.EventQueued, TS: time.Now().UTC(), Content: params.Message, Summary: "agent " + params.Agent,
+		Args: a.queuedArgs,
+	}}
+	res, err := s.cfg.Store.RunCreate(ctx, params)
+	if err != nil {
+		return res, err
+	}
+	// A repeated submission (same idempotency key) publishes again what
+	// the first one owed: if that request died between the store and
+	// NATS, this finishes its work; if not, dedup drops the repeats.
+	evs := res.Events
+	if !res.Created {
+		evs, err = s.cfg.Store.EventListByRun(ctx, store.EventListByRunParams{RunID: res.Run.ID, Limit: 1})
+		if err != nil {
+			return res, err
+		}
+	}
+	if err := s.publishAdmission(ctx, res.Run, evs, res.Startable); err != nil {
+		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
+		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
+			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
+		}
+		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
+		return res, &apiError{status: http.StatusServiceUnavailable, code: "unavailable", msg: msg}
+	}
+	return res, nil
 }
 
 // tooManyRuns turns a refusal for the tenant's max_queued_runs into a 429

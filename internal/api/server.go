@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,6 +81,19 @@ type Config struct {
 	// (one dispatcher) drops only this server's cache entries.
 	KeyRevocations KeyRevocations
 	Logger         *slog.Logger
+	// Webhook triggers: Secrets seals their secrets at rest (nil: no
+	// AGENTFLEET_SECRETS_KEY, and creating a trigger is refused);
+	// PublicURL, when set, makes their hook URLs absolute
+	// (AGENTFLEET_PUBLIC_URL); DeliveryLogKeep is how many delivery log
+	// lines each keeps (zero: 1,000).
+	Secrets         *secrets.Box
+	PublicURL       string
+	DeliveryLogKeep int
+	// Run callbacks: Egress is the network guard they dial through
+	// (AGENTFLEET_EGRESS_ALLOW); CallbackBackoff scales the retry
+	// schedule (zero: CallbackBackoffDefault, for tests).
+	Egress          egress.Config
+	CallbackBackoff time.Duration
 	// Console, when set, serves the web console at / and its assets
 	// under /console/ (internal/console).
 	Console http.Handler
@@ -114,6 +129,10 @@ type Server struct {
 	sweepWithin atomic.Int64
 	// readyLog paces the log lines of failing readiness checks.
 	readyLog readyLog
+	// hooks is the webhook intake's state (hooks.go), callbacks the
+	// run callback sender's (callbacks.go).
+	hooks     hookState
+	callbacks callbackState
 }
 
 // New returns a Server.
@@ -150,6 +169,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("api: register metrics: %w", err)
 		}
 	}
+	if err := s.hooks.init(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.callbacks.init(cfg); err != nil {
+		return nil, err
+	}
 	s.routes()
 	if cfg.KeyRevocations != nil {
 		stop, err := cfg.KeyRevocations.SubscribeKeyRevoked(s.keyRevoked)
@@ -183,6 +208,17 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/tenants/{id}", s.authed(s.handleTenantGet))
 	s.mux.HandleFunc("PUT /v1/tenants/{id}", s.adminOnly(s.handleTenantUpdate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/usage", s.authed(s.handleTenantUsage))
+	// Webhook triggers (triggers.go) and their intake (hooks.go).
+	s.mux.HandleFunc("POST /v1/triggers", s.authed(s.tenantTrigger(s.handleTriggerCreate)))
+	s.mux.HandleFunc("GET /v1/triggers", s.authed(s.tenantTrigger(s.handleTriggerList)))
+	s.mux.HandleFunc("GET /v1/triggers/{id}", s.authed(s.tenantTrigger(s.handleTriggerGet)))
+	s.mux.HandleFunc("PATCH /v1/triggers/{id}", s.authed(s.tenantTrigger(s.handleTriggerUpdate)))
+	s.mux.HandleFunc("DELETE /v1/triggers/{id}", s.authed(s.tenantTrigger(s.handleTriggerDelete)))
+	s.mux.HandleFunc("GET /v1/triggers/{id}/deliveries", s.authed(s.tenantTrigger(s.handleDeliveryList)))
+	s.mux.HandleFunc("POST /v1/triggers/{id}/deliveries/{delivery}/redeliver", s.authed(s.tenantTrigger(s.handleRedeliver)))
+	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
+	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
+	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
@@ -292,10 +328,17 @@ func errUnauthorized(msg string) error {
 
 // fail writes err, logging what is not the client's fault.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, s.apiErrorOf(r, err))
+}
+
+// apiErrorOf maps err to its HTTP answer, logging what is not the
+// client's fault.
+func (s *Server) apiErrorOf(r *http.Request, err error) *apiError {
 	var ae *apiError
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
+		return ae
 	case errors.As(err, &mbe):
 		err = &apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
 			msg: fmt.Sprintf("request body exceeds %d bytes", mbe.Limit)}
@@ -309,12 +352,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		err = &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"}
 	}
-	writeError(w, err)
+	return err.(*apiError)
 }
 
 func writeError(w http.ResponseWriter, err error) {
 	ae := err.(*apiError)
-	if ae.status == http.StatusUnauthorized {
+	if ae.code == "unauthorized" {
 		// A 401 names the scheme it wants (RFC 9110 §11.6.1).
 		w.Header().Set("WWW-Authenticate", `Bearer realm="agentfleet"`)
 	}

@@ -54,6 +54,9 @@ type TenantView struct {
 	CreatedAt         time.Time                  `json:"created_at"`
 	UpdatedAt         time.Time                  `json:"updated_at"`
 	APIKey            string                     `json:"api_key,omitempty"`
+	// CallbackSecret signs the tenant's run callbacks (whsec_); shown
+	// once, when made (callbacks.go).
+	CallbackSecret string `json:"callback_secret,omitempty"`
 }
 
 func (req *TenantRequest) validate() error {
@@ -146,6 +149,14 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 		return
 	}
 	view.APIKey = key
+	// Without a secrets key the tenant has no callback secret until one
+	// is made (POST /v1/tenants/{id}/callback-secret).
+	if s.cfg.Secrets != nil {
+		if view.CallbackSecret, err = s.newCallbackSecret(r.Context(), req.ID); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	writeJSON(w, http.StatusCreated, view)
 }
 
@@ -284,15 +295,8 @@ type UsageRow struct {
 
 // handleTenantUsage sums a tenant's settled usage by model or by run.
 func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p principal) {
-	id := r.PathValue("id")
-	if !p.canSee(id) {
-		s.fail(w, r, errNotFound("no tenant %q", id))
-		return
-	}
-	if _, err := s.cfg.Store.TenantGetByID(r.Context(), id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errNotFound("no tenant %q", id)
-		}
+	id, err := s.tenantForKeys(r, p)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -358,9 +362,10 @@ func keyView(k store.APIKey) APIKeyView {
 // keyNameMax bounds a key's name (the store's limit).
 const keyNameMax = 100
 
-// tenantForKeys checks that the principal may manage the keys of the
-// tenant in the path (the admin, or the tenant's own key) and that it
-// exists; either failing is a 404, so ids do not leak.
+// tenantForKeys checks that the principal may manage the keys (or the
+// usage, or the callback secret) of the tenant in the path (the admin,
+// or the tenant's own key) and that it exists; either failing is a 404,
+// so ids do not leak.
 func (s *Server) tenantForKeys(r *http.Request, p principal) (string, error) {
 	id := r.PathValue("id")
 	if !p.canSee(id) {

@@ -28,10 +28,11 @@ const (
 	Fairness   = "fairness"
 	Chaos      = "chaos"
 	Fanout     = "fanout"
+	Webhooks   = "webhooks"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -46,6 +47,7 @@ var scenarioDefaults = map[string]defaults{
 	Fairness:   {runs: 300, turns: 2, workers: 2, slots: 4, latency: 100 * time.Millisecond},
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
 	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
+	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
 }
 
 // Other defaults.
@@ -355,6 +357,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.chaos(ctx)
 	case Fanout:
 		runErr = e.fanout(ctx)
+	case Webhooks:
+		runErr = e.webhooks(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()

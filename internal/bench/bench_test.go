@@ -357,3 +357,33 @@ func freeAddr(t *testing.T) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+func TestWebhooks(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Webhooks, Runs: 40, Warmup: 4, Slots: 8, ModelLatency: bench.LatencyDefault})
+	w := rep.Figures.Webhooks
+	require.NotNil(t, w)
+	require.Equal(t, 40, w.Deliveries)
+	require.Equal(t, 40, w.Accepted)
+	require.Equal(t, 40, w.IntakeLatency.N)
+	require.Equal(t, 40, w.Retries)
+	require.Equal(t, 40, w.RetriesDeduped)
+	require.False(t, w.WorkersPaused, "an embedded fleet")
+	require.Positive(t, w.AcceptedPerSec)
+}
+
+// With a fleet of processes no worker runs during the burst (they are
+// stopped before it and started after); the dispatcher has a secrets key of its own.
+func TestWebhooksSpawned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds agentctl and runs a fleet of processes")
+	}
+	dbURL, schema := pgtest.Schema(t)
+	rep := run(t, bench.Config{Scenario: bench.Webhooks, Runs: 40, Warmup: 4, Slots: 8, ModelLatency: bench.LatencyDefault,
+		Spawn: true, DatabaseURL: dbURL, Schema: schema, Executable: buildAgentctl(t)})
+	w := rep.Figures.Webhooks
+	require.NotNil(t, w)
+	require.True(t, w.WorkersPaused)
+	require.Equal(t, 40, w.Accepted)
+	require.Equal(t, w.Retries, w.RetriesDeduped)
+	require.Contains(t, w.CPUPerDeliveryByProcess, "dispatcher")
+}

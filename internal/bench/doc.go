@@ -31,10 +31,12 @@
 // another's backlog), chaos (a worker SIGKILLed, the NATS server
 // restarted and then SIGKILLed, Postgres restarted, the dispatcher
 // SIGKILLed mid-submission, all mid-load: nothing lost, nothing committed
-// twice). Each returns a Report
-// of figures and checks; a check that fails makes the command exit
-// non-zero. Checks marked timing compare with a bound that depends on the
-// machine; the others hold at any speed, which is what the package's
+// twice), webhooks (a burst of signed GitHub deliveries to one trigger:
+// accepted per second and request-to-202 percentiles, with a fleet of
+// processes' workers stopped so the intake is measured alone, then the
+// runs the burst started). Each returns a Report of figures and checks;
+// a check that fails makes the command exit non-zero. Checks marked
+// timing compare with a bound that depends on the machine; the others hold at any speed, which is what the package's
 // tests assert (a test asserts behaviour; a bench reports figures).
 //
 // CPU is getrusage(RUSAGE_SELF) + getrusage(RUSAGE_CHILDREN) plus the

@@ -33,6 +33,8 @@ func expectedAnswer(i, turns int) string { return fmt.Sprintf("done %d %d", i, t
 
 // parseTask returns the tag, run index and turns of a bench task.
 func parseTask(msg string) (tag string, i, turns int, ok bool) {
+	// A run with a context (a webhook's) has its digest after the task.
+	msg, _, _ = strings.Cut(msg, "\n")
 	m := taskRE.FindStringSubmatch(msg)
 	if m == nil {
 		return "", 0, 0, false

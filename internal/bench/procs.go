@@ -23,6 +23,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/procstat"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 )
@@ -248,6 +249,8 @@ type procFleet struct {
 	st       *postgres.Store
 	dbURL    string
 	token    string
+	// secretsKey is every dispatcher's AGENTFLEET_SECRETS_KEY.
+	secretsKey string
 
 	natsPort int
 	natsDir  string
@@ -282,7 +285,7 @@ func startProcFleet(ctx context.Context, cfg Config, modelURL string) (_ *procFl
 	if err != nil {
 		return nil, err
 	}
-	f := &procFleet{cfg: cfg, exe: exe, dir: dir, modelURL: modelURL, token: newToken(), natsDir: filepath.Join(dir, "nats")}
+	f := &procFleet{cfg: cfg, exe: exe, dir: dir, modelURL: modelURL, token: newToken(), natsDir: filepath.Join(dir, "nats"), secretsKey: secrets.NewKey()}
 	defer func() {
 		if err != nil {
 			_ = f.close()
@@ -460,7 +463,7 @@ func (f *procFleet) schedulerLeading(ctx context.Context) (bool, error) {
 func (f *procFleet) startDispatcher(ctx context.Context) error {
 	name := f.name("dispatcher")
 	env := append(f.commonEnv(name), "AGENTFLEET_LISTEN=127.0.0.1:"+strconv.Itoa(f.apiPort),
-		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN="+f.token)
+		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN="+f.token, secrets.EnvKey+"="+f.secretsKey)
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), dispatcherReadyLine, []string{RoleCommand, "dispatcher"}, env)
 	if err != nil {
 		return err
@@ -570,6 +573,30 @@ func (f *procFleet) usageByRole() map[string]roleUsage {
 		}
 	}
 	return out
+}
+
+// stopWorkers drains and stops every worker process, and restartWorkers
+// starts as many again: the webhooks scenario measures its burst with no
+// worker running.
+func (f *procFleet) stopWorkers() {
+	f.mu.Lock()
+	workers := f.workers
+	f.workers = nil
+	f.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() { w.stop(20 * time.Second) })
+	}
+	wg.Wait()
+}
+
+func (f *procFleet) restartWorkers(ctx context.Context) error {
+	for range f.cfg.Workers {
+		if _, err := f.startWorker(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // killWorker SIGKILLs worker i (of those started, in order).

@@ -65,6 +65,7 @@ type Figures struct {
 	Fairness   *FairnessFigures   `json:"fairness,omitempty"`
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
+	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
 }
 
 // RunCounts says what became of the measured runs.
@@ -459,6 +460,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			row("at "+s.At.String(), "%s (took %s, %d runs done)%s%s", s.What, s.Took, s.Done, status, note)
 		}
+	}
+	if wh := f.Webhooks; wh != nil {
+		paused := "the workers running meanwhile"
+		if wh.WorkersPaused {
+			paused = "no worker running: the intake alone"
+		}
+		row("intake burst", "%d of %d deliveries accepted in %s: %.0f/s (%s)", wh.Accepted, wh.Deliveries, wh.BurstWall, wh.AcceptedPerSec, paused)
+		row("request -> 202", "%s (payload %d bytes)", wh.IntakeLatency, wh.PayloadBytes)
+		if wh.CPUPerDelivery != nil {
+			row("CPU per delivery", "%s (this process and its children, during the burst)", *wh.CPUPerDelivery)
+			if len(wh.CPUPerDeliveryByProcess) > 0 {
+				row("fleet CPU by process", "%s", byRole(wh.CPUPerDeliveryByProcess, Duration.String))
+			}
+			if wh.CPUPerDeliveryPostgres != nil {
+				row("Postgres CPU per delivery", "%s (the local server's processes)", *wh.CPUPerDeliveryPostgres)
+			}
+		}
+		row("retries", "%d of %d answered with their first run", wh.RetriesDeduped, wh.Retries)
+		row("runs after the burst", "%s to complete them, %.0f runs/s", wh.RunsWall, wh.RunsPerSec)
 	}
 	for _, ch := range r.Checks {
 		mark := "ok  "

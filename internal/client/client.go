@@ -1,8 +1,9 @@
 // Package client is the Go client of the dispatcher's HTTP API, used by
 // agentctl, the bench command and the end-to-end tests. It speaks only
-// HTTP: runs, tenants and their API keys, and events over Server-Sent
-// Events (a run's, or every run's of a tenant), resuming with
-// Last-Event-ID when a stream breaks.
+// HTTP: runs, tenants and their API keys, webhook triggers (and sending
+// signed deliveries to their hooks), and events over Server-Sent Events
+// (a run's, or every run's of a tenant), resuming with Last-Event-ID when
+// a stream breaks.
 package client
 
 import (
@@ -474,4 +475,121 @@ func (c *Client) Wait(ctx context.Context, runID string) (agentfleet.Run, error)
 		return agentfleet.Run{}, err
 	}
 	return c.GetRun(ctx, runID)
+}
+
+// CreateTrigger creates a webhook trigger; the view carries its secret
+// when the server generated it, shown this once.
+func (c *Client) CreateTrigger(ctx context.Context, req api.TriggerRequest) (api.TriggerView, error) {
+	var out api.TriggerView
+	err := c.do(ctx, http.MethodPost, "/v1/triggers", req, &out)
+	return out, err
+}
+
+// GetTrigger reads a trigger.
+func (c *Client) GetTrigger(ctx context.Context, id string) (api.TriggerView, error) {
+	var out api.TriggerView
+	err := c.do(ctx, http.MethodGet, "/v1/triggers/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// ListTriggers lists the tenant's triggers, newest first.
+func (c *Client) ListTriggers(ctx context.Context, limit int, cursor string) (api.TriggerList, error) {
+	var out api.TriggerList
+	err := c.do(ctx, http.MethodGet, "/v1/triggers?"+pageQuery(limit, cursor).Encode(), nil, &out)
+	return out, err
+}
+
+// UpdateTrigger changes the fields req sets.
+func (c *Client) UpdateTrigger(ctx context.Context, id string, req api.TriggerRequest) (api.TriggerView, error) {
+	var out api.TriggerView
+	err := c.do(ctx, http.MethodPatch, "/v1/triggers/"+url.PathEscape(id), req, &out)
+	return out, err
+}
+
+// DeleteTrigger deletes a trigger and its delivery log.
+func (c *Client) DeleteTrigger(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/triggers/"+url.PathEscape(id), nil, nil)
+}
+
+// ListDeliveries pages a trigger's delivery log, newest first.
+func (c *Client) ListDeliveries(ctx context.Context, id string, limit int, cursor string) (api.DeliveryList, error) {
+	var out api.DeliveryList
+	err := c.do(ctx, http.MethodGet, "/v1/triggers/"+url.PathEscape(id)+"/deliveries?"+pageQuery(limit, cursor).Encode(), nil, &out)
+	return out, err
+}
+
+// Redeliver starts a new run from a logged delivery.
+func (c *Client) Redeliver(ctx context.Context, id, delivery string) (api.HookAnswer, error) {
+	var out api.HookAnswer
+	err := c.do(ctx, http.MethodPost, "/v1/triggers/"+url.PathEscape(id)+"/deliveries/"+url.PathEscape(delivery)+"/redeliver", nil, &out)
+	return out, err
+}
+
+// TestTrigger has the server sign a delivery and run it through the
+// intake.
+func (c *Client) TestTrigger(ctx context.Context, id string, req api.TriggerTestRequest) (api.HookAnswer, error) {
+	var out api.HookAnswer
+	err := c.do(ctx, http.MethodPost, "/v1/triggers/"+url.PathEscape(id)+"/test", req, &out)
+	return out, err
+}
+
+// HookResult is a hook's answer: its status and body.
+type HookResult struct {
+	Status int
+	Answer api.HookAnswer
+}
+
+// SendHook posts a signed delivery to a hook URL (absolute, or a path on
+// BaseURL), with no bearer token: the signature in header is the
+// credential. A 4xx or 5xx is an *Error.
+func (c *Client) SendHook(ctx context.Context, hookURL string, header http.Header, body []byte) (HookResult, error) {
+	if strings.HasPrefix(hookURL, "/") {
+		hookURL = c.BaseURL + hookURL
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, hookURL, bytes.NewReader(body))
+	if err != nil {
+		return HookResult{}, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return HookResult{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return HookResult{Status: resp.StatusCode}, decodeError(resp)
+	}
+	out := HookResult{Status: resp.StatusCode}
+	if err := json.NewDecoder(resp.Body).Decode(&out.Answer); err != nil {
+		return out, fmt.Errorf("decode the hook's answer: %w", err)
+	}
+	return out, nil
+}
+
+func pageQuery(limit int, cursor string) url.Values {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	return q
+}
+
+// GetRunView reads a run with its callback's state, when it has one.
+func (c *Client) GetRunView(ctx context.Context, id string) (api.RunView, error) {
+	var out api.RunView
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &out)
+	return out, err
+}
+
+// RotateCallbackSecret replaces a tenant's callback secret; the answer
+// carries the new one, shown this once.
+func (c *Client) RotateCallbackSecret(ctx context.Context, tenant string) (api.CallbackSecretView, error) {
+	var out api.CallbackSecretView
+	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/callback-secret", nil, &out)
+	return out, err
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,8 +23,10 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 )
 
 // Defaults of the environment (the README lists them).
@@ -110,6 +113,16 @@ type Config struct {
 	// its turns that can wait on fetch, http or ai at once; zero means
 	// its slots, at most SandboxProcessesDefaultMax.
 	SandboxProcesses int
+	// SecretsKey seals webhook trigger secrets at rest (base64 of 32
+	// bytes); without it a dispatcher refuses to create triggers, and
+	// dev mode keeps one in DataDir. PublicURL makes trigger hook URLs
+	// absolute.
+	SecretsKey string
+	PublicURL  string
+	// EgressAllow (AGENTFLEET_EGRESS_ALLOW) opens host names, IPs and
+	// CIDRs past the network guard, for the scripts' fetch and http and
+	// for run callbacks.
+	EgressAllow string
 	// SandboxMemory bounds the memory of a worker process's sandbox
 	// processes together (sandbox.Config.MemoryTotal); zero derives it
 	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
@@ -138,6 +151,9 @@ func ConfigFromEnv() (Config, error) {
 		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
 		DrainTimeout:  DrainTimeoutDefault,
 		Model:         llm.ConfigFromEnv(),
+		SecretsKey:    os.Getenv(secrets.EnvKey),
+		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
+		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -225,6 +241,19 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
 	}
+	if c.SecretsKey != "" {
+		if _, err := secrets.ParseKey(c.SecretsKey); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("AGENTFLEET_PUBLIC_URL=%q must be the dispatcher's public base URL, like https://agents.example.com", c.PublicURL))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -237,6 +266,22 @@ func (c Config) workerMetricsListen() string {
 // dev mode, whose one listener serves the whole process's metrics.
 func (c Config) dispatcherMetricsListen() string {
 	return cmp.Or(c.MetricsListen, DispatcherMetricsListenDefault)
+}
+
+// secretsBox is the box of SecretsKey, or nil without one (Validate has
+// checked it).
+func (c Config) secretsBox() *secrets.Box {
+	if c.SecretsKey == "" {
+		return nil
+	}
+	b, _ := secrets.ParseKey(c.SecretsKey)
+	return b
+}
+
+// egress is the network guard's configuration (Validate has checked it).
+func (c Config) egress() egress.Config {
+	e, _ := egress.ParseAllow(c.EgressAllow)
+	return e
 }
 
 // SQLitePath is where the embedded store lives.
@@ -335,7 +380,9 @@ func (c Config) databaseMaxConns() int {
 // sandboxConfig is the sandbox pool of a worker process running workers
 // workers.
 func (c Config) sandboxConfig(workers int) sandbox.Config {
-	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory}
+	e := c.egress()
+	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory,
+		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

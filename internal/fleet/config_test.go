@@ -184,3 +184,24 @@ func TestMetricsListenFromEnv(t *testing.T) {
 		})
 	}
 }
+
+func TestWebhookSettingsFromEnv(t *testing.T) {
+	t.Setenv("AGENTFLEET_SECRETS_KEY", "c2hvcnQ=")
+	_, err := ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_SECRETS_KEY decodes to 5 bytes")
+	t.Setenv("AGENTFLEET_SECRETS_KEY", "")
+	t.Setenv("AGENTFLEET_PUBLIC_URL", "agents.example.com")
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_PUBLIC_URL")
+	t.Setenv("AGENTFLEET_PUBLIC_URL", "https://agents.example.com/")
+	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "10.0.0.0/8,billing.internal")
+	cfg, err := ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, "https://agents.example.com", cfg.PublicURL)
+	sb := cfg.sandboxConfig(1)
+	require.Equal(t, []string{"billing.internal"}, sb.Network.AllowHosts)
+	require.Len(t, sb.Network.Allow, 1)
+	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
+}

@@ -161,6 +161,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
+		Secrets: testSecrets, Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
 	})
 	require.NoError(t, err)
 	dispatcherDone := make(chan struct{})
@@ -605,16 +606,11 @@ func TestFleetRunsHundredRunsAndSurvivesAWorkerCrash(t *testing.T) {
 func TestFleetCancel(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
 
-	// A running script is interrupted.
+	// A running script is interrupted. Its turn commits nothing before
+	// its CPU deadline, so the sign that it runs is its model call.
 	spinning := f.submit(api.RunCreateRequest{Message: "slow spin"})
-	require.Eventually(t, func() bool {
-		for _, ev := range f.events(spinning.ID) {
-			if ev.Type == agentfleet.EventExecuteJS {
-				return true
-			}
-		}
-		return false
-	}, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return f.modelCalls("slow spin", 1) > 0 }, 30*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the reply reaches the worker and its script starts: nothing to wait on
 	start := time.Now()
 	_, err := f.tenant.CancelRun(f.ctx, spinning.ID)
 	require.NoError(t, err)

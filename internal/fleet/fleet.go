@@ -18,10 +18,12 @@ import (
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/console"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/scheduler"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -119,6 +121,17 @@ type DispatcherConfig struct {
 	// BudgetMetrics, when set, is shared with a worker process on the
 	// same registry (dev mode); otherwise they are registered here.
 	BudgetMetrics *budget.Metrics
+	// Secrets seals webhook trigger secrets (nil: triggers cannot be
+	// created); PublicURL makes their hook URLs absolute.
+	Secrets   *secrets.Box
+	PublicURL string
+	// Egress is the network guard run callbacks dial through;
+	// CallbackInterval and CallbackBackoff override how often the
+	// callback outbox is drained and the retry schedule's unit
+	// (api.CallbackIntervalDefault, api.CallbackBackoffDefault).
+	Egress           egress.Config
+	CallbackInterval time.Duration
+	CallbackBackoff  time.Duration
 	// Retention is how long ended runs are kept before they are deleted
 	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
 	// sweep runs where the scheduler leads. RetentionInterval is how
@@ -203,7 +216,9 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	srv, err := api.New(api.Config{
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
-		RunsDeleted:   deleted.WithLabelValues("api"),
+		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
+		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
+		RunsDeleted: deleted.WithLabelValues("api"),
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
@@ -245,7 +260,7 @@ func (d *Dispatcher) MetricsURL() string {
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	wg.Add(4)
+	wg.Add(5)
 	if d.metrics != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); errs <- d.metrics.serve(ctx) }()
@@ -262,6 +277,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.retention.run(ctx) }()
 	}
+	go func() {
+		defer wg.Done()
+		d.api.DeliverCallbacks(ctx, cmp.Or(d.cfg.CallbackInterval, api.CallbackIntervalDefault))
+	}()
 	go func() {
 		defer wg.Done()
 		if err := d.server.Serve(d.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {

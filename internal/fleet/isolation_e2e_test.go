@@ -94,7 +94,8 @@ func TestFleetABatchMemberTheStoreRefusesFailsOnlyItself(t *testing.T) {
 // hostileTurns plays the scripts a careless or hostile model writes, by
 // task: bytes PostgreSQL refuses in logs, carried data and the answer; a
 // loop of ai() sub-calls, cheap ("ai loop") or dear ("ai loop dear"); 64
-// MiB of log in one call and in many. "fine" tasks answer at once.
+// MiB of log in one call, then 8 MiB in 1 MiB calls (the sandbox's own
+// tests log 64 MiB in many calls). "fine" tasks answer at once.
 func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
 	usage := agentfleet.Usage{PromptTokens: 50, CompletionTokens: 10}
 	task := r.FirstUser()
@@ -123,7 +124,7 @@ func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
 			answer({n: n, err: err})
 		}`, call)
 	case "big log":
-		script = `function run() { try { log("x".repeat(64 << 20)) } catch (e) {} for (var i = 0; i < 64; i++) log("y".repeat(1 << 20)); answer("logged") }`
+		script = `function run() { try { log("x".repeat(64 << 20)) } catch (e) {} for (var i = 0; i < 8; i++) log("y".repeat(1 << 20)); answer("logged") }`
 	}
 	return "Here.\n```javascript\n" + script + "\n```", usage, nil
 }
@@ -132,7 +133,7 @@ func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
 // one else's: on PostgreSQL, a run logging, carrying and answering U+0000
 // completes with U+FFFD in their place; a script looping on ai() is
 // stopped at the turn's model call cap, or at its run's max_tokens;
-// 64 MiB of log is cut, not stored; and the ordinary runs beside them
+// megabytes of log are cut, not stored; and the ordinary runs beside them
 // complete with one model call per turn.
 func TestFleetHostileScriptsHurtNoOneElse(t *testing.T) {
 	t.Parallel()

@@ -21,6 +21,9 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	if cfg.AdminToken == "" {
 		logger.Warn("AGENTFLEET_ADMIN_TOKEN is not set: tenant administration is disabled")
 	}
+	if cfg.SecretsKey == "" {
+		logger.Warn("AGENTFLEET_SECRETS_KEY is not set: creating webhook triggers is refused (set it to the output of: openssl rand -base64 32)")
+	}
 	st, err := OpenStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -41,6 +44,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: st, Bus: b, Logger: logger, Elect: true,
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
 	})
 	if err != nil {
 		return err

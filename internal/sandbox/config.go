@@ -1,13 +1,14 @@
 package sandbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"runtime"
 	"time"
+
+	"github.com/agentfleet/agentfleet/internal/egress"
 )
 
 // Defaults of Config and Limits. A zero field means its default.
@@ -137,6 +138,9 @@ type NetworkConfig struct {
 	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
 	// service the agents are meant to reach.
 	Allow []netip.Prefix
+	// AllowHosts lists host names reached whatever they resolve to
+	// ("*.corp.example" for its subdomains).
+	AllowHosts []string
 	// Resolver resolves host names; nil means net.DefaultResolver. The
 	// guard checks the addresses it returns at connect time, so a
 	// resolver cannot route around it.
@@ -147,9 +151,7 @@ type NetworkConfig struct {
 }
 
 // Resolver resolves a host name to addresses; *net.Resolver implements it.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
+type Resolver = egress.Resolver
 
 // withDefaults returns c with zero fields set to their defaults.
 func (c Config) withDefaults() Config {

@@ -144,5 +144,7 @@
 // such as 127.1 or [::ffff:7f00:1]) and, decisively, on the resolved
 // address at connect time, which covers DNS rebinding and redirects (at
 // most NetworkConfig.MaxRedirects). Only NetworkConfig.Allow, set by the
-// operator, opens a blocked range; no script and no Policy can.
+// operator, opens a blocked range; no script and no Policy can. The guard
+// itself is internal/egress, which the dispatcher's callbacks dial
+// through too.
 package sandbox

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/egress"
 )
 
 // hostCall runs one host primitive for the child: decode, check it is
@@ -124,9 +125,9 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.checkURL(a.URL)
+	u, err := p.guard.CheckURL(a.URL)
 	if err != nil {
-		var be *blockedError
+		var be *egress.BlockedError
 		if errors.As(err, &be) {
 			return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, a.URL, err))
 		}
@@ -181,7 +182,7 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 // fetchErr turns a request error into what the script sees: a guard block
 // is a denial; timeouts and cancellation say so plainly.
 func (p *Pool) fetchErr(turn, fctx context.Context, name, target string, err error) (byte, []byte) {
-	var be *blockedError
+	var be *egress.BlockedError
 	switch {
 	case errors.As(err, &be):
 		return hostDenied, []byte(fmt.Sprintf("%s %s: %v", name, target, be))
@@ -251,3 +252,5 @@ func stripFence(s string) string {
 	}
 	return strings.TrimSuffix(strings.TrimSpace(t), "```")
 }
+
+func unwrapURLError(err error) error { return egress.URLErrorCause(err) }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/egress"
 )
 
 // ErrClosed is returned by Execute once the pool is closed.
@@ -28,7 +29,7 @@ type Pool struct {
 	cfg    Config
 	exe    string
 	spec   string // the child's limits, in its marker variable
-	guard  *netGuard
+	guard  *egress.Guard
 	client *http.Client
 	decls  string // declarations of the default set
 	red    atomic.Pointer[redactorEntry]
@@ -99,13 +100,13 @@ func New(cfg Config) (*Pool, error) {
 		logBytes: cfg.Limits.LogBytes,
 		carry:    cfg.Limits.CarryBytes,
 	}
-	g := newNetGuard(cfg.Network)
+	g := egress.New(egress.Config{Allow: cfg.Network.Allow, AllowHosts: cfg.Network.AllowHosts, Resolver: cfg.Network.Resolver})
 	p := &Pool{
 		cfg:     cfg,
 		exe:     exe,
 		spec:    spec.String(),
 		guard:   g,
-		client:  g.newHTTPClient(cfg.Network.MaxRedirects),
+		client:  g.HTTPClient(cfg.Network.MaxRedirects),
 		procs:   make(chan struct{}, cfg.MaxProcesses),
 		compute: make(chan struct{}, cfg.PoolSize),
 		done:    make(chan struct{}),

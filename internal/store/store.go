@@ -254,9 +254,46 @@ type Store interface {
 	BatchCreate(ctx context.Context, p BatchCreateParams) (Batch, error)
 	BatchGetByID(ctx context.Context, p BatchGetByIDParams) (Batch, error)
 
+	// TriggerCreate stores a trigger; a duplicate ID is ErrConflict.
 	TriggerCreate(ctx context.Context, p TriggerCreateParams) (Trigger, error)
-	TriggerGetByID(ctx context.Context, id string) (Trigger, error)
-	TriggerList(ctx context.Context, tenant string) ([]Trigger, error)
+	TriggerGetByID(ctx context.Context, p TriggerGetByIDParams) (Trigger, error)
+	// TriggerList pages a tenant's triggers, newest first.
+	TriggerList(ctx context.Context, p TriggerListParams) (TriggerListResult, error)
+	// TriggerUpdate changes the set fields. A new Secret moves the
+	// current one to PrevSecret, valid until PrevSecretUntil.
+	TriggerUpdate(ctx context.Context, p TriggerUpdateParams) (Trigger, error)
+	// TriggerDelete deletes a trigger and its delivery log.
+	TriggerDelete(ctx context.Context, p TriggerDeleteParams) error
+	// TriggerDeliveryRecord appends lines to triggers' delivery logs in
+	// one transaction, and drops each trigger's lines older than its
+	// last Keep. A line of an unknown trigger is ErrNotFound, and none
+	// of the lines is recorded.
+	TriggerDeliveryRecord(ctx context.Context, p TriggerDeliveryRecordParams) ([]TriggerDelivery, error)
+	// TriggerDeliveryList pages a trigger's delivery log, newest first.
+	TriggerDeliveryList(ctx context.Context, p TriggerDeliveryListParams) (TriggerDeliveryListResult, error)
+
+	// TenantCallbackSecretSet stores (or replaces) a tenant's sealed
+	// callback secret; TenantCallbackSecretGet reads it (ErrNotFound:
+	// none).
+	TenantCallbackSecretSet(ctx context.Context, p TenantCallbackSecretSetParams) error
+	TenantCallbackSecretGet(ctx context.Context, tenant string) (string, error)
+	// RunCallbackCreate records that run RunID (made next, or already)
+	// is to be called back at URL when it ends; one per run
+	// (ErrConflict).
+	RunCallbackCreate(ctx context.Context, p RunCallbackCreateParams) (RunCallback, error)
+	RunCallbackGetByID(ctx context.Context, runID string) (RunCallback, error)
+	// RunCallbackClaim hands out up to Limit pending callbacks whose run
+	// has ended and whose next attempt is due at Now, oldest due first,
+	// moving their next attempt Lease ahead so that no other caller
+	// takes them meanwhile.
+	RunCallbackClaim(ctx context.Context, p RunCallbackClaimParams) ([]RunCallback, error)
+	// RunCallbackRecord records an attempt: it counts it, keeps it in
+	// the callback's log (the last CallbackLogMax), and sets the state
+	// and the next attempt.
+	RunCallbackRecord(ctx context.Context, p RunCallbackRecordParams) (RunCallback, error)
+	// RunCallbackPrune deletes callbacks created before Before whose run
+	// does not exist (never made, or deleted).
+	RunCallbackPrune(ctx context.Context, before time.Time) (int, error)
 
 	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
 	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
@@ -729,23 +766,201 @@ type BatchGetByIDParams struct {
 	Tenant string
 }
 
-// Trigger turns an incoming webhook into a run.
+// Trigger turns signed webhook deliveries into runs. Message and
+// SessionID are templates; Secret and PrevSecret are kept as given (the
+// API seals them), never read by the store.
 type Trigger struct {
-	ID        string
-	Tenant    string
-	Agent     string
-	Kind      string // "github", "stripe", "standard"
-	Secret    string
-	Template  string
-	CreatedAt time.Time
+	ID              string
+	Tenant          string
+	Name            string
+	Agent           string
+	Scheme          string
+	Message         string
+	SessionID       string
+	Events          []string
+	Secret          string
+	PrevSecret      string
+	PrevSecretUntil time.Time
+	MaxTurns        int
+	MaxTokens       int64
+	MaxBodyBytes    int64
+	Enabled         bool
+	CallbackURL     string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
+// TriggerCreateParams creates a trigger. ID is generated (UUIDv7) when
+// empty.
 type TriggerCreateParams struct {
-	Tenant   string
-	Agent    string
-	Kind     string
-	Secret   string
-	Template string
+	ID           string
+	Tenant       string
+	Name         string
+	Agent        string
+	Scheme       string
+	Message      string
+	SessionID    string
+	Events       []string
+	Secret       string
+	MaxTurns     int
+	MaxTokens    int64
+	MaxBodyBytes int64
+	Enabled      bool
+	CallbackURL  string
+}
+
+// TriggerGetByIDParams reads a trigger; a non-empty Tenant scopes the
+// lookup, so another tenant's trigger is ErrNotFound.
+type TriggerGetByIDParams struct {
+	ID     string
+	Tenant string
+}
+
+type TriggerListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type TriggerListResult struct {
+	Triggers   []Trigger
+	NextCursor string // empty on the last page
+}
+
+// TriggerUpdateParams changes the set fields of a tenant's trigger.
+type TriggerUpdateParams struct {
+	ID           string
+	Tenant       string
+	Name         *string
+	Agent        *string
+	Message      *string
+	SessionID    *string
+	Events       *[]string
+	MaxTurns     *int
+	MaxTokens    *int64
+	MaxBodyBytes *int64
+	Enabled      *bool
+	CallbackURL  *string
+	// Secret replaces the secret; the replaced one becomes PrevSecret,
+	// accepted until PrevSecretUntil.
+	Secret          *string
+	PrevSecretUntil time.Time
+}
+
+type TriggerDeleteParams struct {
+	ID     string
+	Tenant string
+}
+
+// DeliveryOutcome is what the intake did with a delivery.
+type DeliveryOutcome string
+
+const (
+	DeliveryAccepted  DeliveryOutcome = "accepted"  // a run was created
+	DeliveryDuplicate DeliveryOutcome = "duplicate" // a retry: the first run's id answered
+	DeliveryIgnored   DeliveryOutcome = "ignored"   // a ping, or an event the trigger does not take
+	DeliveryRejected  DeliveryOutcome = "rejected"  // bad signature, stale timestamp, or no room
+	DeliveryFailed    DeliveryOutcome = "failed"    // signed, but no run could be made of it
+)
+
+// TriggerDelivery is one line of a trigger's delivery log.
+type TriggerDelivery struct {
+	ID         string
+	TriggerID  string
+	Delivery   string
+	ReceivedAt time.Time
+	Event      string
+	Action     string
+	Outcome    DeliveryOutcome
+	Reason     string
+	RunID      string
+	// Payload is kept only for deliveries that may be redelivered but
+	// made no run (rejected for want of room), and read back only by a
+	// listing filtered by Delivery.
+	Payload json.RawMessage
+}
+
+// TriggerDeliveryRecordParams appends log lines (their ID is generated;
+// a zero ReceivedAt means now). Keep is how many lines each trigger
+// keeps (zero: 1,000).
+type TriggerDeliveryRecordParams struct {
+	Lines []TriggerDelivery
+	Keep  int
+}
+
+// TriggerDeliveryListParams pages a trigger's log, newest first; a
+// non-empty Delivery lists only that delivery's lines, with payloads.
+type TriggerDeliveryListParams struct {
+	TriggerID string
+	Delivery  string
+	Limit     int // zero: 50
+	Cursor    string
+}
+
+type TriggerDeliveryListResult struct {
+	Deliveries []TriggerDelivery
+	NextCursor string // empty on the last page
+}
+
+type TenantCallbackSecretSetParams struct {
+	Tenant string
+	Secret string // sealed
+}
+
+// CallbackState is where a run's callback stands.
+type CallbackState string
+
+const (
+	CallbackPending   CallbackState = "pending"   // not sent yet, or to be tried again
+	CallbackDelivered CallbackState = "delivered" // the receiver answered 2xx
+	CallbackFailed    CallbackState = "failed"    // given up on
+)
+
+// CallbackLogMax is how many attempts a callback's log keeps.
+const CallbackLogMax = 20
+
+// CallbackAttempt is one POST of a run's callback.
+type CallbackAttempt struct {
+	At time.Time `json:"at"`
+	// Status is the receiver's HTTP status (0: no answer); Error says
+	// why the attempt failed.
+	Status int    `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// RunCallback is a run's completion callback: the outbox row the
+// dispatcher drains.
+type RunCallback struct {
+	RunID     string
+	Tenant    string
+	URL       string
+	State     CallbackState
+	Attempts  int
+	Log       []CallbackAttempt // the last attempts, oldest first
+	NextAt    time.Time
+	FirstAt   time.Time // the first attempt; zero before it
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+type RunCallbackCreateParams struct {
+	RunID  string
+	Tenant string
+	URL    string
+}
+
+type RunCallbackClaimParams struct {
+	Now   time.Time
+	Limit int
+	Lease time.Duration
+}
+
+type RunCallbackRecordParams struct {
+	RunID   string
+	Attempt CallbackAttempt
+	State   CallbackState
+	// NextAt is the next attempt, for a pending callback.
+	NextAt time.Time
 }
 
 // Skill is a named, reusable piece of script a tenant's agents can load.

@@ -87,6 +87,8 @@ const (
 	lockMigrate int32 = 0x61660001
 	lockSession int32 = 0x61660002
 	lockExpire  int32 = 0x61660003
+	// lockDeliveries is a trigger's delivery log (trigger.go).
+	lockDeliveries int32 = 0x61660007
 )
 
 // Config configures Open.

@@ -406,44 +406,6 @@ func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (s
 	return b, nil
 }
 
-const triggerCols = `id, tenant, agent, kind, secret, template, created_at`
-
-func scanTrigger(sc scanner) (store.Trigger, error) {
-	var t store.Trigger
-	err := sc.Scan(&t.ID, &t.Tenant, &t.Agent, &t.Kind, &t.Secret, &t.Template, &t.CreatedAt)
-	t.CreatedAt = t.CreatedAt.UTC()
-	return t, err
-}
-
-func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) (store.Trigger, error) {
-	p, err := rules.TriggerCreate(p)
-	if err != nil {
-		return store.Trigger{}, err
-	}
-	t, err := queryOne(ctx, s, `INSERT INTO triggers (`+triggerCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+triggerCols, scanTrigger,
-		rules.NewID(), p.Tenant, p.Agent, p.Kind, p.Secret, p.Template, rules.Now())
-	if err != nil {
-		return store.Trigger{}, fmt.Errorf("create trigger for %s: %w", p.Tenant, err)
-	}
-	return t, nil
-}
-
-func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, error) {
-	t, err := queryOne(ctx, s, `SELECT `+triggerCols+` FROM triggers WHERE id = $1`, scanTrigger, id)
-	if err != nil {
-		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", id, err)
-	}
-	return t, nil
-}
-
-func (s *Store) TriggerList(ctx context.Context, tenant string) ([]store.Trigger, error) {
-	ts, err := queryAll(ctx, s, `SELECT `+triggerCols+` FROM triggers WHERE tenant = $1 ORDER BY created_at, id COLLATE "C"`, scanTrigger, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list triggers of %s: %w", tenant, err)
-	}
-	return ts, nil
-}
-
 const skillCols = `tenant, name, description, code, created_at, updated_at`
 
 func scanSkill(sc scanner) (store.Skill, error) {

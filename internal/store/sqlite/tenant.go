@@ -439,50 +439,6 @@ func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (s
 	return b, nil
 }
 
-const triggerCols = `id, tenant, agent, kind, secret, template, created_at`
-
-func scanTrigger(sc interface{ Scan(...any) error }) (store.Trigger, error) {
-	var t store.Trigger
-	var created int64
-	err := sc.Scan(&t.ID, &t.Tenant, &t.Agent, &t.Kind, &t.Secret, &t.Template, &created)
-	t.CreatedAt = fromMicros(created)
-	return t, err
-}
-
-func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) (store.Trigger, error) {
-	p, err := rules.TriggerCreate(p)
-	if err != nil {
-		return store.Trigger{}, err
-	}
-	var t store.Trigger
-	err = s.write(ctx, func(tx *wtx) error {
-		var err error
-		t, err = scanTrigger(tx.QueryRowContext(ctx, `INSERT INTO triggers (`+triggerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols,
-			rules.NewID(), p.Tenant, p.Agent, p.Kind, p.Secret, p.Template, rules.Now().UnixMicro()))
-		return err
-	})
-	if err != nil {
-		return store.Trigger{}, fmt.Errorf("create trigger for %s: %w", p.Tenant, err)
-	}
-	return t, nil
-}
-
-func (s *Store) TriggerGetByID(ctx context.Context, id string) (store.Trigger, error) {
-	t, err := scanTrigger(s.rd.QueryRowContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE id = ?`, id))
-	if err != nil {
-		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", id, mapErr(err))
-	}
-	return t, nil
-}
-
-func (s *Store) TriggerList(ctx context.Context, tenant string) ([]store.Trigger, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+triggerCols+` FROM triggers WHERE tenant = ? ORDER BY created_at, id`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list triggers of %s: %w", tenant, err)
-	}
-	return collect(rows, scanTrigger)
-}
-
 const skillCols = `tenant, name, description, code, created_at, updated_at`
 
 func scanSkill(sc interface{ Scan(...any) error }) (store.Skill, error) {

@@ -139,6 +139,8 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Approval", testApproval},
 		{"Batch", testBatch},
 		{"Trigger", testTrigger},
+		{"TriggerDelivery", testTriggerDelivery},
+		{"RunCallback", testRunCallback},
 		{"Skill", testSkill},
 		{"Retention", testRetention},
 		{"Text", testText},

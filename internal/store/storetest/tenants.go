@@ -427,32 +427,6 @@ func testBatch(t *testing.T, newStore NewStore) {
 	})
 }
 
-func testTrigger(t *testing.T, newStore NewStore) {
-	t.Run("CreateGetList", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		t1, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Agent: "triage", Kind: "github", Secret: "s3cret", Template: "Issue: {{.title}}"})
-		require.NoError(t, err)
-		require.NotEmpty(t, t1.ID)
-		require.Equal(t, store.Trigger{ID: t1.ID, Tenant: ten.ID, Agent: "triage", Kind: "github", Secret: "s3cret", Template: "Issue: {{.title}}", CreatedAt: t1.CreatedAt}, t1)
-		got, err := b.s.TriggerGetByID(b.ctx, t1.ID)
-		require.NoError(t, err)
-		require.Equal(t, t1, got)
-		t2, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Kind: "standard"})
-		require.NoError(t, err)
-		require.Equal(t, agentfleet.DefaultAgent, t2.Agent)
-		list, err := b.s.TriggerList(b.ctx, ten.ID)
-		require.NoError(t, err)
-		require.ElementsMatch(t, []store.Trigger{t1, t2}, list)
-		_, err = b.s.TriggerGetByID(b.ctx, "nope")
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: "nobody", Kind: "github"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID})
-		require.ErrorIs(t, err, store.ErrInvalid)
-	})
-}
-
 func testSkill(t *testing.T, newStore NewStore) {
 	t.Run("UpsertGetList", func(t *testing.T) {
 		b := setup(t, newStore)

@@ -182,9 +182,21 @@ func testText(t *testing.T, newStore NewStore) {
 		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "s", Code: "x\x00"})
 		require.ErrorIs(t, err, store.ErrInvalid)
 		require.Contains(t, err.Error(), "code")
-		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Kind: "github", Template: "\x00"})
+		_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Scheme: "github", Secret: "s", Message: "\x00"})
 		require.ErrorIs(t, err, store.ErrInvalid)
-		require.Contains(t, err.Error(), "template")
+		require.Contains(t, err.Error(), "message")
+		trig, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Scheme: "github", Secret: "s"})
+		require.NoError(t, err)
+		_, err = b.s.TriggerUpdate(b.ctx, store.TriggerUpdateParams{ID: trig.ID, Tenant: ten.ID, Events: &[]string{"push\x00"}})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		require.Contains(t, err.Error(), "events")
+		// A delivery log line keeps what a sender sent, cleaned.
+		lines, err := b.s.TriggerDeliveryRecord(b.ctx, store.TriggerDeliveryRecordParams{Lines: []store.TriggerDelivery{
+			{TriggerID: trig.ID, Delivery: "d\x00\xff", Outcome: store.DeliveryRejected, Reason: "bad\x00"},
+		}})
+		require.NoError(t, err)
+		require.Equal(t, "d\uFFFD\uFFFD", lines[0].Delivery)
+		require.Equal(t, "bad\uFFFD", lines[0].Reason)
 	})
 }
 

@@ -558,20 +558,6 @@ func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
 	return p, nil
 }
 
-// TriggerCreate validates p.
-func TriggerCreate(p store.TriggerCreateParams) (store.TriggerCreateParams, error) {
-	if p.Tenant == "" || p.Kind == "" {
-		return p, Invalidf("trigger: tenant and kind are required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	if err := checkTexts("trigger agent", p.Agent, "trigger kind", p.Kind, "trigger secret", p.Secret, "trigger template", p.Template); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {

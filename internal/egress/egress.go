@@ -1,4 +1,11 @@
-package sandbox
+// Package egress owns the fleet's guard on outbound connections: which
+// hosts and addresses a connection made on a tenant's behalf may reach.
+// By default only the public internet: loopback, private, link-local,
+// CGNAT, multicast and cloud metadata addresses are refused, decided on
+// the resolved address at connect time, redirects included, unless the
+// operator's allow-list opens them. The sandbox's fetch and http and the
+// dispatcher's run callbacks dial through it.
+package egress
 
 import (
 	"context"
@@ -8,14 +15,15 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 )
 
-// The network guard keeps fetch and http on the public internet
-// (docs/ARCHITECTURE.md §10, SSRF). It works in two places:
+// The guard keeps connections on the public internet (docs/ARCHITECTURE.md
+// §10, SSRF). It works in two places:
 //
 //   - Up front, on the URL (and on every redirect's URL): only http and
 //     https; host names that name the local machine or a metadata service
@@ -30,24 +38,53 @@ import (
 //     rebinding) to a blocked address and redirects to such names, since
 //     every connection, redirected or not, is dialled through it.
 
-// blockedError is a connection or URL refused by the network guard.
-type blockedError struct {
-	target string // what was refused: an address or a host name
-	reason string // why, as "is a loopback address"
+// BlockedError is a connection or URL refused by the guard.
+type BlockedError struct {
+	Target string // what was refused: an address or a host name
+	Reason string // why, as "is a loopback address"
 }
 
-func (e *blockedError) Error() string {
-	return fmt.Sprintf("blocked by the network guard: %s %s", e.target, e.reason)
+func (e *BlockedError) Error() string {
+	return fmt.Sprintf("blocked by the network guard: %s %s", e.Target, e.Reason)
 }
 
-type netGuard struct {
-	allow    []netip.Prefix
-	resolver Resolver
-	dialer   net.Dialer
+// Resolver resolves a host name to addresses; *net.Resolver implements it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-func newNetGuard(cfg NetworkConfig) *netGuard {
-	g := &netGuard{allow: cfg.Allow, resolver: cfg.Resolver}
+// Config configures a Guard.
+type Config struct {
+	// Allow lists addresses the guard lets through although they are in
+	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
+	// service the fleet is meant to reach.
+	Allow []netip.Prefix
+	// AllowHosts lists host names reached whatever they resolve to
+	// ("billing.internal"; "*.corp.example" for its subdomains).
+	AllowHosts []string
+	// Resolver resolves host names; nil means net.DefaultResolver. The
+	// guard checks the addresses it returns at connect time, so a
+	// resolver cannot route around it.
+	Resolver Resolver
+}
+
+// Guard dials only what its configuration allows.
+type Guard struct {
+	allow      []netip.Prefix
+	allowHosts []string
+	resolver   Resolver
+	dialer     net.Dialer
+	// open dials an allowed host's addresses, unchecked.
+	open net.Dialer
+}
+
+// New returns the guard of cfg.
+func New(cfg Config) *Guard {
+	g := &Guard{allow: cfg.Allow, resolver: cfg.Resolver}
+	for _, h := range cfg.AllowHosts {
+		g.allowHosts = append(g.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
+	}
+	g.open = net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	if g.resolver == nil {
 		g.resolver = net.DefaultResolver
 	}
@@ -57,19 +94,20 @@ func newNetGuard(cfg NetworkConfig) *netGuard {
 		Control: func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return &blockedError{target: address, reason: "is not an IP address and port"}
+				return &BlockedError{Target: address, Reason: "is not an IP address and port"}
 			}
-			return g.checkAddr(ap.Addr())
+			return g.CheckAddr(ap.Addr())
 		},
 	}
 	return g
 }
 
-// newHTTPClient returns the client fetch and http use: every connection
-// goes through the guard, there is no proxy (an environment proxy would
-// connect on the script's behalf, past the guard), no cookie jar (nothing
-// carries over between turns or tenants) and a redirect cap.
-func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
+// HTTPClient returns a client whose every connection goes through the
+// guard: no proxy (an environment proxy would connect on the caller's
+// behalf, past the guard), no cookie jar (nothing carries over between
+// requests or tenants), and at most maxRedirects redirects (negative:
+// none), each checked.
+func (g *Guard) HTTPClient(maxRedirects int) *http.Client {
 	tr := &http.Transport{
 		Proxy:                  nil,
 		DialContext:            g.dialContext,
@@ -90,7 +128,7 @@ func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
 			if len(via) > maxRedirects {
 				return fmt.Errorf("stopped after %d redirects", maxRedirects)
 			}
-			if _, err := g.checkURL(req.URL.String()); err != nil {
+			if _, err := g.CheckURL(req.URL.String()); err != nil {
 				return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
 			}
 			return nil
@@ -100,7 +138,7 @@ func (g *netGuard) newHTTPClient(maxRedirects int) *http.Client {
 
 // dialContext resolves the host itself and dials each address as a
 // literal, so the Control hook sees exactly what is connected to.
-func (g *netGuard) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
+func (g *Guard) dialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, portStr, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", address, err)
@@ -110,10 +148,13 @@ func (g *netGuard) dialContext(ctx context.Context, network, address string) (ne
 		return nil, fmt.Errorf("dial %s: bad port: %w", address, err)
 	}
 	var addrs []netip.Addr
+	dialer := &g.dialer
 	if a, err := netip.ParseAddr(host); err == nil {
 		addrs = []netip.Addr{a}
 	} else {
-		if err := checkHostName(host); err != nil {
+		if g.hostAllowed(host) {
+			dialer = &g.open
+		} else if err := checkHostName(host); err != nil {
 			return nil, err
 		}
 		addrs, err = g.resolver.LookupNetIP(ctx, "ip", host)
@@ -126,11 +167,11 @@ func (g *netGuard) dialContext(ctx context.Context, network, address string) (ne
 	}
 	var blocked, other error
 	for _, a := range addrs {
-		conn, err := g.dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
+		conn, err := dialer.DialContext(ctx, network, netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
 			return conn, nil
 		}
-		var be *blockedError
+		var be *BlockedError
 		if errors.As(err, &be) {
 			if blocked == nil {
 				blocked = be
@@ -150,11 +191,12 @@ func (g *netGuard) dialContext(ctx context.Context, network, address string) (ne
 	return nil, blocked
 }
 
-// checkURL parses raw and applies the up-front rules.
-func (g *netGuard) checkURL(raw string) (*url.URL, error) {
+// CheckURL parses raw and applies the up-front rules: an absolute http
+// or https URL whose host is not refused on its face.
+func (g *Guard) CheckURL(raw string) (*url.URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid URL %q: %w", raw, unwrapURLError(err))
+		return nil, fmt.Errorf("invalid URL %q: %w", raw, URLErrorCause(err))
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "http", "https":
@@ -173,7 +215,9 @@ func (g *netGuard) checkURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-func unwrapURLError(err error) error {
+// URLErrorCause drops the *url.Error wrapping of err, which repeats the
+// URL a message already quotes.
+func URLErrorCause(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		return ue.Err
@@ -182,22 +226,59 @@ func unwrapURLError(err error) error {
 }
 
 // checkHost applies the up-front rules to a URL's host (brackets removed).
-func (g *netGuard) checkHost(host string) error {
+func (g *Guard) checkHost(host string) error {
 	h := strings.TrimSuffix(strings.ToLower(host), ".")
 	if a, err := netip.ParseAddr(h); err == nil {
 		if a.Is4In6() {
-			return &blockedError{target: "[" + h + "]", reason: fmt.Sprintf("is an IPv4-mapped IPv6 address (= %s); write IPv4 addresses in dotted-decimal form", a.Unmap())}
+			return &BlockedError{Target: "[" + h + "]", Reason: fmt.Sprintf("is an IPv4-mapped IPv6 address (= %s); write IPv4 addresses in dotted-decimal form", a.Unmap())}
 		}
-		return g.checkAddr(a)
+		return g.CheckAddr(a)
 	}
 	if a, ok := parseLegacyIPv4(h); ok {
-		return &blockedError{target: host, reason: fmt.Sprintf("is a non-canonical IPv4 address (= %s); write IPv4 addresses in dotted-decimal form like 93.184.215.14", a)}
+		return &BlockedError{Target: host, Reason: fmt.Sprintf("is a non-canonical IPv4 address (= %s); write IPv4 addresses in dotted-decimal form like 93.184.215.14", a)}
 	}
 	if looksNumeric(h) {
-		return &blockedError{target: host, reason: "is not a valid IPv4 address or host name"}
+		return &BlockedError{Target: host, Reason: "is not a valid IPv4 address or host name"}
+	}
+	if g.hostAllowed(h) {
+		return nil
 	}
 	return checkHostName(h)
 }
+
+// hostAllowed reports whether the operator's allow-list names host.
+func (g *Guard) hostAllowed(host string) bool {
+	h := strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, a := range g.allowHosts {
+		if a == h || strings.HasPrefix(a, "*.") && strings.HasSuffix(h, a[1:]) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAllow reads an allow-list such as AGENTFLEET_EGRESS_ALLOW: host
+// names, IP addresses and CIDRs, separated by commas or spaces.
+func ParseAllow(list string) (Config, error) {
+	var c Config
+	for _, e := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+		if p, err := netip.ParsePrefix(e); err == nil {
+			c.Allow = append(c.Allow, p.Masked())
+			continue
+		}
+		if a, err := netip.ParseAddr(e); err == nil {
+			c.Allow = append(c.Allow, netip.PrefixFrom(a, a.BitLen()))
+			continue
+		}
+		if !hostPattern.MatchString(e) {
+			return Config{}, fmt.Errorf("egress allow-list entry %q is not a host name (\"billing.internal\", \"*.corp.example\"), an IP address or a CIDR (\"10.0.0.0/8\")", e)
+		}
+		c.AllowHosts = append(c.AllowHosts, e)
+	}
+	return c, nil
+}
+
+var hostPattern = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)
 
 // checkHostName refuses names that stand for this machine or a cloud
 // metadata service. Other names are checked when their addresses are
@@ -207,16 +288,17 @@ func checkHostName(host string) error {
 	switch {
 	case h == "localhost" || strings.HasSuffix(h, ".localhost") ||
 		h == "localhost.localdomain" || h == "ip6-localhost" || h == "ip6-loopback":
-		return &blockedError{target: host, reason: "names the local machine"}
+		return &BlockedError{Target: host, Reason: "names the local machine"}
 	case h == "metadata.google.internal" || h == "metadata.goog" || h == "metadata" ||
 		h == "instance-data" || h == "instance-data.ec2.internal":
-		return &blockedError{target: host, reason: "is a cloud metadata service"}
+		return &BlockedError{Target: host, Reason: "is a cloud metadata service"}
 	}
 	return nil
 }
 
-// checkAddr is the connect-time rule: a blocked range unless Allow lists it.
-func (g *netGuard) checkAddr(a netip.Addr) error {
+// CheckAddr is the connect-time rule: a blocked range unless Allow lists
+// it.
+func (g *Guard) CheckAddr(a netip.Addr) error {
 	a = a.WithZone("")
 	for _, p := range g.allow {
 		if p.Contains(a) || (a.Is4In6() && p.Contains(a.Unmap())) {
@@ -224,7 +306,7 @@ func (g *netGuard) checkAddr(a netip.Addr) error {
 		}
 	}
 	if reason := blockedReason(a); reason != "" {
-		return &blockedError{target: a.String(), reason: reason}
+		return &BlockedError{Target: a.String(), Reason: reason}
 	}
 	return nil
 }
