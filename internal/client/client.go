@@ -138,7 +138,7 @@ type ListRunsParams struct {
 
 // ListRuns lists runs, newest first.
 func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, error) {
-	q := url.Values{}
+	q := pageQuery(p.Limit, p.Cursor)
 	if len(p.Status) > 0 {
 		ss := make([]string, len(p.Status))
 		for i, s := range p.Status {
@@ -155,20 +155,9 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, e
 	if p.ParentRunID != "" {
 		q.Set("parent_run_id", p.ParentRunID)
 	}
-	setPage(q, p.Limit, p.Cursor)
 	var out api.RunList
 	err := c.do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &out)
 	return out, err
-}
-
-// setPage sets a list endpoint's ?limit= and ?cursor= when given.
-func setPage(q url.Values, limit int, cursor string) {
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	if cursor != "" {
-		q.Set("cursor", cursor)
-	}
 }
 
 // CancelRun cancels a run.
@@ -230,10 +219,8 @@ type ListKeysParams struct {
 // ListKeys lists a tenant's keys, newest first: ids, names, when made and
 // last used, never the keys.
 func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (api.APIKeyList, error) {
-	q := url.Values{}
-	setPage(q, p.Limit, p.Cursor)
 	var out api.APIKeyList
-	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+q.Encode(), nil, &out)
+	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
 	return out, err
 }
 
@@ -462,10 +449,8 @@ type ListTenantsParams struct {
 // ListTenants lists tenants with their budgets, newest first (the admin
 // token); a tenant's key lists its own tenant alone.
 func (c *Client) ListTenants(ctx context.Context, p ListTenantsParams) (api.TenantList, error) {
-	q := url.Values{}
-	setPage(q, p.Limit, p.Cursor)
 	var out api.TenantList
-	err := c.do(ctx, http.MethodGet, "/v1/tenants?"+q.Encode(), nil, &out)
+	err := c.do(ctx, http.MethodGet, "/v1/tenants?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
 	return out, err
 }
 

@@ -267,6 +267,29 @@ func TestConsole(t *testing.T) {
 		requireClean(t, p)
 	})
 
+	t.Run("Triggers", func(t *testing.T) {
+		tv, err := f.tenant.CreateTrigger(f.ctx, api.TriggerRequest{Name: new("numbers"), Scheme: new("github"),
+			Events: &[]string{"issues.opened"}, Message: new("compute {{.payload.issue.number}}")})
+		require.NoError(t, err)
+		p := signIn(t, br, url, f.tenantKey)
+		p.Click(`#nav a[href="#/triggers"]`)
+		link := fmt.Sprintf(`tr[data-key=%q] a`, tv.ID)
+		p.WaitVisible(link)
+		p.Click(link)
+		p.WaitText(".run-head h1", "numbers")
+
+		// A delivery that comes while the page is open appears on it.
+		res := sendHook(t, client.New(url, ""), tv, tv.Secret, "gh-7", "issues", []byte(`{"action":"opened","issue":{"number":7}}`))
+		require.Equal(t, http.StatusAccepted, res.Status)
+		p.WaitJS("the delivery is listed as accepted", `[...document.querySelectorAll('tbody tr')].some((tr) => tr.textContent.includes('gh-7') && tr.dataset.state === 'accepted')`)
+		runLink := fmt.Sprintf(`a[href="#/runs/%s"]`, res.Answer.RunID)
+		p.WaitVisible(runLink)
+		p.Screenshot(shots, "trigger")
+		p.Click(runLink)
+		p.WaitText(".run-head .task", "compute 7")
+		requireClean(t, p)
+	})
+
 	t.Run("Paging", func(t *testing.T) {
 		// 120 runs of a tenant of their own, recorded in the store alone
 		// (no turn queued), so nothing runs them.

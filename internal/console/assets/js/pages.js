@@ -3,12 +3,13 @@
 // returns its arguments or null, and render(root, args, params), which
 // draws it and returns what stops it (its streams and timers).
 //
-// Batches (progress), triggers (deliveries) and pending approvals add
-// their pages here as their APIs reach the dispatcher.
+// Batches (progress) and pending approvals add their pages here as their
+// APIs reach the dispatcher (approvals.js is the run page's hook).
 
 import { runsPage } from './runs.js';
 import { runPage } from './run.js';
 import { tenantsPage } from './tenants.js';
+import { triggersPage, triggerPage } from './triggers.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -16,6 +17,12 @@ export const pages = [
     title: 'Run', nav: null,
     match: (p) => { const m = /^\/runs\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
     render: (root, [id]) => runPage(root, id),
+  },
+  { title: 'Triggers', nav: '/triggers', match: (p) => (p === '/triggers' ? [] : null), render: (root) => triggersPage(root) },
+  {
+    title: 'Trigger', nav: null,
+    match: (p) => { const m = /^\/triggers\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id]) => triggerPage(root, id),
   },
   { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
 ];
