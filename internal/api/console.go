@@ -90,10 +90,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, p principa
 // streamResumePoint is the stream position a client resumes after: the
 // Last-Event-ID header, else ?after=; with neither, fromNow.
 func streamResumePoint(r *http.Request) (after uint64, fromNow bool, err error) {
-	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
-	if v == "" {
-		name, v = "after", r.URL.Query().Get("after")
-	}
+	name, v := lastEventID(r)
 	if v == "" {
 		return 0, true, nil
 	}

@@ -163,10 +163,7 @@ func (s *Server) catchUp(ctx context.Context, sse *sseWriter, runID string) (don
 // resumePoint is the seq a client resumes after: the Last-Event-ID
 // header, else ?after=, else 0 (from the start).
 func resumePoint(r *http.Request) (int64, error) {
-	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
-	if v == "" {
-		name, v = "after", r.URL.Query().Get("after")
-	}
+	name, v := lastEventID(r)
 	if v == "" {
 		return 0, nil
 	}
@@ -175,6 +172,15 @@ func resumePoint(r *http.Request) (int64, error) {
 		return 0, errBadRequest("%s %q is not an event seq: give the id of the last event received (0 for all)", name, v)
 	}
 	return n, nil
+}
+
+// lastEventID is what a client resumes after, and where it said so: the
+// Last-Event-ID header (an EventSource's), else ?after=.
+func lastEventID(r *http.Request) (name, value string) {
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		return "Last-Event-ID", v
+	}
+	return "after", r.URL.Query().Get("after")
 }
 
 type sseWriter struct {
