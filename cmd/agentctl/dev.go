@@ -56,6 +56,7 @@ func (e cliEnv) cmdDev(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, `agentfleet dev is running
   API          %s
+  console      %s/ (sign in with the tenant key or the admin token)
   metrics      %s
   admin token  %s
   tenant       %s, API key %s
@@ -69,7 +70,7 @@ Try it in another terminal:
   agentctl run --wait "List the prime numbers below 50"
 
 Press Ctrl-C to stop.
-`, dev.URL(), dev.MetricsURL(), dev.AdminToken, fleet.DevTenant, dev.TenantKey, model, nats, storeDesc,
+`, dev.URL(), dev.URL(), dev.MetricsURL(), dev.AdminToken, fleet.DevTenant, dev.TenantKey, model, nats, storeDesc,
 		cfg.Workers, cfg.WorkerSlots, dev.URL(), dev.TenantKey)
 
 	runCtx, stop := context.WithCancel(ctx)

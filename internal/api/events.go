@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -48,9 +49,9 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 			return
 		}
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		s.fail(w, r, fmt.Errorf("response writer cannot stream"))
+	flusher, err := sseFlusher(w)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -64,14 +65,7 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 		defer live.Close()
 	}
 
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-
+	startSSE(w, flusher)
 	sse := &sseWriter{w: w, f: flusher, last: last}
 	done, err := s.catchUp(ctx, sse, run.ID)
 	if err != nil || done {
@@ -169,10 +163,7 @@ func (s *Server) catchUp(ctx context.Context, sse *sseWriter, runID string) (don
 // resumePoint is the seq a client resumes after: the Last-Event-ID
 // header, else ?after=, else 0 (from the start).
 func resumePoint(r *http.Request) (int64, error) {
-	name, v := "Last-Event-ID", r.Header.Get("Last-Event-ID")
-	if v == "" {
-		name, v = "after", r.URL.Query().Get("after")
-	}
+	name, v := lastEventID(r)
 	if v == "" {
 		return 0, nil
 	}
@@ -183,22 +174,59 @@ func resumePoint(r *http.Request) (int64, error) {
 	return n, nil
 }
 
+// lastEventID is what a client resumes after, and where it said so: the
+// Last-Event-ID header (an EventSource's), else ?after=.
+func lastEventID(r *http.Request) (name, value string) {
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		return "Last-Event-ID", v
+	}
+	return "after", r.URL.Query().Get("after")
+}
+
 type sseWriter struct {
 	w    http.ResponseWriter
 	f    http.Flusher
 	last int64
 }
 
+// sseFlusher is how an event stream sends each event at once.
+func sseFlusher(w http.ResponseWriter) (http.Flusher, error) {
+	f, ok := w.(http.Flusher)
+	if !ok {
+		return nil, errors.New("response writer cannot stream")
+	}
+	return f, nil
+}
+
+// startSSE sends the headers of an event stream.
+func startSSE(w http.ResponseWriter, flusher http.Flusher) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+}
+
+// send writes a run's event with its seq as the id.
 func (s *sseWriter) send(ev agentfleet.Event) error {
+	if err := s.sendAt(strconv.FormatInt(ev.Seq, 10), ev); err != nil {
+		return err
+	}
+	s.last = ev.Seq
+	return nil
+}
+
+func (s *sseWriter) sendAt(id string, ev agentfleet.Event) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(s.w, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, data); err != nil {
+	if _, err := fmt.Fprintf(s.w, "id: %s\nevent: %s\ndata: %s\n\n", id, ev.Type, data); err != nil {
 		return err
 	}
 	s.f.Flush()
-	s.last = ev.Seq
 	return nil
 }
 

@@ -1,9 +1,10 @@
-// Package api is the dispatcher's HTTP API (the README lists it): run submission,
-// reads, listing, cancellation, events as Server-Sent Events, tenant
-// administration and health. It admits runs and publishes their
-// first turn; it never calls a model. It also sweeps for runs due a turn
-// that have no turn message in NATS and publishes what they are owed
-// (stranded.go).
+// Package api is the dispatcher's HTTP API (the README lists it): run
+// submission, reads, listing, cancellation, events as Server-Sent Events
+// (a run's, or every run's of a tenant: console.go), tenant
+// administration and health; it mounts the web console (internal/console)
+// when given one. It admits runs and publishes their first turn; it never
+// calls a model. It also sweeps for runs due a turn that have no turn
+// message in NATS and publishes what they are owed (stranded.go).
 //
 // Every endpoint but the health checks authenticates with a bearer token:
 // the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant
@@ -94,6 +95,9 @@ type Config struct {
 	// schedule (zero: CallbackBackoffDefault, for tests).
 	Egress          egress.Config
 	CallbackBackoff time.Duration
+	// Console, when set, serves the web console at / and its assets
+	// under /console/ (internal/console).
+	Console http.Handler
 	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
 	RunsDeleted prometheus.Counter
 }
@@ -219,6 +223,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	// What the console reads, and the console itself when it is served.
+	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
+	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
+	if s.cfg.Console != nil {
+		s.mux.Handle("GET /{$}", s.cfg.Console)
+		s.mux.Handle("GET /console/", s.cfg.Console)
+	}
 	s.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("the API does not serve /metrics: the dispatcher serves them on AGENTFLEET_METRICS_LISTEN"))
 	})

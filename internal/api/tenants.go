@@ -246,11 +246,18 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 	writeJSON(w, http.StatusOK, view)
 }
 
+// TenantView reads tenant id as the API shows it.
 func (s *Server) TenantView(ctx context.Context, id string) (TenantView, error) {
 	t, err := s.cfg.Store.TenantGetByID(ctx, id)
 	if err != nil {
 		return TenantView{}, err
 	}
+	return s.viewTenant(ctx, t)
+}
+
+// viewTenant adds t's budget and run counts.
+func (s *Server) viewTenant(ctx context.Context, t agentfleet.Tenant) (TenantView, error) {
+	id := t.ID
 	b, err := s.cfg.Store.BudgetGet(ctx, id, time.Now().UTC())
 	if err != nil {
 		return TenantView{}, err

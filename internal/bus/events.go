@@ -168,14 +168,8 @@ func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture, sendErr er
 // EventStream delivers one run's events in seq order: the stored history
 // first, then live ones as they are published.
 type EventStream struct {
-	b       *Bus
-	stream  string
-	cons    jetstream.Consumer
-	it      jetstream.MessagesContext
-	last    int64
-	untrack func()
-
-	closeOnce sync.Once
+	r    *eventReader
+	last int64
 }
 
 // RunEvents opens an ordered consumer on <p>.events.<tenant>.<run>.> from
@@ -187,35 +181,14 @@ func (b *Bus) RunEvents(ctx context.Context, tenant, runID string, afterSeq int6
 	if err := validRun(tenant, runID); err != nil {
 		return nil, fmt.Errorf("run events: %w", err)
 	}
-	if err := b.checkConn(); err != nil {
-		return nil, fmt.Errorf("run events of %s: %w", runID, err)
-	}
-	ctx, cancel := b.opCtx(ctx)
-	defer cancel()
-	stream := b.n.stream(streamEvents)
-	cons, err := b.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+	r, err := b.openEvents(ctx, "run events of "+runID, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{b.n.runEvents(tenant, runID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// Abandoned streams (a client that vanished without Close) are
-		// reaped by the server after this.
-		InactiveThreshold: time.Minute,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("run events of %s: %w", runID, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		deleteOrdered(b, stream, cons)
-		return nil, fmt.Errorf("run events of %s: %w", runID, err)
-	}
-	s := &EventStream{b: b, stream: stream, cons: cons, it: it, last: max(afterSeq, 0)}
-	untrack, err := b.track(s.stop)
-	if err != nil {
-		s.stop()
 		return nil, err
 	}
-	s.untrack = untrack
-	return s, nil
+	return &EventStream{r: r, last: max(afterSeq, 0)}, nil
 }
 
 // Next blocks until the next event of the run, or ctx ends. It does not
@@ -226,20 +199,9 @@ func (b *Bus) RunEvents(ctx context.Context, tenant, runID string, afterSeq int6
 // that (with the client's own backoff) even if ctx ends; Close stops it.
 func (s *EventStream) Next(ctx context.Context) (agentfleet.Event, error) {
 	for {
-		m, err := s.it.Next(jetstream.NextContext(ctx))
+		ev, _, err := s.r.next(ctx, "next run event")
 		if err != nil {
-			if ctx.Err() != nil {
-				return agentfleet.Event{}, ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return agentfleet.Event{}, ErrClosed
-			}
-			return agentfleet.Event{}, fmt.Errorf("next run event: %w", err)
-		}
-		var ev agentfleet.Event
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			s.b.log.Warn("skip undecodable event", "subject", m.Subject(), "err", err)
-			continue
+			return agentfleet.Event{}, err
 		}
 		if ev.Seq <= s.last {
 			continue
@@ -250,17 +212,156 @@ func (s *EventStream) Next(ctx context.Context) (agentfleet.Event, error) {
 }
 
 // Close stops the stream and deletes its consumer. Safe to call twice.
-func (s *EventStream) Close() {
-	if s.untrack != nil {
-		s.untrack()
-	}
-	s.stop()
+func (s *EventStream) Close() { s.r.close() }
+
+// TenantEventStream delivers the events of one tenant, or of every
+// tenant, in the order the events stream stored them, each with its
+// position there (the stream sequence), which a reader resumes after.
+type TenantEventStream struct {
+	r     *eventReader
+	start uint64
 }
 
-func (s *EventStream) stop() {
-	s.closeOnce.Do(func() {
-		s.it.Stop()
-		deleteOrdered(s.b, s.stream, s.cons)
+// TenantEvent is an event and its position in the events stream.
+type TenantEvent struct {
+	Pos   uint64
+	Event agentfleet.Event
+}
+
+// TenantEvents opens an ordered consumer on <p>.events.<tenant>.> (every
+// tenant's when tenant is empty) that delivers the events stored after
+// position after or, when fromNow, after the last one stored now. Events
+// aged out of the stream are skipped. A position past the stream's end
+// (the stream was recreated and counts again from 1) starts from its
+// beginning, so no event is lost; the reader may see events it had,
+// which their run id and seq identify. Close it when done.
+func (b *Bus) TenantEvents(ctx context.Context, tenant string, after uint64, fromNow bool) (*TenantEventStream, error) {
+	subject := b.n.eventsAll()
+	if tenant != "" {
+		if err := validToken(tenant); err != nil {
+			return nil, fmt.Errorf("tenant events: tenant: %w", err)
+		}
+		subject = b.n.tenantEvents(tenant)
+	}
+	if err := b.checkConn(); err != nil {
+		return nil, fmt.Errorf("tenant events: %w", err)
+	}
+	octx, cancel := b.opCtx(ctx)
+	st, err := b.js.Stream(octx, b.n.stream(streamEvents))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("tenant events: %w", err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	if fromNow {
+		after = last
+	}
+	if after > last {
+		after = 0
+	}
+	r, err := b.openEvents(ctx, "tenant events", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    after + 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &TenantEventStream{r: r, start: after}, nil
+}
+
+// Start is the position the stream delivers events after: the one asked
+// for, or what TenantEvents made of it.
+func (s *TenantEventStream) Start() uint64 { return s.start }
+
+// Next blocks until the next event, or ctx ends; see EventStream.Next.
+func (s *TenantEventStream) Next(ctx context.Context) (TenantEvent, error) {
+	ev, pos, err := s.r.next(ctx, "next tenant event")
+	return TenantEvent{Pos: pos, Event: ev}, err
+}
+
+// Close stops the stream and deletes its consumer. Safe to call twice.
+func (s *TenantEventStream) Close() { s.r.close() }
+
+// eventReader is an ordered consumer on the events stream with its
+// message iterator, closed by its owner or by the bus's Close.
+type eventReader struct {
+	b       *Bus
+	stream  string
+	cons    jetstream.Consumer
+	it      jetstream.MessagesContext
+	untrack func()
+
+	closeOnce sync.Once
+}
+
+// openEvents opens an ordered consumer on the events stream. It is
+// ephemeral and in memory on the server, which reaps it a minute after
+// its client vanished without closing it.
+func (b *Bus) openEvents(ctx context.Context, what string, cfg jetstream.OrderedConsumerConfig) (*eventReader, error) {
+	if err := b.checkConn(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ctx, cancel := b.opCtx(ctx)
+	defer cancel()
+	stream := b.n.stream(streamEvents)
+	cfg.InactiveThreshold = time.Minute
+	cons, err := b.js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		deleteOrdered(b, stream, cons)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	r := &eventReader{b: b, stream: stream, cons: cons, it: it}
+	untrack, err := b.track(r.stop)
+	if err != nil {
+		r.stop()
+		return nil, err
+	}
+	r.untrack = untrack
+	return r, nil
+}
+
+// next returns the next decodable event and its stream position.
+func (r *eventReader) next(ctx context.Context, what string) (agentfleet.Event, uint64, error) {
+	for {
+		m, err := r.it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return agentfleet.Event{}, 0, ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return agentfleet.Event{}, 0, ErrClosed
+			}
+			return agentfleet.Event{}, 0, fmt.Errorf("%s: %w", what, err)
+		}
+		var ev agentfleet.Event
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			r.b.log.Warn("skip undecodable event", "subject", m.Subject(), "err", err)
+			continue
+		}
+		var pos uint64
+		if md, err := m.Metadata(); err == nil {
+			pos = md.Sequence.Stream
+		}
+		return ev, pos, nil
+	}
+}
+
+func (r *eventReader) close() {
+	if r.untrack != nil {
+		r.untrack()
+	}
+	r.stop()
+}
+
+func (r *eventReader) stop() {
+	r.closeOnce.Do(func() {
+		r.it.Stop()
+		deleteOrdered(r.b, r.stream, r.cons)
 	})
 }
 

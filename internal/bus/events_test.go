@@ -2,9 +2,11 @@ package bus_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
@@ -150,4 +152,103 @@ func TestSendEventsThenWait(t *testing.T) {
 	require.NoError(t, none.Wait(s.ctx), "an empty batch")
 	_, err = s.b.SendEvents(events("acme", "run.1", 1, 1))
 	require.ErrorIs(t, err, bus.ErrInvalidToken, "checked before anything is sent")
+}
+
+// tenantNext reads n events and returns them as "<run>/<seq>" with
+// their positions.
+func tenantNext(t *testing.T, ctx context.Context, es *bus.TenantEventStream, n int) ([]string, []uint64) {
+	t.Helper()
+	var ids []string
+	var pos []uint64
+	for range n {
+		ev, err := es.Next(ctx)
+		require.NoError(t, err)
+		ids = append(ids, ev.Event.RunID+"/"+strconv.FormatInt(ev.Event.Seq, 10))
+		pos = append(pos, ev.Pos)
+	}
+	return ids, pos
+}
+
+// TestTenantEventsResumeAfterPosition: a tenant's events of every run, in
+// the stream's order, each with its stream position; a reader that
+// resumes after a position gets exactly the events after it.
+func TestTenantEventsResumeAfterPosition(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 2)))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("other", "run9", 1, 1)))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run2", 1, 2)))
+
+	es, err := s.b.TenantEvents(s.ctx, "acme", 0, false)
+	require.NoError(t, err)
+	defer es.Close()
+	require.Zero(t, es.Start())
+	ids, pos := tenantNext(t, s.ctx, es, 4)
+	require.Equal(t, []string{"run1/1", "run1/2", "run2/1", "run2/2"}, ids)
+	require.Equal(t, []uint64{1, 2, 4, 5}, pos, "stream positions; 3 is the other tenant's")
+
+	// Live, and the other tenant's never.
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("other", "run9", 2, 2)))
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 3, 3)))
+	ids, pos = tenantNext(t, s.ctx, es, 1)
+	require.Equal(t, []string{"run1/3"}, ids)
+	require.Equal(t, []uint64{7}, pos)
+
+	resumed, err := s.b.TenantEvents(s.ctx, "acme", 2, false)
+	require.NoError(t, err)
+	defer resumed.Close()
+	ids, _ = tenantNext(t, s.ctx, resumed, 3)
+	require.Equal(t, []string{"run2/1", "run2/2", "run1/3"}, ids)
+
+	all, err := s.b.TenantEvents(s.ctx, "", 0, false)
+	require.NoError(t, err)
+	defer all.Close()
+	ids, _ = tenantNext(t, s.ctx, all, 7)
+	require.Equal(t, []string{"run1/1", "run1/2", "run9/1", "run2/1", "run2/2", "run9/2", "run1/3"}, ids, "every tenant's")
+
+	_, err = s.b.TenantEvents(s.ctx, "ac.me", 0, false)
+	require.ErrorIs(t, err, bus.ErrInvalidToken)
+}
+
+// TestTenantEventsFromNow starts after the last event stored when it
+// opens, and says where that is, so a reader that reconnects resumes
+// from there without losing what came meanwhile.
+func TestTenantEventsFromNow(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 3)))
+	es, err := s.b.TenantEvents(s.ctx, "acme", 0, true)
+	require.NoError(t, err)
+	defer es.Close()
+	require.EqualValues(t, 3, es.Start())
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 4, 4)))
+	ids, pos := tenantNext(t, s.ctx, es, 1)
+	require.Equal(t, []string{"run1/4"}, ids)
+	require.Equal(t, []uint64{4}, pos)
+}
+
+// TestTenantEventsPastTheEnd: a position the stream has not reached (it
+// was recreated and counts from 1 again) reads from its start rather
+// than waiting for the count to pass it; one aged out skips to the
+// oldest kept.
+func TestTenantEventsPastTheEnd(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	require.NoError(t, s.b.PublishEvents(s.ctx, events("acme", "run1", 1, 4)))
+	es, err := s.b.TenantEvents(s.ctx, "acme", 1000, false)
+	require.NoError(t, err)
+	defer es.Close()
+	require.Zero(t, es.Start())
+	ids, _ := tenantNext(t, s.ctx, es, 4)
+	require.Equal(t, []string{"run1/1", "run1/2", "run1/3", "run1/4"}, ids)
+
+	st, err := s.js.Stream(s.ctx, "AF_EVENTS")
+	require.NoError(t, err)
+	require.NoError(t, st.Purge(s.ctx, jetstream.WithPurgeSequence(3))) // 1 and 2 aged out
+	aged, err := s.b.TenantEvents(s.ctx, "acme", 1, false)
+	require.NoError(t, err)
+	defer aged.Close()
+	ids, pos := tenantNext(t, s.ctx, aged, 2)
+	require.Equal(t, []string{"run1/3", "run1/4"}, ids)
+	require.Equal(t, []uint64{3, 4}, pos)
 }

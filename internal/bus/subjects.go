@@ -134,6 +134,8 @@ func (n names) runEvents(tenant, runID string) string {
 	return n.prefix + ".events." + tenant + "." + runID + ".>"
 }
 
+func (n names) tenantEvents(tenant string) string { return n.prefix + ".events." + tenant + ".>" }
+
 func (n names) eventsAll() string { return n.prefix + ".events.>" }
 
 func (n names) dlqSubject(tenant, runID string) string {

@@ -1,8 +1,9 @@
 // Package client is the Go client of the dispatcher's HTTP API, used by
 // agentctl, the bench command and the end-to-end tests. It speaks only
 // HTTP: runs, tenants and their API keys, webhook triggers (and sending
-// signed deliveries to their hooks), and run events over Server-Sent
-// Events, resuming with Last-Event-ID when a stream breaks.
+// signed deliveries to their hooks), and events over Server-Sent Events
+// (a run's, or every run's of a tenant), resuming with Last-Event-ID when
+// a stream breaks.
 package client
 
 import (
@@ -137,7 +138,7 @@ type ListRunsParams struct {
 
 // ListRuns lists runs, newest first.
 func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, error) {
-	q := url.Values{}
+	q := pageQuery(p.Limit, p.Cursor)
 	if len(p.Status) > 0 {
 		ss := make([]string, len(p.Status))
 		for i, s := range p.Status {
@@ -153,12 +154,6 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, e
 	}
 	if p.ParentRunID != "" {
 		q.Set("parent_run_id", p.ParentRunID)
-	}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
 	}
 	var out api.RunList
 	err := c.do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &out)
@@ -224,15 +219,8 @@ type ListKeysParams struct {
 // ListKeys lists a tenant's keys, newest first: ids, names, when made and
 // last used, never the keys.
 func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (api.APIKeyList, error) {
-	q := url.Values{}
-	if p.Limit > 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
-	}
-	if p.Cursor != "" {
-		q.Set("cursor", p.Cursor)
-	}
 	var out api.APIKeyList
-	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+q.Encode(), nil, &out)
+	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
 	return out, err
 }
 
@@ -251,9 +239,25 @@ var ErrStopEvents = errors.New("stop events")
 // resumed with Last-Event-ID, so fn sees every event exactly once.
 func (c *Client) Events(ctx context.Context, runID string, afterSeq int64, fn func(agentfleet.Event) error) error {
 	last := afterSeq
-	backoff := 100 * time.Millisecond
-	for {
+	return follow(ctx, func() (bool, bool, error, error) {
+		before := last
 		done, cbErr, err := c.eventStream(ctx, runID, &last, fn)
+		return last != before, done, cbErr, err
+	})
+}
+
+// follow calls stream, one connection of an event stream, again after
+// each break until it is done, its callback failed, ctx ended or the API
+// refused it (a 4xx). It backs off between connections that brought
+// nothing new.
+func follow(ctx context.Context, stream func() (progress, done bool, cbErr, err error)) error {
+	const backoffMin = 100 * time.Millisecond
+	backoff := backoffMin
+	for {
+		progress, done, cbErr, err := stream()
+		if progress {
+			backoff = backoffMin
+		}
 		switch {
 		case done || errors.Is(cbErr, ErrStopEvents):
 			return nil
@@ -275,65 +279,179 @@ func (c *Client) Events(ctx context.Context, runID string, afterSeq int64, fn fu
 	}
 }
 
-// eventStream reads one SSE connection: done is true after the terminal
-// event, cbErr is what fn returned, err what broke the stream.
-func (c *Client) eventStream(ctx context.Context, runID string, last *int64, fn func(agentfleet.Event) error) (done bool, cbErr, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+"/v1/runs/"+url.PathEscape(runID)+"/events", nil)
+// openSSE opens an event stream at path, resuming after lastID when it
+// is not empty.
+func (c *Client) openSSE(ctx context.Context, path, lastID string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+path, nil)
 	if err != nil {
-		return false, nil, err
+		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
-	if *last > 0 {
-		req.Header.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
 	}
 	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// eventStream reads one SSE connection: done is true after the terminal
+// event, cbErr is what fn returned, err what broke the stream.
+func (c *Client) eventStream(ctx context.Context, runID string, last *int64, fn func(agentfleet.Event) error) (done bool, cbErr, err error) {
+	lastID := ""
+	if *last > 0 {
+		lastID = strconv.FormatInt(*last, 10)
+	}
+	resp, err := c.openSSE(ctx, "/v1/runs/"+url.PathEscape(runID)+"/events", lastID)
 	if err != nil {
 		return false, nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return false, nil, decodeError(resp)
-	}
 	if resp.StatusCode == http.StatusNoContent {
 		// Resumed at or past the run's terminal event: nothing more.
 		return true, nil, nil
 	}
-	sc := bufio.NewScanner(resp.Body)
+	err = readSSE(resp.Body, func(_ string, data []byte) (bool, error) {
+		if len(data) == 0 {
+			return false, nil
+		}
+		var ev agentfleet.Event
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return false, fmt.Errorf("decode event: %w", err)
+		}
+		if ev.Seq <= *last {
+			return false, nil
+		}
+		*last = ev.Seq
+		if cbErr = fn(ev); cbErr != nil {
+			return true, nil
+		}
+		done = ev.Terminal()
+		return done, nil
+	})
+	if done || cbErr != nil {
+		return done, cbErr, nil
+	}
+	return false, nil, err
+}
+
+// readSSE reads an event stream, calling block with each block's id and
+// data (empty for a block with an id alone) until it says stop or fails.
+// A stream that ends before block said stop is io.ErrUnexpectedEOF.
+func readSSE(r io.Reader, block func(id string, data []byte) (stop bool, err error)) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var id string
 	var data []byte
+	seen := false
 	for sc.Scan() {
 		line := sc.Bytes()
 		switch {
 		case len(line) == 0:
-			if len(data) == 0 {
+			if !seen {
 				continue
 			}
-			var ev agentfleet.Event
-			if err := json.Unmarshal(data, &ev); err != nil {
-				return false, nil, fmt.Errorf("decode event: %w", err)
+			stop, err := block(id, data)
+			if err != nil || stop {
+				return err
 			}
-			data = data[:0]
-			if ev.Seq <= *last {
-				continue
-			}
-			*last = ev.Seq
-			if err := fn(ev); err != nil {
-				return false, err, nil
-			}
-			if ev.Terminal() {
-				return true, nil, nil
-			}
+			id, data, seen = "", data[:0], false
 		case bytes.HasPrefix(line, []byte("data:")):
-			data = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...)
+			data, seen = append(data, bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))...), true
+		case bytes.HasPrefix(line, []byte("id:")):
+			id, seen = string(bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("id:")), []byte(" "))), true
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return false, nil, err
+		return err
 	}
-	return false, nil, io.ErrUnexpectedEOF
+	return io.ErrUnexpectedEOF
+}
+
+// TenantEventsParams selects what GET /v1/events streams.
+type TenantEventsParams struct {
+	// Tenant, with the admin token, follows one tenant (empty: every
+	// tenant). A tenant's key follows its own tenant whatever it says.
+	Tenant string
+	// After resumes after a position (a TenantEvent's Pos). Zero starts
+	// with the events published from now on, unless FromOldest.
+	After uint64
+	// FromOldest, with After zero, starts with the oldest event the
+	// fleet's events stream keeps.
+	FromOldest bool
+}
+
+// TenantEvent is an event of GET /v1/events with its position in the
+// fleet's events stream, which TenantEventsParams.After resumes after.
+type TenantEvent struct {
+	Pos   uint64
+	Event agentfleet.Event
+}
+
+// TenantEvents streams the events of every run of the caller's tenant to
+// fn, in the order the fleet stored them, until ctx ends or fn returns an
+// error (ErrStopEvents stops without one). A broken stream is resumed
+// after the last position seen, so no event is lost; an event the fleet
+// published again after a crash may come twice, with the same run id and
+// seq, which a caller that must not see it twice remembers.
+func (c *Client) TenantEvents(ctx context.Context, p TenantEventsParams, fn func(TenantEvent) error) error {
+	lastID := ""
+	if p.After > 0 || p.FromOldest {
+		lastID = strconv.FormatUint(p.After, 10)
+	}
+	path := "/v1/events"
+	if p.Tenant != "" {
+		path += "?tenant=" + url.QueryEscape(p.Tenant)
+	}
+	return follow(ctx, func() (bool, bool, error, error) {
+		before := lastID
+		resp, err := c.openSSE(ctx, path, lastID)
+		if err != nil {
+			return false, false, nil, err
+		}
+		defer resp.Body.Close()
+		var cbErr error
+		err = readSSE(resp.Body, func(id string, data []byte) (bool, error) {
+			pos, err := strconv.ParseUint(id, 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("event stream position %q: %w", id, err)
+			}
+			lastID = id
+			if len(data) == 0 {
+				return false, nil // the position the stream starts after
+			}
+			var ev agentfleet.Event
+			if err := json.Unmarshal(data, &ev); err != nil {
+				return false, fmt.Errorf("decode event: %w", err)
+			}
+			cbErr = fn(TenantEvent{Pos: pos, Event: ev})
+			return cbErr != nil, nil
+		})
+		return lastID != before, false, cbErr, err
+	})
+}
+
+// ListTenantsParams pages GET /v1/tenants.
+type ListTenantsParams struct {
+	Limit  int
+	Cursor string
+}
+
+// ListTenants lists tenants with their budgets, newest first (the admin
+// token); a tenant's key lists its own tenant alone.
+func (c *Client) ListTenants(ctx context.Context, p ListTenantsParams) (api.TenantList, error) {
+	var out api.TenantList
+	err := c.do(ctx, http.MethodGet, "/v1/tenants?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
+	return out, err
 }
 
 // Wait follows a run's events until it ends, then returns the run.

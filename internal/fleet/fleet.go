@@ -17,6 +17,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/budget"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/console"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
@@ -220,6 +221,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		RunsDeleted: deleted.WithLabelValues("api"),
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
+		Console:        console.Handler(),
 	})
 	if err != nil {
 		return nil, err

@@ -77,7 +77,9 @@ type Store interface {
 	// its usage ledger's sum for the current window into its budget in
 	// the same transaction, so the ceiling holds from that moment.
 	TenantUpdate(ctx context.Context, p TenantUpdateParams) (agentfleet.Tenant, error)
-	TenantList(ctx context.Context, p TenantListParams) ([]agentfleet.Tenant, error)
+	// TenantList lists tenants, newest first (tenants made in the same
+	// microsecond by id, descending).
+	TenantList(ctx context.Context, p TenantListParams) (TenantListResult, error)
 
 	// APIKeyCreate stores the hash of a key for a tenant under a fresh
 	// public id and returns the key's record. The key itself is never
@@ -352,7 +354,13 @@ type TenantUpdateParams struct {
 }
 
 type TenantListParams struct {
-	Limit int // zero: all
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type TenantListResult struct {
+	Tenants    []agentfleet.Tenant
+	NextCursor string // empty on the last page
 }
 
 // APIKey is a tenant's API key as the store shows it: never the key or

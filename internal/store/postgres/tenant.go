@@ -144,16 +144,21 @@ func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (a
 	return t, nil
 }
 
-func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]agentfleet.Tenant, error) {
-	var limit *int
-	if p.Limit > 0 {
-		limit = &p.Limit
-	}
-	ts, err := queryAll(ctx, s, `SELECT `+tenantCols+` FROM tenants ORDER BY id COLLATE "C" LIMIT $1`, scanTenant, limit)
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.TenantListResult, error) {
+	p, after, err := rules.TenantList(p)
 	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", err)
+		return store.TenantListResult{}, err
 	}
-	return ts, nil
+	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{}
+	if after != nil {
+		q += ` WHERE (created_at, id COLLATE "C") < ($2, $3)`
+		args = append(args, time.UnixMicro(after.CreatedAt).UTC(), after.ID)
+	}
+	ts, err := queryAll(ctx, s, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scanTenant, append([]any{p.Limit + 1}, args...)...)
+	if err != nil {
+		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", err)
+	}
+	return rules.TenantPage(ts, p), nil
 }
 
 const apiKeyCols = `id, tenant, name, created_at, last_used_at`

@@ -143,16 +143,25 @@ func startLimited(ctx context.Context, q queryer, l rules.Ledger, now time.Time)
 	})
 }
 
-func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) ([]agentfleet.Tenant, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = -1 // SQLite: no limit
-	}
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY id LIMIT ?`, limit)
+func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.TenantListResult, error) {
+	p, after, err := rules.TenantList(p)
 	if err != nil {
-		return nil, fmt.Errorf("list tenants: %w", err)
+		return store.TenantListResult{}, err
 	}
-	return collect(rows, scanTenant)
+	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{}
+	if after != nil {
+		q += ` WHERE created_at < ? OR (created_at = ? AND id < ?)`
+		args = append(args, after.CreatedAt, after.CreatedAt, after.ID)
+	}
+	rows, err := s.rd.QueryContext(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, p.Limit+1)...)
+	if err != nil {
+		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", mapErr(err))
+	}
+	ts, err := collect(rows, scanTenant)
+	if err != nil {
+		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", mapErr(err))
+	}
+	return rules.TenantPage(ts, p), nil
 }
 
 const apiKeyCols = `id, tenant, name, created_at, last_used_at`

@@ -1,8 +1,11 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,11 +119,45 @@ func testTenant(t *testing.T, newStore NewStore) {
 		}
 		all, err := b.s.TenantList(b.ctx, store.TenantListParams{})
 		require.NoError(t, err)
-		require.Len(t, all, 3)
-		require.Equal(t, []string{"a", "b", "c"}, []string{all[0].ID, all[1].ID, all[2].ID})
+		require.Len(t, all.Tenants, 3)
+		require.Empty(t, all.NextCursor)
 		two, err := b.s.TenantList(b.ctx, store.TenantListParams{Limit: 2})
 		require.NoError(t, err)
-		require.Equal(t, all[:2], two)
+		require.Equal(t, all.Tenants[:2], two.Tenants)
+		require.NotEmpty(t, two.NextCursor)
+	})
+	t.Run("ListPages", func(t *testing.T) {
+		// Newest first; tenants made in the same microsecond are
+		// ordered by id, so a page boundary between them loses none.
+		b := setup(t, newStore)
+		var want []agentfleet.Tenant
+		for i := range 7 {
+			want = append(want, b.tenant(t, store.TenantCreateParams{ID: fmt.Sprintf("t%d", i)}))
+		}
+		slices.SortFunc(want, func(x, y agentfleet.Tenant) int {
+			return cmp.Or(y.CreatedAt.Compare(x.CreatedAt), strings.Compare(y.ID, x.ID))
+		})
+		var got []agentfleet.Tenant
+		cursor := ""
+		for pages := 1; ; pages++ {
+			page, err := b.s.TenantList(b.ctx, store.TenantListParams{Limit: 3, Cursor: cursor})
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(page.Tenants), 3)
+			got = append(got, page.Tenants...)
+			if page.NextCursor == "" {
+				require.Equal(t, 3, pages, "7 tenants, 3 a page")
+				break
+			}
+			cursor = page.NextCursor
+		}
+		require.Equal(t, want, got)
+
+		_, err := b.s.TenantList(b.ctx, store.TenantListParams{Cursor: "not-a-cursor"})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.TenantList(b.ctx, store.TenantListParams{Limit: -1})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = b.s.TenantList(b.ctx, store.TenantListParams{Cursor: rules.EncodeCursor(false, 1)})
+		require.ErrorIs(t, err, store.ErrInvalid, "a runs cursor is no tenants cursor")
 	})
 }
 

@@ -152,6 +152,35 @@ func APIKeyPage(keys []store.APIKey, seqs []int64, p store.APIKeyListParams) sto
 	return res
 }
 
+// TenantList validates p and fills its defaults; it returns the position
+// the cursor continues after (nil: from the newest).
+func TenantList(p store.TenantListParams) (store.TenantListParams, *TenantPos, error) {
+	if p.Limit < 0 {
+		return p, nil, Invalidf("tenant list: limit must not be negative")
+	}
+	if p.Limit == 0 {
+		p.Limit = RunListLimitDefault
+	}
+	p.Limit = min(p.Limit, RunListLimitMax)
+	if p.Cursor == "" {
+		return p, nil, nil
+	}
+	pos, err := DecodeTenantCursor(p.Cursor)
+	return p, &pos, err
+}
+
+// TenantPage is TenantList p's answer from rows read newest first, one
+// more than p.Limit when a page follows.
+func TenantPage(ts []agentfleet.Tenant, p store.TenantListParams) store.TenantListResult {
+	var res store.TenantListResult
+	if len(ts) > p.Limit {
+		ts = ts[:p.Limit]
+		res.NextCursor = EncodeTenantCursor(ts[len(ts)-1])
+	}
+	res.Tenants = ts
+	return res
+}
+
 // AgentUpsert validates p.
 func AgentUpsert(p store.AgentUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {

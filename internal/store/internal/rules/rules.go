@@ -280,6 +280,32 @@ func EncodeCursor(oldest bool, seq int64) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(dir + strconv.FormatInt(seq, 10)))
 }
 
+// TenantPos is where a tenant listing continues: after the tenant made
+// at CreatedAt (microseconds) with ID, newest first.
+type TenantPos struct {
+	CreatedAt int64
+	ID        string
+}
+
+// EncodeTenantCursor returns the cursor that continues after t.
+func EncodeTenantCursor(t agentfleet.Tenant) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("t" + strconv.FormatInt(t.CreatedAt.UnixMicro(), 10) + ":" + t.ID))
+}
+
+// DecodeTenantCursor returns the position a tenant cursor continues after.
+func DecodeTenantCursor(cursor string) (TenantPos, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	micros, id, ok := strings.Cut(strings.TrimPrefix(string(raw), "t"), ":")
+	if err != nil || len(raw) == 0 || raw[0] != 't' || !ok {
+		return TenantPos{}, Invalidf("tenant cursor %q is malformed: pass the NextCursor of the previous page", cursor)
+	}
+	at, err := strconv.ParseInt(micros, 10, 64)
+	if err != nil || CheckID("tenant cursor id", id) != nil {
+		return TenantPos{}, Invalidf("tenant cursor %q is malformed: pass the NextCursor of the previous page", cursor)
+	}
+	return TenantPos{CreatedAt: at, ID: id}, nil
+}
+
 // DecodeCursor returns the position a cursor continues after; a cursor
 // from a listing in the other direction is invalid.
 func DecodeCursor(cursor string, oldest bool) (int64, error) {

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -167,6 +168,18 @@ func TestCursor(t *testing.T) {
 	}
 	for _, bad := range []string{"", "x", "!!!", EncodeCursor(false, 1)[:1]} {
 		_, err := DecodeCursor(bad, false)
+		require.ErrorIs(t, err, store.ErrInvalid, "%q", bad)
+	}
+}
+
+func TestTenantCursor(t *testing.T) {
+	ten := agentfleet.Tenant{ID: "acme-1", CreatedAt: time.UnixMicro(1_700_000_000_123_456)}
+	pos, err := DecodeTenantCursor(EncodeTenantCursor(ten))
+	require.NoError(t, err)
+	require.Equal(t, TenantPos{CreatedAt: 1_700_000_000_123_456, ID: "acme-1"}, pos)
+	b64 := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, bad := range []string{"", "!!!", EncodeCursor(false, 1), b64("t12"), b64("tx:acme"), b64("t12:"), b64("t12:a.b"), b64("12:acme")} {
+		_, err := DecodeTenantCursor(bad)
 		require.ErrorIs(t, err, store.ErrInvalid, "%q", bad)
 	}
 }

@@ -1,0 +1,28 @@
+// The console's pages. A page has a title, the route its tab in the
+// navigation opens (none for pages reached by a link), match(path), which
+// returns its arguments or null, and render(root, args, params), which
+// draws it and returns what stops it (its streams and timers).
+//
+// Batches (progress) and pending approvals add their pages here as their
+// APIs reach the dispatcher (approvals.js is the run page's hook).
+
+import { runsPage } from './runs.js';
+import { runPage } from './run.js';
+import { tenantsPage } from './tenants.js';
+import { triggersPage, triggerPage } from './triggers.js';
+
+export const pages = [
+  { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
+  {
+    title: 'Run', nav: null,
+    match: (p) => { const m = /^\/runs\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id]) => runPage(root, id),
+  },
+  { title: 'Triggers', nav: '/triggers', match: (p) => (p === '/triggers' ? [] : null), render: (root) => triggersPage(root) },
+  {
+    title: 'Trigger', nav: null,
+    match: (p) => { const m = /^\/triggers\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id]) => triggerPage(root, id),
+  },
+  { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
+];
