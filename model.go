@@ -36,6 +36,9 @@ type ModelResponse struct {
 	// UsageReported is false when the provider sent no usage; Usage then
 	// holds a conservative estimate.
 	UsageReported bool `json:"usage_reported"`
+	// FinishReason is why the model stopped ("stop", "length", ...), as
+	// the provider said.
+	FinishReason string `json:"finish_reason,omitempty"`
 }
 
 // ModelChunk is one piece of a streamed reply. The last chunk has Done set

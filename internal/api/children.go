@@ -41,8 +41,9 @@ func (s *Server) SweepChildren(ctx context.Context, interval time.Duration, lead
 	}
 }
 
-// endedRun settles the family of a run the API ended.
+// endedRun traces a run the API ended and settles its family.
 func (s *Server) endedRun(ctx context.Context, run agentfleet.Run) {
+	s.cfg.Tracer.EndRun(ctx, run)
 	if run.ParentRunID == "" && run.Children == 0 {
 		return
 	}

@@ -145,7 +145,8 @@ func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs [
 		return fmt.Errorf("publish events: %w", err)
 	}
 	if startable && run.Status == agentfleet.StatusQueued && run.Turn == 0 {
-		if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1}); err != nil {
+		t := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Traceparent: s.cfg.Tracer.Admitted(ctx, run)}
+		if err := s.cfg.Bus.EnqueueTurn(ctx, t); err != nil {
 			return fmt.Errorf("enqueue first turn: %w", err)
 		}
 	}

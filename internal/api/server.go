@@ -55,6 +55,9 @@ const (
 type Config struct {
 	Store store.Store
 	Bus   *bus.Bus
+	// Tracer traces admissions and the runs the dispatcher ends
+	// (internal/telemetry); nil traces nothing.
+	Tracer Tracer
 	// AdminToken authorises tenant administration. Empty disables the
 	// admin endpoints (every admin request is 401).
 	AdminToken string
@@ -107,6 +110,8 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	mux *http.ServeMux
+	// http times the requests (httpmetrics.go).
+	http *httpMetrics
 
 	// keys holds found and unknown API keys (lookup.go); agents holds
 	// the agents known to exist (nil when caching is off).
@@ -144,6 +149,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, errors.New("api: MaxBodyBytes must not be negative (zero selects 1 MiB)")
 	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noTracer{}
+	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = MaxBodyBytesDefault
 	}
@@ -161,6 +169,7 @@ func New(cfg Config) (*Server, error) {
 		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
+	var err error
 	s.requeued = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentfleet_runs_requeued_total",
 		Help: "Runs due a turn that had no turn message in NATS and were given it again by the dispatcher's sweep, by the status they were in (queued, running).",
@@ -169,6 +178,9 @@ func New(cfg Config) (*Server, error) {
 		if err := cfg.Registerer.Register(s.requeued); err != nil {
 			return nil, fmt.Errorf("api: register metrics: %w", err)
 		}
+	}
+	if s.http, err = newHTTPMetrics(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	if err := s.hooks.init(cfg); err != nil {
 		return nil, err
@@ -196,7 +208,7 @@ func (s *Server) Close() {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.http.serve(s.mux, w, r) }
 
 func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/runs", s.tenantOnly(s.handleRunCreate))

@@ -152,6 +152,10 @@ type Config struct {
 	// this process on the plateau (after a GC: what the in-flight turns
 	// keep alive).
 	HeapProfile string
+	// TraceStub turns the fleet's tracing on, exporting OTLP/HTTP to a
+	// collector stub in this process that counts what it receives (the
+	// environment of this process and the fleet's is set for it).
+	TraceStub bool
 	// ProfileDir, for a fleet of processes, receives a CPU profile of
 	// each (<role>-<n>.cpu; read them with go tool pprof and the binary).
 	ProfileDir string
@@ -287,6 +291,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer m.close()
+	var stub *otlpStub
+	if cfg.TraceStub {
+		if cfg.URL != "" {
+			return nil, &ConfigError{fmt.Errorf("--trace-stub traces a fleet the bench runs, not one at --url (point its OTEL_EXPORTER_OTLP_ENDPOINT at a collector)")}
+		}
+		if stub, err = startOTLPStub(); err != nil {
+			return nil, err
+		}
+		defer stub.close()
+		defer stub.setEnv()()
+		rep.Parameters.Tracing = "otlp-stub"
+	}
 
 	e := &env{cfg: cfg, rep: rep, model: m, tag: newToken()[:8], http: apiHTTPClient(cfg.Submitters)}
 	defer e.http.CloseIdleConnections()
@@ -362,6 +378,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()
+	if stub != nil {
+		// After the fleet's shutdown, which flushes its exporters.
+		rep.Figures.Tracing = stub.figures()
+	}
 	rep.Elapsed = Duration(time.Since(start))
 	if runErr != nil {
 		return rep, runErr

@@ -120,6 +120,23 @@ func TestThroughput(t *testing.T) {
 	require.InDelta(t, *f.SwitchesPerTurn, *f.SwitchesPerTurnSelf+*f.SwitchesPerTurnChildren, 1e-9)
 }
 
+// With --trace-stub the fleet exports its traces to the bench's stub
+// collector: every span of every run arrives by the fleet's shutdown.
+func TestThroughputTraced(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Throughput, Runs: 20, Warmup: 4, Slots: 8, TraceStub: true})
+	require.Equal(t, 20, rep.Figures.Runs.Completed)
+	require.Equal(t, "otlp-stub", rep.Parameters.Tracing)
+	tr := rep.Figures.Tracing
+	require.NotNil(t, tr)
+	require.Zero(t, tr.Refused)
+	// A run of 2 turns: invoke_agent, admit_run, and per turn the turn,
+	// its model call and its script.
+	require.EqualValues(t, (20+4)*(2+3*2), tr.Spans)
+	require.Positive(t, tr.Bytes)
+	_, set := os.LookupEnv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	require.False(t, set, "the environment is put back")
+}
+
 // TestThroughputThroughModelFailures: the fleet's model client retries
 // 429s (honouring Retry-After) and 500s, so injected failures cost time,
 // never a run.

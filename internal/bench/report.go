@@ -54,6 +54,9 @@ type Parameters struct {
 	Fail500          int      `json:"fail_500,omitempty"`
 	Warmup           int      `json:"warmup_runs,omitempty"`
 	BRuns            int      `json:"b_runs,omitempty"`
+	// Tracing is "otlp-stub" when the fleet exported traces to the
+	// bench's stub collector, else empty (off).
+	Tracing string `json:"tracing,omitempty"`
 }
 
 // Figures are the measurements; which are set depends on the scenario.
@@ -66,6 +69,19 @@ type Figures struct {
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
+	// Tracing is what the OTLP stub received (with --trace-stub).
+	Tracing *TracingFigures `json:"tracing,omitempty"`
+}
+
+// TracingFigures: the spans the fleet exported to the bench's OTLP stub
+// until the figures were taken (the exporters flush in batches: the
+// last few seconds' spans may still be on their way).
+type TracingFigures struct {
+	Exports int64 `json:"exports"`
+	Spans   int64 `json:"spans"`
+	Bytes   int64 `json:"bytes"`
+	// Refused exports would not parse as OTLP protobuf.
+	Refused int64 `json:"refused,omitempty"`
 }
 
 // RunCounts says what became of the measured runs.
@@ -382,6 +398,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("fleet GOMAXPROCS", "Go's default per process")
 	}
 	row("runs", "%d x %d turns, model latency %s", p.Runs, p.Turns, p.ModelLatency)
+	if p.Tracing != "" {
+		row("tracing", "on, OTLP/HTTP to the bench's stub collector")
+	}
 	row("machine", "%s, GOMAXPROCS %d, %s %s/%s, load %.2f at start", m.CPUModel, m.GOMAXPROCS, m.GoVersion, m.OS, m.Arch, m.LoadAvg)
 	c := f.Runs
 	row("outcome", "%d submitted, %d completed, %d failed, %d lost", c.Submitted, c.Completed, c.Failed, c.Lost)
@@ -406,6 +425,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 		row("model calls", "%d", t.ModelCalls)
+	}
+	if tr := f.Tracing; tr != nil {
+		row("spans exported", "%d in %d exports, %s (%d refused)", tr.Spans, tr.Exports, mib(tr.Bytes), tr.Refused)
 	}
 	if l := f.Latency; l != nil {
 		row("submit -> 1st model request", "%s", l.SubmitToFirstModelRequest)

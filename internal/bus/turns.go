@@ -39,7 +39,14 @@ type Turn struct {
 	// rather than pay the model again. The message id does not include
 	// it.
 	Retried bool `json:"retried,omitempty"`
+	// Traceparent is the W3C trace context of the turn that sent this
+	// one, carried as the message's traceparent header (not in the
+	// envelope, nor in the message id).
+	Traceparent string `json:"-"`
 }
+
+// traceHeader is the NATS header that carries Turn.Traceparent.
+const traceHeader = "traceparent"
 
 // MsgID is the JetStream message id of the turn: "<run>/turn/<n>", plus
 // "/w<wake>" for a resumed turn. Publishing the same turn twice within the
@@ -160,7 +167,11 @@ func (b *Bus) turnMsg(q Queue, t Turn) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("turn %s: %w", t.MsgID(), err)
 	}
-	return &nats.Msg{Subject: b.n.queueSubject(q, t.Tenant, t.RunID), Data: data}, nil
+	msg := &nats.Msg{Subject: b.n.queueSubject(q, t.Tenant, t.RunID), Data: data}
+	if t.Traceparent != "" {
+		msg.Header = nats.Header{traceHeader: []string{t.Traceparent}}
+	}
+	return msg, nil
 }
 
 func (b *Bus) publishTurn(ctx context.Context, q Queue, t Turn) error {
@@ -634,6 +645,9 @@ func (s *TurnSource) decode(ctx context.Context, m jetstream.Msg) *Delivery {
 		d.Pending = md.NumPending
 	}
 	var bad error
+	if h := m.Headers(); h != nil {
+		d.Turn.Traceparent = h.Get(traceHeader)
+	}
 	if err := json.Unmarshal(m.Data(), &d.Turn); err != nil {
 		bad = fmt.Errorf("malformed turn envelope: %w", err)
 	} else if err := d.Turn.validate(); err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/internal/telemetry"
 	"github.com/agentfleet/agentfleet/internal/worker"
 )
 
@@ -125,6 +126,9 @@ type fleetOptions struct {
 	stranded time.Duration
 	// store, when set, is the fleet's store instead of a new SQLite file.
 	store store.Store
+	// tracer, when set, traces the dispatcher's admissions and every
+	// worker's turns.
+	tracer *telemetry.Tracer
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -162,6 +166,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
 		Secrets: testSecrets, Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
+		Tracer: o.tracer,
 	})
 	require.NoError(t, err)
 	dispatcherDone := make(chan struct{})
@@ -175,6 +180,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
 			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
+			Tracer: o.tracer,
 		})
 		require.NoError(t, err)
 		wctx, stop := context.WithCancel(ctx)

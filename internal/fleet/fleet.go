@@ -27,6 +27,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/internal/telemetry"
 	"github.com/agentfleet/agentfleet/internal/worker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -118,6 +119,9 @@ type DispatcherConfig struct {
 	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// Tracer traces admissions; nil means one from the standard
+	// OpenTelemetry environment (off unless it asks).
+	Tracer *telemetry.Tracer
 	// BudgetMetrics, when set, is shared with a worker process on the
 	// same registry (dev mode); otherwise they are registered here.
 	BudgetMetrics *budget.Metrics
@@ -158,6 +162,9 @@ type Dispatcher struct {
 	keeper   *budget.Keeper
 	// retention is nil when every run is kept.
 	retention *retentionSweep
+	// tracer is shut down by Run when the dispatcher made it.
+	tracer    *telemetry.Tracer
+	ownTracer bool
 }
 
 // NewDispatcher binds the listeners (so URL and MetricsURL are known at
@@ -182,7 +189,14 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if bm == nil {
 		bm = budget.NewMetrics(cfg.Registry)
 	}
-	d := &Dispatcher{cfg: cfg}
+	d := &Dispatcher{cfg: cfg, tracer: cfg.Tracer}
+	if d.tracer == nil {
+		var err error
+		if d.tracer, err = telemetry.FromEnv(context.Background(), "agentfleet-dispatcher"); err != nil {
+			return nil, err
+		}
+		d.ownTracer = true
+	}
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
 		Resume: func(ctx context.Context, run agentfleet.Run) error {
@@ -222,6 +236,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
+		Tracer:         d.tracer,
 	})
 	if err != nil {
 		return nil, err
@@ -259,7 +274,7 @@ func (d *Dispatcher) MetricsURL() string {
 // (open event streams are cut after a few seconds).
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	errs := make(chan error, 5)
 	wg.Add(5)
 	if d.metrics != nil {
 		wg.Add(1)
@@ -297,6 +312,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	d.api.Close()
+	if d.ownTracer {
+		if err := d.tracer.Shutdown(sctx); err != nil {
+			errs <- fmt.Errorf("flush traces: %w", err)
+		}
+	}
 	close(errs)
 	var all []error
 	for err := range errs {
@@ -327,6 +347,9 @@ type WorkerConfig struct {
 	RetryDelay time.Duration
 	// BudgetMetrics: see DispatcherConfig.
 	BudgetMetrics *budget.Metrics
+	// Tracer traces the process's turns; nil means one from the
+	// standard OpenTelemetry environment (off unless it asks).
+	Tracer *telemetry.Tracer
 }
 
 // WorkerProcess is a worker process's work: one model client, one
@@ -337,6 +360,8 @@ type WorkerProcess struct {
 	Meter   *budget.Meter
 	pool    *sandbox.Pool
 	model   llm.Client
+	// tracer is shut down by Close when the process made it.
+	tracer *telemetry.Tracer
 }
 
 // NewWorkerProcess builds the engine and the workers.
@@ -376,8 +401,20 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 		pool.Close()
 		return nil, err
 	}
+	tracer, ownTracer := cfg.Tracer, cfg.Tracer == nil
+	if ownTracer {
+		if tracer, err = telemetry.FromEnv(context.Background(), "agentfleet-worker"); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	provider := "openai"
+	if cfg.ModelClient == nil && llm.IsDemo(cfg.Model) {
+		provider = "agentfleet.demo"
+	}
 	engine, err := loop.New(loop.Config{
-		Model: model, Sandbox: pool, Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
+		Model:   tracer.Model(llm.NewMetrics(cfg.Registry).Instrument(model), provider),
+		Sandbox: tracer.Sandbox(pool), Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
 	})
 	if err != nil {
 		pool.Close()
@@ -386,6 +423,9 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	wm := worker.NewMetrics(cfg.Registry)
 	registerSandboxGauges(cfg.Registry, pool)
 	wp := &WorkerProcess{Engine: engine, Meter: meter, pool: pool, model: model}
+	if ownTracer {
+		wp.tracer = tracer
+	}
 	var secrets []string
 	if cfg.Model.APIKey != "" {
 		secrets = append(secrets, cfg.Model.APIKey)
@@ -398,7 +438,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 		w, err := worker.New(worker.Config{
 			Bus: cfg.Bus, Store: cfg.Store, Engine: engine, Queue: queue, Slots: cfg.Slots,
 			RetryDelay: cfg.RetryDelay, Secrets: secrets,
-			Logger: cfg.Logger.With("worker", i), Metrics: wm,
+			Logger: cfg.Logger.With("worker", i), Metrics: wm, Tracer: tracer,
 		})
 		if err != nil {
 			pool.Close()
@@ -453,7 +493,11 @@ func (wp *WorkerProcess) Shutdown(ctx context.Context) error {
 }
 
 // Close releases the sandbox pool. Call it after Run returned.
-func (wp *WorkerProcess) Close() error { return wp.pool.Close() }
+func (wp *WorkerProcess) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(wp.pool.Close(), wp.tracer.Shutdown(ctx))
+}
 
 // metricsServer serves a registry's /metrics, and a /healthz for a
 // liveness probe, on a listener of its own: the metrics name every

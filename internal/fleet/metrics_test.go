@@ -2,12 +2,19 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/fleet"
@@ -66,4 +73,86 @@ func TestDevServesTheWholeProcessMetricsOnOneListener(t *testing.T) {
 
 	status, _ = get(t, dev.URL()+"/metrics")
 	require.Equal(t, http.StatusNotFound, status)
+}
+
+// Every metric the fleet exports passes Prometheus's own linter (names,
+// units, help), the dispatcher's and a worker's, after a run has given
+// the labelled ones a value.
+func TestMetricsPassPromlint(t *testing.T) {
+	f := setupFleet(t, threeTurns, 0)
+	f.requireCompletes("compute 3", `"result 7"`)
+
+	status, body := get(t, f.dispatcher.MetricsURL())
+	require.Equal(t, http.StatusOK, status)
+	problems, err := promlint.New(strings.NewReader(body)).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems, "dispatcher")
+	require.Contains(t, body, `agentfleet_http_request_duration_seconds_count{code="2xx",method="POST",route="POST /v1/runs"} 1`,
+		"requests are timed by route pattern")
+	require.Contains(t, body, `route="GET /v1/runs/{id}"`, "the pattern, not the path with its id")
+
+	names := map[string]bool{}
+	for i, reg := range f.registries {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		for _, mf := range mfs {
+			names[mf.GetName()] = true
+		}
+		problems, err = promlint.NewWithMetricFamilies(mfs).Lint()
+		require.NoError(t, err)
+		require.Empty(t, problems, "worker %d", i)
+	}
+	for _, want := range []string{"gen_ai_client_operation_duration_seconds", "gen_ai_client_token_usage", "agentfleet_runs_ended_total", "agentfleet_run_queue_wait_seconds"} {
+		require.True(t, names[want], "the workers export %s", want)
+	}
+}
+
+// The Grafana dashboard under deploy/ is valid JSON and every metric its
+// queries name is one the fleet declares (a renamed metric must take the
+// dashboard with it).
+func TestGrafanaDashboardNamesTheFleetsMetrics(t *testing.T) {
+	declared := map[string]bool{}
+	nameRE := regexp.MustCompile(`Name:\s*"((?:agentfleet|gen_ai)_[a-z_]+)"`)
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		for _, m := range nameRE.FindAllSubmatch(src, -1) {
+			declared[string(m[1])] = true
+		}
+		return err
+	})
+	require.NoError(t, err)
+	require.True(t, declared["agentfleet_runs_ended_total"], "the walk finds the declarations")
+
+	raw, err := os.ReadFile("../../deploy/grafana/agentfleet.json")
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	// Metric names, not the gen_ai_* label names.
+	used := regexp.MustCompile(`\b(?:agentfleet|gen_ai_client)_[a-z_]+`)
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			for _, name := range used.FindAllString(tg.Expr, -1) {
+				base := name
+				for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+					if trimmed, ok := strings.CutSuffix(name, suffix); ok && declared[trimmed] {
+						base = trimmed
+					}
+				}
+				require.True(t, declared[base], "panel %q queries %s, which no code declares", p.Title, name)
+			}
+		}
+	}
+	require.Greater(t, queries, 10)
 }

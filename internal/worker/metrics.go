@@ -3,6 +3,8 @@ package worker
 import (
 	"time"
 
+	"github.com/agentfleet/agentfleet"
+
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,6 +18,9 @@ type Metrics struct {
 	continued    *prometheus.CounterVec
 	carriedBytes prometheus.Counter
 	splitBatches prometheus.Counter
+	runsEnded    *prometheus.CounterVec
+	runSeconds   *prometheus.HistogramVec
+	queueWait    prometheus.Histogram
 }
 
 // NewMetrics registers the worker metrics with reg.
@@ -42,8 +47,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "agentfleet_worker_commit_batches_split_total",
 			Help: "Group commits that failed as a whole and were committed turn by turn instead.",
 		}),
+		runsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_runs_ended_total", Help: "Runs that ended on a worker, by tenant and status (completed, failed, cancelled, max_turns).",
+		}, []string{"tenant", "status"}),
+		runSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "agentfleet_run_duration_seconds", Help: "Time from a run's creation to its end, by status.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10), // 0.1 s to about 7 h
+		}, []string{"status"}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "agentfleet_run_queue_wait_seconds", Help: "Time from a run's creation to the start of its first turn on a worker.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms to about 70 min
+		}),
 	}
-	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes, m.splitBatches)
+	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes, m.splitBatches, m.runsEnded, m.runSeconds, m.queueWait)
 	return m
 }
 
@@ -82,4 +98,21 @@ func (m *Metrics) batchSplit() {
 		return
 	}
 	m.splitBatches.Inc()
+}
+
+// runEnded counts a run that ended on this worker.
+func (m *Metrics) runEnded(run agentfleet.Run) {
+	if m == nil {
+		return
+	}
+	m.runsEnded.WithLabelValues(run.Tenant, string(run.Status)).Inc()
+	m.runSeconds.WithLabelValues(string(run.Status)).Observe(time.Since(run.CreatedAt).Seconds())
+}
+
+// firstTurn observes how long a run waited for its first turn.
+func (m *Metrics) firstTurn(run agentfleet.Run) {
+	if m == nil {
+		return
+	}
+	m.queueWait.Observe(time.Since(run.CreatedAt).Seconds())
 }

@@ -29,6 +29,13 @@ type attempt struct {
 	// sent is every batch of events this message's turns sent; all are
 	// stored before the message is acked.
 	sent []*bus.EventsSent
+	// baseCtx is turnCtx without the turn's span; traceIn is the trace
+	// context the turn's span follows (the message's, or the turn run in
+	// place before it), traceOut the turn's own for the next message;
+	// endSpan ends the turn's span.
+	baseCtx           context.Context
+	traceIn, traceOut string
+	endSpan           func(outcome string, err error)
 }
 
 // handle processes one delivery and settles it with the queue.
@@ -63,9 +70,10 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) verdict {
 		w.mu.Unlock()
 	}()
 
-	a := &attempt{d: d, ctx: ctx, turnCtx: turnCtx, f: facts{
+	a := &attempt{d: d, ctx: ctx, turnCtx: turnCtx, baseCtx: turnCtx, traceIn: t.Traceparent, f: facts{
 		turn: t, exhausted: d.Exhausted(), firstAttempt: d.NumDelivered == 1 && !t.Retried,
 	}}
+	defer func() { a.endTurnSpan("abandoned", nil) }()
 	for {
 		v := decide(a.f)
 		switch v.next {
@@ -79,12 +87,14 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) verdict {
 			a.ld = ld
 			a.f.load = &loadFacts{err: err, run: ld.Run, historyLoaded: ld.HistoryLoaded}
 		case stepExecute:
+			w.startTurnSpan(a)
 			a.f.exec = w.execute(a)
 		case stepCommit:
 			a.f.commit = w.commit(a)
 		case stepFinish:
 			v, again := w.apply(a, v)
 			if !again {
+				a.endTurnSpan(v.settle.String(), v.err)
 				return v
 			}
 		}
@@ -126,6 +136,7 @@ func (w *Worker) commit(a *attempt) *commitFacts {
 	})
 	if err == nil {
 		w.cfg.Metrics.turnCommitted(run.Tenant, res)
+		w.ended(a, ch.Run)
 	}
 	return &commitFacts{err: err, change: ch, canRunInPlace: !w.isDraining() && a.turnCtx.Err() == nil}
 }
@@ -178,9 +189,11 @@ func (w *Worker) apply(a *attempt, v verdict) (_ verdict, again bool) {
 				err = w.startRun(ctx, *sessionNext)
 			}
 		case effectContinue:
-			err = w.continueRun(ctx, e.owedBy, e.run, e.retried)
+			err = w.continueRun(ctx, e.owedBy, e.run, e.retried, a.traceOut)
 		case effectInPlace:
 			w.cfg.Metrics.turnContinued(pathInPlace)
+			a.endTurnSpan("in_place", nil)
+			a.traceIn = a.traceOut
 			next, ld := w.inPlace(a.f.turn, a.f.commit.change, a.ld)
 			a.prior = a.sent[len(a.sent)-1]
 			a.ld = ld
@@ -235,7 +248,17 @@ func (w *Worker) change(a *attempt, e effect) (store.RunChangeResult, error) {
 	case err != nil:
 		return ch, fmt.Errorf("change run %s to %s: %w", run.ID, p.To, err)
 	}
+	w.ended(a, ch.Run)
 	return ch, nil
+}
+
+// ended counts and traces a run that a commit or change of this worker
+// ended.
+func (w *Worker) ended(a *attempt, run agentfleet.Run) {
+	if run.Status.Terminal() {
+		w.cfg.Metrics.runEnded(run)
+		w.cfg.Tracer.EndRun(a.ctx, run)
+	}
 }
 
 // settle settles the message as v says.
@@ -382,10 +405,10 @@ func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 // continueRun publishes the turn after prev, which run has committed:
 // past the scheduler when prev's message allows it. retried marks a turn
 // a redelivery publishes (bus.Turn.Retried).
-func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool) error {
+func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool, traceparent string) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: retried}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
 	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
@@ -404,4 +427,23 @@ func runEvent(run agentfleet.Run, typ agentfleet.EventType, summary string) agen
 		V: agentfleet.EventVersion, RunID: run.ID, Tenant: run.Tenant, SessionID: run.SessionID,
 		Turn: run.Turn, Type: typ, TS: time.Now().UTC(), Summary: summary,
 	}
+}
+
+// startTurnSpan starts the span of the turn a is about to execute, and
+// makes its context the turn's.
+func (w *Worker) startTurnSpan(a *attempt) {
+	if a.f.turn.Turn == 1 && a.f.firstAttempt {
+		w.cfg.Metrics.firstTurn(a.ld.Run)
+	}
+	ctx, end := w.cfg.Tracer.StartTurn(a.baseCtx, a.ld.Run, a.f.turn.Turn, a.traceIn)
+	a.turnCtx, a.endSpan, a.traceOut = ctx, end, w.cfg.Tracer.Traceparent(ctx)
+}
+
+// endTurnSpan ends the turn's span, if one is open.
+func (a *attempt) endTurnSpan(outcome string, err error) {
+	if a.endSpan != nil {
+		a.endSpan(outcome, err)
+		a.endSpan = nil
+	}
+	a.turnCtx = a.baseCtx
 }

@@ -83,7 +83,30 @@ type Config struct {
 	Secrets []string
 	Logger  *slog.Logger
 	Metrics *Metrics
+	// Tracer traces turns and runs (internal/telemetry); nil traces
+	// nothing.
+	Tracer Tracer
 }
+
+// Tracer is what the worker needs of the fleet's tracing.
+type Tracer interface {
+	// StartTurn starts turn's span, after the turn that sent its
+	// message (traceparent); end records its outcome.
+	StartTurn(ctx context.Context, run agentfleet.Run, turn int, traceparent string) (context.Context, func(outcome string, err error))
+	// EndRun emits the span of a run that ended.
+	EndRun(ctx context.Context, run agentfleet.Run)
+	// Traceparent is the trace context of ctx's span for a message.
+	Traceparent(ctx context.Context) string
+}
+
+// noTracer traces nothing.
+type noTracer struct{}
+
+func (noTracer) StartTurn(ctx context.Context, _ agentfleet.Run, _ int, _ string) (context.Context, func(string, error)) {
+	return ctx, func(string, error) {}
+}
+func (noTracer) EndRun(context.Context, agentfleet.Run) {}
+func (noTracer) Traceparent(context.Context) string     { return "" }
 
 func (c *Config) setDefaults() {
 	if c.Durable == "" {
@@ -97,6 +120,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Tracer == nil {
+		c.Tracer = noTracer{}
 	}
 }
 

@@ -70,7 +70,7 @@ func TestCompletionIsServedAndCounted(t *testing.T) {
 	for _, k := range []string{"a", "b", "a"} {
 		resp, err := b.client.Complete(ctx, task(k))
 		require.NoError(t, err)
-		require.Equal(t, agentfleet.ModelResponse{Content: "hi", Model: "fake-model",
+		require.Equal(t, agentfleet.ModelResponse{Content: "hi", Model: "fake-model", FinishReason: "stop",
 			Usage: agentfleet.Usage{PromptTokens: 5, CompletionTokens: 2}, UsageReported: true}, resp)
 	}
 	require.Equal(t, 3, b.srv.Requests())

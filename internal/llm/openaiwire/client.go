@@ -345,7 +345,9 @@ func (c *Client) Complete(ctx context.Context, req agentfleet.ModelRequest) (age
 	if u := out.Usage; u != nil {
 		prompt, completion = u.PromptTokens, u.CompletionTokens
 	}
-	return c.response(req, params, content, out.Model, prompt, completion, out.Usage != nil), nil
+	resp := c.response(req, params, content, out.Model, prompt, completion, out.Usage != nil)
+	resp.FinishReason = out.Choices[0].FinishReason
+	return resp, nil
 }
 
 // post sends one plain completion request and returns the reply's body.
@@ -442,6 +444,7 @@ type plainReply struct {
 			Content string `json:"content"`
 			Refusal string `json:"refusal"`
 		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens     int64 `json:"prompt_tokens"`
@@ -487,11 +490,12 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 	defer stream.Close()
 
 	var (
-		content  strings.Builder
-		model    string
-		usage    openai.CompletionUsage
-		reported bool
-		finished bool
+		content      strings.Builder
+		model        string
+		usage        openai.CompletionUsage
+		reported     bool
+		finished     bool
+		finishReason string
 	)
 	partial := func() agentfleet.ModelResponse {
 		return c.response(req, params, content.String(), model, 0, 0, false)
@@ -509,7 +513,7 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 				continue // we never ask for n > 1
 			}
 			if choice.FinishReason != "" {
-				finished = true
+				finished, finishReason = true, choice.FinishReason
 			}
 			d := choice.Delta.Content
 			if d == "" {
@@ -540,6 +544,7 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 		return agentfleet.ModelResponse{}, err
 	}
 	resp := c.response(req, params, content.String(), model, usage.PromptTokens, usage.CompletionTokens, reported)
+	resp.FinishReason = finishReason
 	if err := fn(agentfleet.ModelChunk{Done: true, Response: resp}); err != nil {
 		return resp, final(fmt.Errorf("stream consumer: %w", err))
 	}

@@ -158,7 +158,7 @@ func TestCompleteSendsRequestAndReadsUsage(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, agentfleet.ModelResponse{
-		Content: "hello", Model: "provider-model-2030",
+		Content: "hello", Model: "provider-model-2030", FinishReason: "stop",
 		Usage: agentfleet.Usage{PromptTokens: 42, CompletionTokens: 7}, UsageReported: true,
 	}, resp)
 
@@ -600,7 +600,7 @@ func TestStreamAssemblesContentAndUsage(t *testing.T) {
 	resp, err := b.client.Stream(context.Background(), agentfleet.ModelRequest{Messages: testMessages, MaxTokens: 64}, collect(&chunks))
 	require.NoError(t, err)
 	want := agentfleet.ModelResponse{
-		Content: "Hello, world", Model: "provider-model-2030",
+		Content: "Hello, world", Model: "provider-model-2030", FinishReason: "stop",
 		Usage: agentfleet.Usage{PromptTokens: 42, CompletionTokens: 7}, UsageReported: true,
 	}
 	require.Equal(t, want, resp)

@@ -43,6 +43,10 @@ type APIError struct {
 	Host string
 }
 
+// HTTPStatus is the status the provider answered with: how telemetry
+// and metrics classify a failed call without knowing this type.
+func (e *APIError) HTTPStatus() int { return e.StatusCode }
+
 func (e *APIError) Error() string {
 	msg := fmt.Sprintf("provider answered %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	if e.Code != "" {
