@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // cliEnv is where commands write.
@@ -67,7 +67,7 @@ func (e cliEnv) cmdRun(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usagef("run takes one MESSAGE (quote it), got %d arguments", len(pos))
 	}
-	req := api.RunCreateRequest{Agent: *agent, Message: pos[0], SessionID: *session, MaxTurns: *maxTurns,
+	req := wire.RunCreateRequest{Agent: *agent, Message: pos[0], SessionID: *session, MaxTurns: *maxTurns,
 		MaxTokens: *maxTokens, Timeout: *timeout, IdempotencyKey: *idem, CallbackURL: *callback}
 	if *contextJSON != "" {
 		if !json.Valid([]byte(*contextJSON)) {
@@ -296,7 +296,7 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		return usagef("tenants needs a subcommand: create, show, set-budget, usage, keys or callback-secret")
 	}
 	c := e.client()
-	settings := func(fs *flag.FlagSet) func() api.TenantRequest {
+	settings := func(fs *flag.FlagSet) func() wire.TenantRequest {
 		tokens := fs.Int64("tokens", -1, "token limit per window (0: unlimited)")
 		window := fs.String("window", "", `budget window: "day", "month" or a duration like "24h"`)
 		tpm := fs.Int64("tokens-per-minute", -1, "tokens-per-minute limit (0: none)")
@@ -304,10 +304,10 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		maxQueued := fs.Int("max-queued", -1, "max runs not finished, queued included (0: the default, 1000000)")
 		weight := fs.Int("weight", 0, "fair-share weight (1-1000)")
 		exhausted := fs.String("exhausted", "", `when the budget is spent: "queue" (park runs) or "fail"`)
-		return func() api.TenantRequest {
-			var r api.TenantRequest
+		return func() wire.TenantRequest {
+			var r wire.TenantRequest
 			if *tokens >= 0 || *window != "" {
-				r.Budget = &api.BudgetSpec{}
+				r.Budget = &wire.BudgetSpec{}
 				if *tokens >= 0 {
 					r.Budget.Tokens = tokens
 				}
@@ -384,7 +384,7 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 			return usagef("tenants set-budget takes one tenant ID")
 		}
 		req := get()
-		if req == (api.TenantRequest{}) {
+		if req == (wire.TenantRequest{}) {
 			return usagef("tenants set-budget: give at least one of --tokens, --window, --tokens-per-minute, --max-concurrent, --max-queued, --weight, --exhausted")
 		}
 		t, err := c.UpdateTenant(ctx, pos[0], req)

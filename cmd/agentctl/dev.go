@@ -9,11 +9,12 @@ import (
 	"sync"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // demoTasks are what `agentctl dev --demo` submits: tasks the offline demo
@@ -108,7 +109,7 @@ func (e cliEnv) runDemo(ctx context.Context, dev *fleet.Dev) error {
 	var wg sync.WaitGroup
 	for _, task := range demoTasks {
 		c := client.New(dev.URL(), keys[task.tenant])
-		run, err := c.CreateRun(ctx, api.RunCreateRequest{Message: task.message})
+		run, err := c.CreateRun(ctx, wire.RunCreateRequest{Message: task.message})
 		if err != nil {
 			return fmt.Errorf("submit demo run: %w", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // cli runs agentctl against a real API (SQLite, embedded NATS) as the
@@ -53,7 +54,7 @@ func TestTenantKeysCommands(t *testing.T) {
 
 	code, out, stderr := c.run("tenants", "keys", "create", "acme", "--name", "ci")
 	require.Equal(t, exitOK, code, stderr)
-	var k api.APIKeyView
+	var k wire.APIKeyView
 	require.NoError(t, json.Unmarshal([]byte(out), &k))
 	require.Equal(t, "ci", k.Name)
 	require.Contains(t, stderr, "(shown once): "+k.APIKey)
@@ -76,7 +77,7 @@ func TestTenantKeysCommands(t *testing.T) {
 
 	code, out, _ = c.run("tenants", "keys", "ls", "--json", "acme")
 	require.Equal(t, exitOK, code)
-	var l api.APIKeyList
+	var l wire.APIKeyList
 	require.NoError(t, json.Unmarshal([]byte(out), &l))
 	require.Len(t, l.Keys, 1)
 

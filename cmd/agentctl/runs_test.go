@@ -12,11 +12,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // agentctl runs rm deletes an ended run through the API, and says why it
@@ -32,7 +33,7 @@ func TestRunsRm(t *testing.T) {
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	tv, err := client.New(hs.URL, "admin").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	tv, err := client.New(hs.URL, "admin").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	t.Setenv("AGENTFLEET_URL", hs.URL)
 	t.Setenv("AGENTFLEET_TOKEN", tv.APIKey)
@@ -43,7 +44,7 @@ func TestRunsRm(t *testing.T) {
 		code := run(ctx, args, &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
-	queued, err := c.CreateRun(ctx, api.RunCreateRequest{Message: "m"})
+	queued, err := c.CreateRun(ctx, wire.RunCreateRequest{Message: "m"})
 	require.NoError(t, err)
 	code, _, stderr := agentctl("runs", "rm", queued.ID)
 	require.Equal(t, exitFailed, code)

@@ -13,14 +13,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // triggerFlags are the settings create and set share; each returns the
 // request fields the user gave.
-func triggerFlags(fs *flag.FlagSet) func() api.TriggerRequest {
+func triggerFlags(fs *flag.FlagSet) func() wire.TriggerRequest {
 	var set = map[string]bool{}
 	name := fs.String("name", "", "the trigger's name ({{.trigger}} in templates)")
 	agent := fs.String("agent", "", "agent the runs use (default: the tenant's default agent)")
@@ -33,9 +33,9 @@ func triggerFlags(fs *flag.FlagSet) func() api.TriggerRequest {
 	maxBody := fs.Int64("max-body-bytes", 0, "largest delivery body (0: 1 MiB; at most 25 MiB)")
 	enabled := fs.Bool("enabled", true, "whether deliveries are taken")
 	callback := fs.String("callback-url", "", "receives the final view of each run the trigger starts")
-	return func() api.TriggerRequest {
+	return func() wire.TriggerRequest {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		var r api.TriggerRequest
+		var r wire.TriggerRequest
 		str := func(flagName string, v *string) *string {
 			if set[flagName] {
 				return v
@@ -236,7 +236,7 @@ func (e cliEnv) cmdTriggers(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		req := api.TriggerTestRequest{Event: *event}
+		req := wire.TriggerTestRequest{Event: *event}
 		if *file != "" {
 			if req.Payload, err = readPayload(*file); err != nil {
 				return err

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/fleet"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // agentctl against a dev fleet: dev mode made a secrets key, so a
@@ -50,7 +50,7 @@ func TestTriggersCLI(t *testing.T) {
 
 	out, stderr := agentctl("triggers", "create", "--scheme", "github", "--events", "issues.opened",
 		"--message", "List the prime numbers below 50", "primes")
-	var tv api.TriggerView
+	var tv wire.TriggerView
 	require.NoError(t, json.Unmarshal([]byte(out), &tv))
 	secret := regexp.MustCompile(`\(shown once\): (\S+)`).FindStringSubmatch(stderr)
 	require.NotNil(t, secret, stderr)
@@ -61,7 +61,7 @@ func TestTriggersCLI(t *testing.T) {
 	t.Setenv("AGENTFLEET_TRIGGER_SECRET", secret[1])
 	out, stderr = agentctl("triggers", "send", tv.ID, "--event", "issues", "--file", payload, "--delivery", "cli-1")
 	require.Contains(t, stderr, "HTTP 202")
-	var ans api.HookAnswer
+	var ans wire.HookAnswer
 	require.NoError(t, json.Unmarshal([]byte(out), &ans))
 	require.Equal(t, "cli-1", ans.Delivery)
 

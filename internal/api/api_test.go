@@ -12,6 +12,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 func TestNewValidatesConfig(t *testing.T) {
@@ -91,7 +92,7 @@ func TestAdminEndpointsRefuseTenantKeys(t *testing.T) {
 		requireError(t, e.do(c.method, c.path, key, c.body), http.StatusForbidden, "forbidden", "admin token")
 	}
 	// Nothing changed.
-	v := decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK)
+	v := decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK)
 	require.Equal(t, 1, v.Weight)
 	requireError(t, e.do("GET", "/v1/tenants/evil", adminToken, nil), http.StatusNotFound, "not_found")
 	require.Empty(t, e.changed)
@@ -109,15 +110,15 @@ func TestAdminTokenWorksOnTenantEndpoints(t *testing.T) {
 	require.Equal(t, "acme", got.Tenant)
 
 	// The admin lists every tenant's runs, or one tenant's with ?tenant=.
-	all := decode[api.RunList](t, e.do("GET", "/v1/runs", adminToken, nil), http.StatusOK)
+	all := decode[wire.RunList](t, e.do("GET", "/v1/runs", adminToken, nil), http.StatusOK)
 	require.ElementsMatch(t, []string{runA.ID, runB.ID}, runIDs(all.Runs))
-	only := decode[api.RunList](t, e.do("GET", "/v1/runs?tenant=globex", adminToken, nil), http.StatusOK)
+	only := decode[wire.RunList](t, e.do("GET", "/v1/runs?tenant=globex", adminToken, nil), http.StatusOK)
 	require.Equal(t, []string{runB.ID}, runIDs(only.Runs))
 
-	v := decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", adminToken, nil), http.StatusOK)
+	v := decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", adminToken, nil), http.StatusOK)
 	require.Equal(t, "acme", v.ID)
 	require.Empty(t, v.APIKey, "the key is shown once, at creation")
-	decode[api.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage", adminToken, nil), http.StatusOK)
+	decode[wire.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage", adminToken, nil), http.StatusOK)
 
 	s := e.openEvents(adminToken, "/v1/runs/"+runA.ID+"/events")
 	require.Equal(t, agentfleet.EventQueued, s.frame().Type)
@@ -148,8 +149,8 @@ func TestEmptyAdminTokenDisablesAdmin(t *testing.T) {
 		http.StatusUnauthorized, "unauthorized")
 
 	// Tenant keys still work, and still are not admin.
-	decode[api.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
-	decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK)
+	decode[wire.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
+	decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK)
 	requireError(t, e.do("POST", "/v1/tenants", key, map[string]any{"id": "new"}), http.StatusForbidden, "forbidden")
 }
 
@@ -190,10 +191,10 @@ func TestTenantIsolation(t *testing.T) {
 
 	// Listing shows only one's own runs, whatever the query says.
 	for _, q := range []string{"", "?tenant=acme", "?session_id=s1", "?status=queued"} {
-		l := decode[api.RunList](t, e.do("GET", "/v1/runs"+q, keyB, nil), http.StatusOK)
+		l := decode[wire.RunList](t, e.do("GET", "/v1/runs"+q, keyB, nil), http.StatusOK)
 		require.Equal(t, []string{runB.ID}, runIDs(l.Runs), "query %q", q)
 	}
-	l := decode[api.RunList](t, e.do("GET", "/v1/runs", keyA, nil), http.StatusOK)
+	l := decode[wire.RunList](t, e.do("GET", "/v1/runs", keyA, nil), http.StatusOK)
 	require.Equal(t, []string{runA.ID}, runIDs(l.Runs))
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Completion callbacks: a run (or a trigger, for the runs it starts) may
@@ -97,25 +98,8 @@ func (s *Server) checkCallbackURL(raw string) error {
 	return nil
 }
 
-// CallbackView is a run's callback as GET /v1/runs/{id} shows it.
-type CallbackView struct {
-	URL       string                  `json:"url"`
-	State     string                  `json:"state"`
-	WebhookID string                  `json:"webhook_id"`
-	Attempts  int                     `json:"attempts"`
-	NextAt    *time.Time              `json:"next_attempt_at,omitempty"`
-	Log       []store.CallbackAttempt `json:"log"`
-}
-
-// RunView is GET /v1/runs/{id} as a client reads it: the run and, when
-// it has one, its callback (viewRun).
-type RunView struct {
-	agentfleet.Run
-	Callback *CallbackView `json:"callback,omitempty"`
-}
-
 // callbackView is a run's callback, or nil when it has none.
-func (s *Server) callbackView(ctx context.Context, run agentfleet.Run) (*CallbackView, error) {
+func (s *Server) callbackView(ctx context.Context, run agentfleet.Run) (*wire.CallbackView, error) {
 	c, err := s.cfg.Store.RunCallbackGetByID(ctx, run.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -123,7 +107,7 @@ func (s *Server) callbackView(ctx context.Context, run agentfleet.Run) (*Callbac
 	if err != nil {
 		return nil, err
 	}
-	cv := &CallbackView{URL: c.URL, State: string(c.State), WebhookID: callbackWebhookID(run.ID), Attempts: c.Attempts, Log: c.Log}
+	cv := &wire.CallbackView{URL: c.URL, State: string(c.State), WebhookID: callbackWebhookID(run.ID), Attempts: c.Attempts, Log: c.Log}
 	if cv.Log == nil {
 		cv.Log = []store.CallbackAttempt{}
 	}
@@ -146,12 +130,6 @@ func (s *Server) createCallback(ctx context.Context, params *store.RunCreatePara
 	}
 	_, err := s.cfg.Store.RunCallbackCreate(ctx, store.RunCallbackCreateParams{RunID: params.ID, Tenant: params.Tenant, URL: callbackURL})
 	return err
-}
-
-// CallbackSecretView is the answer of POST /v1/tenants/{id}/callback-secret.
-type CallbackSecretView struct {
-	Tenant         string `json:"tenant"`
-	CallbackSecret string `json:"callback_secret"`
 }
 
 // newCallbackSecret makes, seals and stores a tenant's callback secret,
@@ -188,7 +166,7 @@ func (s *Server) handleCallbackSecretRotate(w http.ResponseWriter, r *http.Reque
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, CallbackSecretView{Tenant: id, CallbackSecret: secret})
+	writeJSON(w, http.StatusOK, wire.CallbackSecretView{Tenant: id, CallbackSecret: secret})
 }
 
 // DeliverCallbacks drains the callback outbox every interval until ctx

@@ -7,6 +7,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Child runs end on their workers, which settle the family at once
@@ -86,7 +87,7 @@ type runView struct {
 	agentfleet.Run
 	Usage runUsage `json:"usage"`
 	// Callback is the run's completion callback (callbacks.go).
-	Callback *CallbackView `json:"callback,omitempty"`
+	Callback *wire.CallbackView `json:"callback,omitempty"`
 }
 
 type runUsage struct {

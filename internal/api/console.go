@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // What the console (internal/console) reads beyond the run endpoints,
@@ -101,12 +102,6 @@ func streamResumePoint(r *http.Request) (after uint64, fromNow bool, err error) 
 	return n, false, nil
 }
 
-// TenantList is a page of GET /v1/tenants.
-type TenantList struct {
-	Tenants    []TenantView `json:"tenants"`
-	NextCursor string       `json:"next_cursor,omitempty"`
-}
-
 // handleTenantList lists tenants with their budgets, newest first, for
 // the admin token; a tenant's key lists its own tenant alone, which is
 // how a console signed in with a key learns whose it is.
@@ -118,7 +113,7 @@ func (s *Server) handleTenantList(w http.ResponseWriter, r *http.Request, p prin
 			s.fail(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, TenantList{Tenants: []TenantView{view}})
+		writeJSON(w, http.StatusOK, wire.TenantList{Tenants: []wire.TenantView{view}})
 		return
 	}
 	params := store.TenantListParams{Cursor: q.Get("cursor")}
@@ -135,7 +130,7 @@ func (s *Server) handleTenantList(w http.ResponseWriter, r *http.Request, p prin
 		s.fail(w, r, err)
 		return
 	}
-	out := TenantList{Tenants: make([]TenantView, 0, len(res.Tenants)), NextCursor: res.NextCursor}
+	out := wire.TenantList{Tenants: make([]wire.TenantView, 0, len(res.Tenants)), NextCursor: res.NextCursor}
 	for _, t := range res.Tenants {
 		view, err := s.viewTenant(r.Context(), t)
 		if err != nil {

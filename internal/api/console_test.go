@@ -11,6 +11,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // tenantFrame reads the next event of GET /v1/events: its id is its
@@ -164,7 +165,7 @@ func TestTenantList(t *testing.T) {
 	var ids []string
 	cursor := ""
 	for pages := 1; ; pages++ {
-		page := decode[api.TenantList](t, e.do("GET", "/v1/tenants?limit=2&cursor="+cursor, adminToken, nil), http.StatusOK)
+		page := decode[wire.TenantList](t, e.do("GET", "/v1/tenants?limit=2&cursor="+cursor, adminToken, nil), http.StatusOK)
 		for _, v := range page.Tenants {
 			ids = append(ids, v.ID)
 			if v.ID == "t2" {
@@ -184,7 +185,7 @@ func TestTenantList(t *testing.T) {
 	require.Contains(t, string(raw.body), `"tenants":[{"id":"t3",`, "newest first")
 	require.Contains(t, string(raw.body), `"waiting_runs":0`)
 
-	own := decode[api.TenantList](t, e.do("GET", "/v1/tenants", keys[1], nil), http.StatusOK)
+	own := decode[wire.TenantList](t, e.do("GET", "/v1/tenants", keys[1], nil), http.StatusOK)
 	require.Len(t, own.Tenants, 1)
 	require.Equal(t, "t2", own.Tenants[0].ID)
 	require.Empty(t, own.NextCursor)

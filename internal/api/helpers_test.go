@@ -25,6 +25,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // The tests run the API against real parts: an embedded NATS server with
@@ -191,7 +192,7 @@ func requireError(t *testing.T, r reply, status int, code string, want ...string
 // tenant creates a tenant through the API and returns its API key.
 func (e *env) tenant(id string) string {
 	e.t.Helper()
-	v := decode[api.TenantView](e.t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": id}), http.StatusCreated)
+	v := decode[wire.TenantView](e.t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": id}), http.StatusCreated)
 	require.NotEmpty(e.t, v.APIKey)
 	return v.APIKey
 }

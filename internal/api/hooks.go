@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // The intake, POST /v1/hooks/{id}, takes no bearer token: the signature
@@ -136,17 +137,10 @@ func (h *hookState) trigger(ctx context.Context, s *Server, id string) (*hookTri
 	return ht, nil
 }
 
-// HookAnswer is the body of a delivery's 2xx answer.
-type HookAnswer struct {
-	Delivery string `json:"delivery"`
-	RunID    string `json:"run_id,omitempty"`
-	Ignored  string `json:"ignored,omitempty"`
-}
-
 // hookReply is what the intake answers, and what it logs.
 type hookReply struct {
 	status int
-	answer HookAnswer
+	answer wire.HookAnswer
 	err    *apiError // for an error status
 	line   store.TriggerDelivery
 }
@@ -249,7 +243,7 @@ func (s *Server) admitDelivery(w http.ResponseWriter, r *http.Request, ht *hookT
 		line.Outcome, line.Reason = store.DeliveryFailed, bound(err.Error())
 		return failed(line, errUnprocessable("%v", err).(*apiError))
 	}
-	params, err := validateRunCreate(ht.Tenant, RunCreateRequest{
+	params, err := validateRunCreate(ht.Tenant, wire.RunCreateRequest{
 		Agent: ht.Agent, Message: msg, SessionID: session, IdempotencyKey: key,
 		Metadata: map[string]string{"trigger": ht.ID, "delivery": d.ID, "event": webhook.EventName(d.Event, d.Action)},
 		MaxTurns: ht.MaxTurns, MaxTokens: ht.MaxTokens,
@@ -266,7 +260,7 @@ func (s *Server) admitDelivery(w http.ResponseWriter, r *http.Request, ht *hookT
 				status, outcome = http.StatusOK, store.DeliveryDuplicate
 			}
 			line.Outcome = outcome
-			return hookReply{status: status, line: line, answer: HookAnswer{Delivery: d.ID, RunID: res.Run.ID}}
+			return hookReply{status: status, line: line, answer: wire.HookAnswer{Delivery: d.ID, RunID: res.Run.ID}}
 		}
 	}
 	ae := s.apiErrorOf(r, tooManyRuns(w, err))
@@ -294,7 +288,7 @@ func failed(line store.TriggerDelivery, ae *apiError) hookReply {
 
 func ignored(line store.TriggerDelivery, delivery, why string) hookReply {
 	line.Outcome, line.Reason = store.DeliveryIgnored, why
-	return hookReply{status: http.StatusOK, line: line, answer: HookAnswer{Delivery: delivery, Ignored: why}}
+	return hookReply{status: http.StatusOK, line: line, answer: wire.HookAnswer{Delivery: delivery, Ignored: why}}
 }
 
 // hookKey is the idempotency key of a delivery's run, within 200 bytes.

@@ -16,6 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 func TestKeysCreateListRevoke(t *testing.T) {
@@ -26,7 +27,7 @@ func TestKeysCreateListRevoke(t *testing.T) {
 
 	// The key the tenant was made with is listed as "default", never
 	// shown again.
-	l := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK)
+	l := decode[wire.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK)
 	require.Len(t, l.Keys, 1)
 	def := l.Keys[0]
 	require.Equal(t, "default", def.Name)
@@ -36,7 +37,7 @@ func TestKeysCreateListRevoke(t *testing.T) {
 
 	// A tenant makes itself a key with its own; the key is shown once.
 	r := e.do("POST", "/v1/tenants/acme/keys", first, map[string]any{"name": "ci"})
-	ci := decode[api.APIKeyView](t, r, http.StatusCreated)
+	ci := decode[wire.APIKeyView](t, r, http.StatusCreated)
 	require.Equal(t, "ci", ci.Name)
 	require.NotEqual(t, def.ID, ci.ID)
 	require.True(t, strings.HasPrefix(ci.APIKey, "af_"))
@@ -47,7 +48,7 @@ func TestKeysCreateListRevoke(t *testing.T) {
 	}
 	e.createRun(ci.APIKey, map[string]any{"message": "go"}) // works at once
 
-	l = decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", first, nil), http.StatusOK)
+	l = decode[wire.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", first, nil), http.StatusOK)
 	require.Equal(t, []string{ci.ID, def.ID}, []string{l.Keys[0].ID, l.Keys[1].ID}, "newest first")
 	require.NotNil(t, l.Keys[0].LastUsedAt, "ci was used")
 	require.NotNil(t, l.Keys[1].LastUsedAt, "the default key was used to list")
@@ -55,10 +56,10 @@ func TestKeysCreateListRevoke(t *testing.T) {
 	require.NotContains(t, body, ci.APIKey, "a listing never shows a key")
 	require.NotContains(t, body, first)
 	require.NotContains(t, body, "api_key")
-	page := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1", adminToken, nil), http.StatusOK)
+	page := decode[wire.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1", adminToken, nil), http.StatusOK)
 	require.Len(t, page.Keys, 1)
 	require.NotEmpty(t, page.NextCursor)
-	rest := decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1&cursor="+page.NextCursor, adminToken, nil), http.StatusOK)
+	rest := decode[wire.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys?limit=1&cursor="+page.NextCursor, adminToken, nil), http.StatusOK)
 	require.Equal(t, def.ID, rest.Keys[0].ID)
 	require.Empty(t, rest.NextCursor)
 	requireError(t, e.do("GET", "/v1/tenants/acme/keys?cursor=bogus!", adminToken, nil), 400, "bad_request", "cursor")
@@ -99,7 +100,7 @@ func TestKeysCreateListRevoke(t *testing.T) {
 	r = e.do("DELETE", "/v1/tenants/acme/keys/"+def.ID, first, nil)
 	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
 	requireError(t, e.do("GET", "/v1/tenants/acme", first, nil), 401, "unauthorized")
-	again := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "again"}), http.StatusCreated)
+	again := decode[wire.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "again"}), http.StatusCreated)
 	e.getRun(again.APIKey, e.createRun(again.APIKey, map[string]any{"message": "go"}).ID)
 }
 
@@ -123,9 +124,9 @@ func TestKeyRevokedOnEveryDispatcher(t *testing.T) {
 	// for an hour, so only the broadcast can make the second one let go.
 	e := newEnv(t, func(c *api.Config) { c.LookupCacheTTL = time.Hour })
 	key := e.tenant("acme")
-	keep := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "keep"}), http.StatusCreated)
+	keep := decode[wire.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "keep"}), http.StatusCreated)
 	ids := map[string]string{}
-	for _, k := range decode[api.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK).Keys {
+	for _, k := range decode[wire.APIKeyList](t, e.do("GET", "/v1/tenants/acme/keys", adminToken, nil), http.StatusOK).Keys {
 		ids[k.Name] = k.ID
 	}
 
@@ -146,7 +147,7 @@ func TestKeyRevokedOnEveryDispatcher(t *testing.T) {
 	a, b := servers[0], servers[1]
 	for _, s := range servers {
 		for _, k := range []string{key, keep.APIKey} {
-			decode[api.TenantView](t, s.do("GET", "/v1/tenants/acme", k, nil), http.StatusOK) // now cached
+			decode[wire.TenantView](t, s.do("GET", "/v1/tenants/acme", k, nil), http.StatusOK) // now cached
 		}
 	}
 
@@ -161,7 +162,7 @@ func TestKeyRevokedOnEveryDispatcher(t *testing.T) {
 	}
 	requireError(t, b.do("GET", "/v1/tenants/acme", key, nil), 401, "unauthorized")
 	for _, s := range servers {
-		decode[api.TenantView](t, s.do("GET", "/v1/tenants/acme", keep.APIKey, nil), http.StatusOK) // the other key stands
+		decode[wire.TenantView](t, s.do("GET", "/v1/tenants/acme", keep.APIKey, nil), http.StatusOK) // the other key stands
 	}
 }
 

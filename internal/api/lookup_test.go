@@ -12,6 +12,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // countingStore is the real store, counting the two lookups the server
@@ -103,7 +104,7 @@ func TestLookupCacheUnknownKey(t *testing.T) {
 	require.EqualValues(t, 2, keys, "an unknown token costs the store one lookup, then is refused from memory")
 
 	// A key made meanwhile works at once.
-	k := decode[api.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "later"}), http.StatusCreated)
+	k := decode[wire.APIKeyView](t, e.do("POST", "/v1/tenants/acme/keys", adminToken, map[string]any{"name": "later"}), http.StatusCreated)
 	r := e.createRun(k.APIKey, map[string]any{"message": "go"})
 	require.Equal(t, "acme", r.Tenant)
 }

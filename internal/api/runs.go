@@ -15,6 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Limits on submitted runs.
@@ -25,25 +26,8 @@ const (
 	listLimitMax   = 500
 )
 
-// RunCreateRequest is the body of POST /v1/runs.
-type RunCreateRequest struct {
-	Agent          string            `json:"agent,omitempty"`
-	Message        string            `json:"message"`
-	SessionID      string            `json:"session_id,omitempty"`
-	Context        json.RawMessage   `json:"context,omitempty"`
-	IdempotencyKey string            `json:"idempotency_key,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-	MaxTurns       int               `json:"max_turns,omitempty"`
-	MaxTokens      int64             `json:"max_tokens,omitempty"`
-	// Timeout is a Go duration ("90s", "10m") after which the run fails.
-	Timeout string `json:"timeout,omitempty"`
-	// CallbackURL receives the run's final view when it ends
-	// (callbacks.go).
-	CallbackURL string `json:"callback_url,omitempty"`
-}
-
 func (s *Server) handleRunCreate(w http.ResponseWriter, r *http.Request, p principal) {
-	var req RunCreateRequest
+	var req wire.RunCreateRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -153,7 +137,7 @@ func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs [
 	return nil
 }
 
-func validateRunCreate(tenant string, req RunCreateRequest) (store.RunCreateParams, error) {
+func validateRunCreate(tenant string, req wire.RunCreateRequest) (store.RunCreateParams, error) {
 	p := store.RunCreateParams{
 		Tenant: tenant, Agent: req.Agent, SessionID: req.SessionID, Message: req.Message,
 		Context: req.Context, Metadata: req.Metadata, IdempotencyKey: req.IdempotencyKey,
@@ -217,12 +201,6 @@ func (s *Server) lookupRun(r *http.Request, p principal) (agentfleet.Run, error)
 	return run, err
 }
 
-// RunList is a page of GET /v1/runs.
-type RunList struct {
-	Runs       []agentfleet.Run `json:"runs"`
-	NextCursor string           `json:"next_cursor,omitempty"`
-}
-
 func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p principal) {
 	q := r.URL.Query()
 	params := store.RunListParams{Tenant: p.tenant, Agent: q.Get("agent"), SessionID: q.Get("session_id"),
@@ -257,7 +235,7 @@ func (s *Server) handleRunList(w http.ResponseWriter, r *http.Request, p princip
 	if res.Runs == nil {
 		res.Runs = []agentfleet.Run{}
 	}
-	writeJSON(w, http.StatusOK, RunList{Runs: res.Runs, NextCursor: res.NextCursor})
+	writeJSON(w, http.StatusOK, wire.RunList{Runs: res.Runs, NextCursor: res.NextCursor})
 }
 
 // pageLimit reads a list endpoint's ?limit= (zero when absent: the

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 func TestRunCreate(t *testing.T) {
@@ -187,7 +187,7 @@ func TestRunCreateValidation(t *testing.T) {
 		422, "unprocessable", "idempotency_key")
 
 	// None of them created a run or queued a turn.
-	l := decode[api.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
+	l := decode[wire.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
 	require.Empty(t, l.Runs)
 	require.Zero(t, e.queued())
 }
@@ -359,7 +359,7 @@ func TestRunList(t *testing.T) {
 
 	list := func(q string) []string {
 		t.Helper()
-		l := decode[api.RunList](t, e.do("GET", "/v1/runs"+q, key, nil), http.StatusOK)
+		l := decode[wire.RunList](t, e.do("GET", "/v1/runs"+q, key, nil), http.StatusOK)
 		require.Empty(t, l.NextCursor, "query %q", q)
 		return runIDs(l.Runs)
 	}
@@ -418,7 +418,7 @@ func TestRunListPagination(t *testing.T) {
 				if cursor != "" {
 					q += "&cursor=" + cursor
 				}
-				l := decode[api.RunList](t, e.do("GET", q, keyA, nil), http.StatusOK)
+				l := decode[wire.RunList](t, e.do("GET", q, keyA, nil), http.StatusOK)
 				pages++
 				require.LessOrEqual(t, len(l.Runs), limit)
 				got = append(got, runIDs(l.Runs)...)
@@ -434,9 +434,9 @@ func TestRunListPagination(t *testing.T) {
 		})
 	}
 	// A cursor works with filters too.
-	l := decode[api.RunList](t, e.do("GET", "/v1/runs?limit=2&status=queued", keyA, nil), http.StatusOK)
+	l := decode[wire.RunList](t, e.do("GET", "/v1/runs?limit=2&status=queued", keyA, nil), http.StatusOK)
 	require.Equal(t, want[:2], runIDs(l.Runs))
-	l = decode[api.RunList](t, e.do("GET", "/v1/runs?limit=2&status=queued&cursor="+l.NextCursor, keyA, nil), http.StatusOK)
+	l = decode[wire.RunList](t, e.do("GET", "/v1/runs?limit=2&status=queued&cursor="+l.NextCursor, keyA, nil), http.StatusOK)
 	require.Equal(t, want[2:4], runIDs(l.Runs))
 }
 
@@ -522,7 +522,7 @@ func TestRunCancel(t *testing.T) {
 func TestRunCreateQueueCap(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	v := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "acme", "max_queued_runs": 2}), http.StatusCreated)
+	v := decode[wire.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "acme", "max_queued_runs": 2}), http.StatusCreated)
 	require.Equal(t, 2, v.MaxQueuedRuns)
 	key := v.APIKey
 
@@ -532,7 +532,7 @@ func TestRunCreateQueueCap(t *testing.T) {
 	requireError(t, r, http.StatusTooManyRequests, "too_many_runs",
 		"2 runs not finished", "at most 2", "max_queued_runs", "wait for some to end")
 	require.Equal(t, "5", r.header.Get("Retry-After"))
-	l := decode[api.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
+	l := decode[wire.RunList](t, e.do("GET", "/v1/runs", key, nil), http.StatusOK)
 	require.Len(t, l.Runs, 2, "the refused run was not recorded")
 	require.EqualValues(t, 2, e.queued(), "nor queued")
 
@@ -548,9 +548,9 @@ func TestRunCreateQueueCap(t *testing.T) {
 	// The cap is the tenant's setting.
 	requireError(t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": -1}), 422, "unprocessable",
 		"max_queued_runs must not be negative")
-	v = decode[api.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 3}), http.StatusOK)
+	v = decode[wire.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 3}), http.StatusOK)
 	require.Equal(t, 3, v.MaxQueuedRuns)
 	e.createRun(key, map[string]any{"message": "four"})
-	v = decode[api.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 0}), http.StatusOK)
+	v = decode[wire.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, map[string]any{"max_queued_runs": 0}), http.StatusOK)
 	require.Equal(t, store.MaxQueuedRunsDefault, v.MaxQueuedRuns, "0: the default")
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // DefaultKeyName names the key a tenant is created with.
@@ -19,47 +20,7 @@ const DefaultKeyName = "default"
 // DefaultPersona is the persona of every tenant's "default" agent.
 const DefaultPersona = "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."
 
-// BudgetSpec is a tenant's token limit and its window ("day", "month" or
-// a duration like "24h").
-type BudgetSpec struct {
-	Tokens *int64  `json:"tokens,omitempty"`
-	Window *string `json:"window,omitempty"`
-}
-
-// TenantRequest is the body of POST and PUT /v1/tenants; on PUT only the
-// fields present change.
-type TenantRequest struct {
-	ID                string      `json:"id,omitempty"`
-	Budget            *BudgetSpec `json:"budget,omitempty"`
-	TokensPerMinute   *int64      `json:"tokens_per_minute,omitempty"`
-	MaxConcurrentRuns *int        `json:"max_concurrent_runs,omitempty"`
-	// MaxQueuedRuns caps the tenant's runs not yet finished (0 or
-	// absent: store.MaxQueuedRunsDefault); beyond it submissions are 429.
-	MaxQueuedRuns *int    `json:"max_queued_runs,omitempty"`
-	Weight        *int    `json:"weight,omitempty"`
-	Exhausted     *string `json:"exhausted,omitempty"`
-}
-
-// TenantView is a tenant as the API shows it.
-type TenantView struct {
-	ID                string                     `json:"id"`
-	Budget            agentfleet.BudgetState     `json:"budget"`
-	TokensPerMinute   int64                      `json:"tokens_per_minute"`
-	MaxConcurrentRuns int                        `json:"max_concurrent_runs"`
-	MaxQueuedRuns     int                        `json:"max_queued_runs"`
-	Weight            int                        `json:"weight"`
-	Exhausted         agentfleet.ExhaustedPolicy `json:"exhausted"`
-	WaitingRuns       int                        `json:"waiting_runs"`
-	ActiveRuns        int                        `json:"active_runs"`
-	CreatedAt         time.Time                  `json:"created_at"`
-	UpdatedAt         time.Time                  `json:"updated_at"`
-	APIKey            string                     `json:"api_key,omitempty"`
-	// CallbackSecret signs the tenant's run callbacks (whsec_); shown
-	// once, when made (callbacks.go).
-	CallbackSecret string `json:"callback_secret,omitempty"`
-}
-
-func (req *TenantRequest) validate() error {
+func validateTenantRequest(req *wire.TenantRequest) error {
 	if b := req.Budget; b != nil {
 		if b.Tokens != nil && *b.Tokens < 0 {
 			return errUnprocessable("budget.tokens must not be negative (0 or absent: unlimited)")
@@ -98,7 +59,7 @@ func validWindow(w string) error {
 }
 
 func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ principal) {
-	var req TenantRequest
+	var req wire.TenantRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -107,7 +68,7 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 		s.fail(w, r, errUnprocessable("id %q is not a valid tenant id (letters, digits, '-' and '_', up to 64)", req.ID))
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err := validateTenantRequest(&req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -202,7 +163,7 @@ func (s *Server) handleTenantGet(w http.ResponseWriter, r *http.Request, p princ
 
 func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ principal) {
 	id := r.PathValue("id")
-	var req TenantRequest
+	var req wire.TenantRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -211,7 +172,7 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 		s.fail(w, r, errUnprocessable("id in the body (%q) differs from the path (%q); a tenant cannot be renamed", req.ID, id))
 		return
 	}
-	if err := req.validate(); err != nil {
+	if err := validateTenantRequest(&req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -247,24 +208,24 @@ func (s *Server) handleTenantUpdate(w http.ResponseWriter, r *http.Request, _ pr
 }
 
 // TenantView reads tenant id as the API shows it.
-func (s *Server) TenantView(ctx context.Context, id string) (TenantView, error) {
+func (s *Server) TenantView(ctx context.Context, id string) (wire.TenantView, error) {
 	t, err := s.cfg.Store.TenantGetByID(ctx, id)
 	if err != nil {
-		return TenantView{}, err
+		return wire.TenantView{}, err
 	}
 	return s.viewTenant(ctx, t)
 }
 
 // viewTenant adds t's budget and run counts.
-func (s *Server) viewTenant(ctx context.Context, t agentfleet.Tenant) (TenantView, error) {
+func (s *Server) viewTenant(ctx context.Context, t agentfleet.Tenant) (wire.TenantView, error) {
 	id := t.ID
 	b, err := s.cfg.Store.BudgetGet(ctx, id, time.Now().UTC())
 	if err != nil {
-		return TenantView{}, err
+		return wire.TenantView{}, err
 	}
 	counts, err := s.cfg.Store.RunCountByStatus(ctx, id)
 	if err != nil {
-		return TenantView{}, err
+		return wire.TenantView{}, err
 	}
 	active := 0
 	for st, n := range counts {
@@ -272,25 +233,11 @@ func (s *Server) viewTenant(ctx context.Context, t agentfleet.Tenant) (TenantVie
 			active += n
 		}
 	}
-	return TenantView{
+	return wire.TenantView{
 		ID: t.ID, Budget: b, TokensPerMinute: t.TokensPerMinute, MaxConcurrentRuns: t.MaxConcurrentRuns, MaxQueuedRuns: t.MaxQueuedRuns,
 		Weight: t.Weight, Exhausted: t.Exhausted, WaitingRuns: counts[agentfleet.StatusWaitingBudget], ActiveRuns: active,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
 	}, nil
-}
-
-// UsageReport is GET /v1/tenants/{id}/usage: settled usage grouped by
-// model or run.
-type UsageReport struct {
-	GroupBy string     `json:"group_by"`
-	Rows    []UsageRow `json:"rows"`
-}
-
-// UsageRow is one group of a UsageReport.
-type UsageRow struct {
-	Key   string           `json:"key"`
-	Usage agentfleet.Usage `json:"usage"`
-	Calls int64            `json:"calls"`
 }
 
 // handleTenantUsage sums a tenant's settled usage by model or by run.
@@ -322,36 +269,15 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, err)
 		return
 	}
-	out := UsageReport{GroupBy: params.GroupBy, Rows: []UsageRow{}}
+	out := wire.UsageReport{GroupBy: params.GroupBy, Rows: []wire.UsageRow{}}
 	for _, row := range rows {
-		out.Rows = append(out.Rows, UsageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
+		out.Rows = append(out.Rows, wire.UsageRow{Key: row.Key, Usage: row.Usage, Calls: row.Calls})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// APIKeyRequest is the body of POST /v1/tenants/{id}/keys.
-type APIKeyRequest struct {
-	Name string `json:"name"`
-}
-
-// APIKeyView is an API key as the API shows it. APIKey, the key itself,
-// is only in the answer to its creation.
-type APIKeyView struct {
-	ID         string     `json:"id"`
-	Name       string     `json:"name"`
-	CreatedAt  time.Time  `json:"created_at"`
-	LastUsedAt *time.Time `json:"last_used_at"` // null: never used
-	APIKey     string     `json:"api_key,omitempty"`
-}
-
-// APIKeyList is a page of GET /v1/tenants/{id}/keys, newest first.
-type APIKeyList struct {
-	Keys       []APIKeyView `json:"keys"`
-	NextCursor string       `json:"next_cursor,omitempty"`
-}
-
-func keyView(k store.APIKey) APIKeyView {
-	v := APIKeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt}
+func keyView(k store.APIKey) wire.APIKeyView {
+	v := wire.APIKeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt}
 	if !k.LastUsedAt.IsZero() {
 		used := k.LastUsedAt
 		v.LastUsedAt = &used
@@ -388,7 +314,7 @@ func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	var req APIKeyRequest
+	var req wire.APIKeyRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -435,7 +361,7 @@ func (s *Server) handleKeyList(w http.ResponseWriter, r *http.Request, p princip
 		s.fail(w, r, err)
 		return
 	}
-	out := APIKeyList{Keys: make([]APIKeyView, len(res.Keys)), NextCursor: res.NextCursor}
+	out := wire.APIKeyList{Keys: make([]wire.APIKeyView, len(res.Keys)), NextCursor: res.NextCursor}
 	for i, k := range res.Keys {
 		out.Keys[i] = keyView(k)
 	}

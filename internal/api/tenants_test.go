@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 func TestTenantCreate(t *testing.T) {
@@ -21,7 +21,7 @@ func TestTenantCreate(t *testing.T) {
 		"id": "acme", "budget": map[string]any{"tokens": 100000, "window": "day"},
 		"tokens_per_minute": 5000, "max_concurrent_runs": 4, "weight": 3, "exhausted": "fail",
 	})
-	v := decode[api.TenantView](t, r, http.StatusCreated)
+	v := decode[wire.TenantView](t, r, http.StatusCreated)
 	require.Equal(t, "acme", v.ID)
 	require.True(t, strings.HasPrefix(v.APIKey, "af_"), v.APIKey)
 	require.EqualValues(t, 100000, v.Budget.Limit)
@@ -54,7 +54,7 @@ func TestTenantCreate(t *testing.T) {
 	}
 
 	// The key works, and the tenant has its default agent.
-	got := decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", v.APIKey, nil), http.StatusOK)
+	got := decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", v.APIKey, nil), http.StatusOK)
 	require.Empty(t, got.APIKey, "the key is shown once")
 	require.Equal(t, v.Budget, got.Budget)
 	require.Equal(t, v.Weight, got.Weight)
@@ -63,7 +63,7 @@ func TestTenantCreate(t *testing.T) {
 	require.Equal(t, "acme", run.Tenant)
 
 	// Defaults: unlimited, daily, weight 1, queue.
-	d := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "plain"}), http.StatusCreated)
+	d := decode[wire.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "plain"}), http.StatusCreated)
 	require.Zero(t, d.Budget.Limit)
 	require.Equal(t, agentfleet.WindowDay, d.Budget.Window)
 	require.Equal(t, 1, d.Weight)
@@ -73,10 +73,10 @@ func TestTenantCreate(t *testing.T) {
 
 	// Other windows round-trip as given.
 	for id, w := range map[string]string{"monthly": "month", "hourly": "1h", "weekly": "168h"} {
-		tv := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken,
+		tv := decode[wire.TenantView](t, e.do("POST", "/v1/tenants", adminToken,
 			map[string]any{"id": id, "budget": map[string]any{"tokens": 10, "window": w}}), http.StatusCreated)
 		require.EqualValues(t, w, tv.Budget.Window)
-		got := decode[api.TenantView](t, e.do("GET", "/v1/tenants/"+id, adminToken, nil), http.StatusOK)
+		got := decode[wire.TenantView](t, e.do("GET", "/v1/tenants/"+id, adminToken, nil), http.StatusOK)
 		require.EqualValues(t, w, got.Budget.Window)
 		require.EqualValues(t, 10, got.Budget.Limit)
 	}
@@ -129,7 +129,7 @@ func TestTenantCreateValidation(t *testing.T) {
 func TestTenantGetCountsRunsAndBudget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	v := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken,
+	v := decode[wire.TenantView](t, e.do("POST", "/v1/tenants", adminToken,
 		map[string]any{"id": "acme", "budget": map[string]any{"tokens": 1000, "window": "24h"}}), http.StatusCreated)
 	key := v.APIKey
 	// A duration window opens at first use: no bounds yet.
@@ -159,7 +159,7 @@ func TestTenantGetCountsRunsAndBudget(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, tok := range []string{key, adminToken} {
-		got := decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", tok, nil), http.StatusOK)
+		got := decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", tok, nil), http.StatusOK)
 		require.Equal(t, 1, got.WaitingRuns)
 		require.Equal(t, 2, got.ActiveRuns, "running and parked")
 		require.EqualValues(t, 1000, got.Budget.Limit)
@@ -175,19 +175,19 @@ func TestTenantGetCountsRunsAndBudget(t *testing.T) {
 func TestTenantUpdate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	created := decode[api.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{
+	created := decode[wire.TenantView](t, e.do("POST", "/v1/tenants", adminToken, map[string]any{
 		"id": "acme", "budget": map[string]any{"tokens": 1000, "window": "day"},
 		"tokens_per_minute": 50, "max_concurrent_runs": 2, "weight": 3, "exhausted": "queue",
 	}), http.StatusCreated)
 	key := created.APIKey
 	changed := func() string { t.Helper(); return recv(t, e.changed, "TenantChanged") }
-	put := func(body any) api.TenantView {
+	put := func(body any) wire.TenantView {
 		t.Helper()
-		return decode[api.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, body), http.StatusOK)
+		return decode[wire.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, body), http.StatusOK)
 	}
 	want := created
 	want.APIKey = ""
-	same := func(got api.TenantView) {
+	same := func(got wire.TenantView) {
 		t.Helper()
 		require.True(t, got.UpdatedAt.After(want.UpdatedAt) || got.UpdatedAt.Equal(want.UpdatedAt))
 		got.UpdatedAt, want.UpdatedAt = time.Time{}, time.Time{}
@@ -233,7 +233,7 @@ func TestTenantUpdate(t *testing.T) {
 	require.Equal(t, "acme", changed())
 
 	// The tenant sees the same.
-	same(decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK))
+	same(decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", key, nil), http.StatusOK))
 
 	// Refused changes change nothing and wake nothing.
 	for _, c := range []struct {
@@ -258,7 +258,7 @@ func TestTenantUpdate(t *testing.T) {
 		requireError(t, e.do("PUT", c.path, adminToken, c.body), c.status, c.code, c.want...)
 	}
 	require.Empty(t, e.changed)
-	same(decode[api.TenantView](t, e.do("GET", "/v1/tenants/acme", adminToken, nil), http.StatusOK))
+	same(decode[wire.TenantView](t, e.do("GET", "/v1/tenants/acme", adminToken, nil), http.StatusOK))
 }
 
 func TestTenantUsage(t *testing.T) {
@@ -289,16 +289,16 @@ func TestTenantUsage(t *testing.T) {
 	_, err = e.store.BudgetSettle(e.ctx, store.BudgetSettleParams{ReservationID: res.ID, Tenant: res.Tenant, RunID: res.RunID, Model: "big", Usage: agentfleet.Usage{PromptTokens: 7}})
 	require.NoError(t, err)
 
-	byModel := api.UsageReport{GroupBy: "model", Rows: []api.UsageRow{
+	byModel := wire.UsageReport{GroupBy: "model", Rows: []wire.UsageRow{
 		{Key: "big", Usage: agentfleet.Usage{PromptTokens: 300, CompletionTokens: 30}, Calls: 2},
 		{Key: "small", Usage: agentfleet.Usage{PromptTokens: 5, CompletionTokens: 1}, Calls: 1},
 	}}
 	for _, q := range []string{"", "?group_by=model"} {
-		require.Equal(t, byModel, decode[api.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage"+q, key, nil), http.StatusOK))
+		require.Equal(t, byModel, decode[wire.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage"+q, key, nil), http.StatusOK))
 	}
-	byRun := decode[api.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage?group_by=run", adminToken, nil), http.StatusOK)
+	byRun := decode[wire.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage?group_by=run", adminToken, nil), http.StatusOK)
 	require.Equal(t, "run", byRun.GroupBy)
-	require.ElementsMatch(t, []api.UsageRow{
+	require.ElementsMatch(t, []wire.UsageRow{
 		{Key: r1.ID, Usage: agentfleet.Usage{PromptTokens: 105, CompletionTokens: 11}, Calls: 2},
 		{Key: r2.ID, Usage: agentfleet.Usage{PromptTokens: 200, CompletionTokens: 20}, Calls: 1},
 	}, byRun.Rows)
@@ -306,7 +306,7 @@ func TestTenantUsage(t *testing.T) {
 	// since: all of it is after an hour ago, none after an hour from now.
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	require.Equal(t, byModel, decode[api.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage?since="+past, key, nil), http.StatusOK))
+	require.Equal(t, byModel, decode[wire.UsageReport](t, e.do("GET", "/v1/tenants/acme/usage?since="+past, key, nil), http.StatusOK))
 	r := e.do("GET", "/v1/tenants/acme/usage?group_by=run&since="+future, key, nil)
 	require.Equal(t, http.StatusOK, r.status)
 	require.JSONEq(t, `{"group_by":"run","rows":[]}`, string(r.body))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Triggers are a tenant's: created, read and changed with its API key.
@@ -37,76 +38,6 @@ const (
 	DefaultMessageTemplate = `A webhook delivery arrived (trigger {{.trigger}}, event {{.event}}{{if .action}}.{{.action}}{{end}}, delivery {{.delivery}}). Its payload is your context: act on it.`
 )
 
-// TriggerRequest is the body of POST /v1/triggers and PATCH
-// /v1/triggers/{id}; on PATCH only the fields present change.
-type TriggerRequest struct {
-	Name         *string   `json:"name,omitempty"`
-	Agent        *string   `json:"agent,omitempty"`
-	Message      *string   `json:"message,omitempty"`
-	SessionID    *string   `json:"session_id,omitempty"`
-	Scheme       *string   `json:"scheme,omitempty"`
-	Secret       *string   `json:"secret,omitempty"`
-	Events       *[]string `json:"events,omitempty"`
-	MaxTurns     *int      `json:"max_turns,omitempty"`
-	MaxTokens    *int64    `json:"max_tokens,omitempty"`
-	MaxBodyBytes *int64    `json:"max_body_bytes,omitempty"`
-	Enabled      *bool     `json:"enabled,omitempty"`
-	// CallbackURL receives the final view of each run the trigger
-	// starts ("" on PATCH: none).
-	CallbackURL *string `json:"callback_url,omitempty"`
-	// RotateSecret (PATCH) replaces the secret with a generated one,
-	// shown in the answer; the old one is accepted for SecretGrace.
-	RotateSecret bool `json:"rotate_secret,omitempty"`
-}
-
-// TriggerView is a trigger as the API shows it. Secret is set only in
-// the answer that generated it.
-type TriggerView struct {
-	ID           string    `json:"id"`
-	Tenant       string    `json:"tenant"`
-	Name         string    `json:"name"`
-	Agent        string    `json:"agent"`
-	Scheme       string    `json:"scheme"`
-	Message      string    `json:"message"`
-	SessionID    string    `json:"session_id,omitempty"`
-	Events       []string  `json:"events"`
-	MaxTurns     int       `json:"max_turns,omitempty"`
-	MaxTokens    int64     `json:"max_tokens,omitempty"`
-	MaxBodyBytes int64     `json:"max_body_bytes"`
-	Enabled      bool      `json:"enabled"`
-	CallbackURL  string    `json:"callback_url,omitempty"`
-	URL          string    `json:"url"`
-	Secret       string    `json:"secret,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-	// PreviousSecretExpiresAt is when a rotated-out secret stops being
-	// accepted, while it still is.
-	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
-}
-
-// TriggerList is a page of GET /v1/triggers.
-type TriggerList struct {
-	Triggers   []TriggerView `json:"triggers"`
-	NextCursor string        `json:"next_cursor,omitempty"`
-}
-
-// DeliveryView is one line of a trigger's delivery log.
-type DeliveryView struct {
-	ID         string    `json:"id"`
-	Delivery   string    `json:"delivery"`
-	ReceivedAt time.Time `json:"received_at"`
-	Event      string    `json:"event"`
-	Outcome    string    `json:"outcome"`
-	Reason     string    `json:"reason,omitempty"`
-	RunID      string    `json:"run_id,omitempty"`
-}
-
-// DeliveryList is a page of GET /v1/triggers/{id}/deliveries.
-type DeliveryList struct {
-	Deliveries []DeliveryView `json:"deliveries"`
-	NextCursor string         `json:"next_cursor,omitempty"`
-}
-
 // tenantTrigger admits only a tenant's key: triggers belong to a tenant.
 func (s *Server) tenantTrigger(h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request, p principal) {
@@ -118,8 +49,8 @@ func (s *Server) tenantTrigger(h handler) handler {
 	}
 }
 
-func (s *Server) triggerView(t store.Trigger, secret string) TriggerView {
-	v := TriggerView{
+func (s *Server) triggerView(t store.Trigger, secret string) wire.TriggerView {
+	v := wire.TriggerView{
 		ID: t.ID, Tenant: t.Tenant, Name: t.Name, Agent: t.Agent, Scheme: t.Scheme, Message: t.Message, SessionID: t.SessionID,
 		Events: t.Events, MaxTurns: t.MaxTurns, MaxTokens: t.MaxTokens, MaxBodyBytes: hookBodyLimit(t), Enabled: t.Enabled, CallbackURL: t.CallbackURL,
 		URL: s.cfg.PublicURL + "/v1/hooks/" + t.ID, Secret: secret, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt,
@@ -142,7 +73,7 @@ func hookBodyLimit(t store.Trigger) int64 {
 }
 
 // checkTrigger validates the fields req sets; scheme is the trigger's.
-func (s *Server) checkTrigger(req *TriggerRequest, scheme webhook.Scheme) error {
+func (s *Server) checkTrigger(req *wire.TriggerRequest, scheme webhook.Scheme) error {
 	if u := req.CallbackURL; u != nil && *u != "" {
 		if err := s.checkCallbackURL(*u); err != nil {
 			return err
@@ -193,7 +124,7 @@ func (s *Server) checkTrigger(req *TriggerRequest, scheme webhook.Scheme) error 
 }
 
 func (s *Server) handleTriggerCreate(w http.ResponseWriter, r *http.Request, p principal) {
-	var req TriggerRequest
+	var req wire.TriggerRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -307,7 +238,7 @@ func (s *Server) handleTriggerList(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, badCursor(err, cursor))
 		return
 	}
-	out := TriggerList{Triggers: []TriggerView{}, NextCursor: res.NextCursor}
+	out := wire.TriggerList{Triggers: []wire.TriggerView{}, NextCursor: res.NextCursor}
 	for _, t := range res.Triggers {
 		out.Triggers = append(out.Triggers, s.triggerView(t, ""))
 	}
@@ -315,7 +246,7 @@ func (s *Server) handleTriggerList(w http.ResponseWriter, r *http.Request, p pri
 }
 
 func (s *Server) handleTriggerUpdate(w http.ResponseWriter, r *http.Request, p principal) {
-	var req TriggerRequest
+	var req wire.TriggerRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -417,9 +348,9 @@ func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request, p pr
 		s.fail(w, r, badCursor(err, cursor))
 		return
 	}
-	out := DeliveryList{Deliveries: []DeliveryView{}, NextCursor: res.NextCursor}
+	out := wire.DeliveryList{Deliveries: []wire.DeliveryView{}, NextCursor: res.NextCursor}
 	for _, d := range res.Deliveries {
-		out.Deliveries = append(out.Deliveries, DeliveryView{
+		out.Deliveries = append(out.Deliveries, wire.DeliveryView{
 			ID: d.ID, Delivery: d.Delivery, ReceivedAt: d.ReceivedAt, Event: webhook.EventName(d.Event, d.Action),
 			Outcome: string(d.Outcome), Reason: d.Reason, RunID: d.RunID,
 		})
@@ -427,17 +358,11 @@ func (s *Server) handleDeliveryList(w http.ResponseWriter, r *http.Request, p pr
 	writeJSON(w, http.StatusOK, out)
 }
 
-// TriggerTestRequest is the body of POST /v1/triggers/{id}/test.
-type TriggerTestRequest struct {
-	Event   string          `json:"event"`
-	Payload json.RawMessage `json:"payload"`
-}
-
 // handleTriggerTest signs a delivery with the trigger's secret, as its
 // sender would, and runs it through the whole intake: the answer is the
 // hook's own.
 func (s *Server) handleTriggerTest(w http.ResponseWriter, r *http.Request, p principal) {
-	var req TriggerTestRequest
+	var req wire.TriggerTestRequest
 	if err := decodeBody(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -470,7 +395,7 @@ func (s *Server) handleTriggerTest(w http.ResponseWriter, r *http.Request, p pri
 // testPayload is the body a test delivery sends: the given payload ({}
 // when none), with the id and type a Stripe event carries and the type
 // a Standard Webhooks one does, when the payload has none.
-func testPayload(scheme webhook.Scheme, req TriggerTestRequest, delivery string) ([]byte, error) {
+func testPayload(scheme webhook.Scheme, req wire.TriggerTestRequest, delivery string) ([]byte, error) {
 	payload := req.Payload
 	if len(payload) == 0 || string(payload) == "null" {
 		payload = json.RawMessage(`{}`)

@@ -17,6 +17,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // withSecrets gives the server a secrets key (and a metrics registry).
@@ -30,9 +31,9 @@ func withSecrets(reg *prometheus.Registry) func(*api.Config) {
 	}
 }
 
-func (e *env) createTrigger(key string, body map[string]any) api.TriggerView {
+func (e *env) createTrigger(key string, body map[string]any) wire.TriggerView {
 	e.t.Helper()
-	return decode[api.TriggerView](e.t, e.do("POST", "/v1/triggers", key, body), http.StatusCreated)
+	return decode[wire.TriggerView](e.t, e.do("POST", "/v1/triggers", key, body), http.StatusCreated)
 }
 
 // hook posts a delivery to a trigger's hook with exactly these headers
@@ -54,16 +55,16 @@ func (e *env) hook(id string, h http.Header, body []byte) reply {
 
 // signed posts body to trigger tv signed under secret as its scheme's
 // sender would.
-func (e *env) signed(tv api.TriggerView, secret, delivery, event string, body []byte) reply {
+func (e *env) signed(tv wire.TriggerView, secret, delivery, event string, body []byte) reply {
 	e.t.Helper()
 	h, err := webhook.Sign(webhook.Scheme(tv.Scheme), secret, body, delivery, event, time.Now())
 	require.NoError(e.t, err)
 	return e.hook(tv.ID, h, body)
 }
 
-func (e *env) deliveries(key, id string) []api.DeliveryView {
+func (e *env) deliveries(key, id string) []wire.DeliveryView {
 	e.t.Helper()
-	return decode[api.DeliveryList](e.t, e.do("GET", "/v1/triggers/"+id+"/deliveries", key, nil), http.StatusOK).Deliveries
+	return decode[wire.DeliveryList](e.t, e.do("GET", "/v1/triggers/"+id+"/deliveries", key, nil), http.StatusOK).Deliveries
 }
 
 func TestTriggerNeedsTheSecretsKey(t *testing.T) {
@@ -91,24 +92,24 @@ func TestTriggerCRUD(t *testing.T) {
 	given := e.createTrigger(key, map[string]any{"name": "mine", "scheme": "hmac", "secret": "a-secret-of-my-own-choosing"})
 	require.Empty(t, given.Secret, "a secret the user gave is not echoed")
 
-	got := decode[api.TriggerView](t, e.do("GET", "/v1/triggers/"+gh.ID, key, nil), http.StatusOK)
+	got := decode[wire.TriggerView](t, e.do("GET", "/v1/triggers/"+gh.ID, key, nil), http.StatusOK)
 	require.Empty(t, got.Secret)
 	require.Equal(t, []string{"pull_request.opened"}, got.Events)
 	requireError(t, e.do("GET", "/v1/triggers/"+gh.ID, other, nil), http.StatusNotFound, "not_found")
 
-	page := decode[api.TriggerList](t, e.do("GET", "/v1/triggers?limit=2", key, nil), http.StatusOK)
+	page := decode[wire.TriggerList](t, e.do("GET", "/v1/triggers?limit=2", key, nil), http.StatusOK)
 	require.Equal(t, []string{given.ID, std.ID}, triggerIDs(page.Triggers), "newest first")
-	rest := decode[api.TriggerList](t, e.do("GET", "/v1/triggers?limit=2&cursor="+page.NextCursor, key, nil), http.StatusOK)
+	rest := decode[wire.TriggerList](t, e.do("GET", "/v1/triggers?limit=2&cursor="+page.NextCursor, key, nil), http.StatusOK)
 	require.Equal(t, []string{gh.ID}, triggerIDs(rest.Triggers))
 	require.Empty(t, rest.NextCursor)
 	requireError(t, e.do("GET", "/v1/triggers?cursor=zzz", key, nil), http.StatusBadRequest, "bad_request", "cursor")
-	require.Empty(t, decode[api.TriggerList](t, e.do("GET", "/v1/triggers", other, nil), http.StatusOK).Triggers)
+	require.Empty(t, decode[wire.TriggerList](t, e.do("GET", "/v1/triggers", other, nil), http.StatusOK).Triggers)
 
 	// Update: only what is given; rotate shows the new secret once.
-	up := decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+gh.ID, key, map[string]any{"enabled": false}), http.StatusOK)
+	up := decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+gh.ID, key, map[string]any{"enabled": false}), http.StatusOK)
 	require.False(t, up.Enabled)
 	require.Equal(t, 7, up.MaxTurns)
-	rot := decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+gh.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
+	rot := decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+gh.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
 	require.Len(t, rot.Secret, 64)
 	require.NotEqual(t, gh.Secret, rot.Secret)
 	require.NotNil(t, rot.PreviousSecretExpiresAt)
@@ -145,7 +146,7 @@ func TestTriggerCRUD(t *testing.T) {
 	requireError(t, e.hook(gh.ID, http.Header{}, []byte("{}")), http.StatusNotFound, "not_found")
 }
 
-func triggerIDs(ts []api.TriggerView) []string {
+func triggerIDs(ts []wire.TriggerView) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
 		out[i] = t.ID
@@ -167,7 +168,7 @@ func TestHookGitHub(t *testing.T) {
 	t.Run("accepted, then the retry gets the same run", func(t *testing.T) {
 		e := e.sub(t)
 		r := e.signed(tv, secret, "d-1", "pull_request", pr)
-		ans := decode[api.HookAnswer](t, r, http.StatusAccepted)
+		ans := decode[wire.HookAnswer](t, r, http.StatusAccepted)
 		require.Equal(t, "d-1", ans.Delivery)
 		require.NotEmpty(t, ans.RunID)
 		run := e.getRun(key, ans.RunID)
@@ -179,7 +180,7 @@ func TestHookGitHub(t *testing.T) {
 		require.Equal(t, agentfleet.EventQueued, evs[0].Type)
 		require.JSONEq(t, `{"trigger":"`+tv.ID+`","delivery":"d-1","event":"pull_request.opened"}`, string(evs[0].Args))
 
-		again := decode[api.HookAnswer](t, e.signed(tv, secret, "d-1", "pull_request", pr), http.StatusOK)
+		again := decode[wire.HookAnswer](t, e.signed(tv, secret, "d-1", "pull_request", pr), http.StatusOK)
 		require.Equal(t, ans.RunID, again.RunID)
 		list, err := e.store.RunList(e.ctx, store.RunListParams{Tenant: "acme"})
 		require.NoError(t, err)
@@ -191,17 +192,17 @@ func TestHookGitHub(t *testing.T) {
 		h, err := webhook.Sign(webhook.GitHub, secret, body, "d-form", "pull_request", time.Now())
 		require.NoError(t, err)
 		h.Set("Content-Type", "application/x-www-form-urlencoded")
-		ans := decode[api.HookAnswer](t, e.hook(tv.ID, h, body), http.StatusAccepted)
+		ans := decode[wire.HookAnswer](t, e.hook(tv.ID, h, body), http.StatusAccepted)
 		require.JSONEq(t, string(pr), string(e.getRun(key, ans.RunID).Context))
 	})
 	t.Run("ping and other events are ignored", func(t *testing.T) {
 		e := e.sub(t)
-		ans := decode[api.HookAnswer](t, e.signed(tv, secret, "d-ping", "ping", []byte(`{"zen":"Keep it logically awesome."}`)), http.StatusOK)
+		ans := decode[wire.HookAnswer](t, e.signed(tv, secret, "d-ping", "ping", []byte(`{"zen":"Keep it logically awesome."}`)), http.StatusOK)
 		require.Equal(t, "d-ping", ans.Delivery)
 		require.Contains(t, ans.Ignored, "ping")
 		require.Empty(t, ans.RunID)
 		labeled := []byte(`{"action":"labeled","number":42}`)
-		ans = decode[api.HookAnswer](t, e.signed(tv, secret, "d-label", "pull_request", labeled), http.StatusOK)
+		ans = decode[wire.HookAnswer](t, e.signed(tv, secret, "d-label", "pull_request", labeled), http.StatusOK)
 		require.Contains(t, ans.Ignored, "pull_request.labeled")
 	})
 	t.Run("bad signatures", func(t *testing.T) {
@@ -217,7 +218,7 @@ func TestHookGitHub(t *testing.T) {
 		requireError(t, e.hook(tv.ID, hs, append([]byte(nil), bytes.Replace(pr, []byte("42"), []byte("43"), 1)...)), http.StatusUnauthorized, "bad_signature")
 		// Nothing was stored for them but a log line each, and the
 		// sender's correctly signed retry still works.
-		ans := decode[api.HookAnswer](t, e.signed(tv, secret, "d-bad", "pull_request", pr), http.StatusAccepted)
+		ans := decode[wire.HookAnswer](t, e.signed(tv, secret, "d-bad", "pull_request", pr), http.StatusAccepted)
 		require.NotEmpty(t, ans.RunID)
 	})
 	t.Run("malformed JSON after a valid signature", func(t *testing.T) {
@@ -229,8 +230,8 @@ func TestHookGitHub(t *testing.T) {
 		noTitle := []byte(`{"action":"opened","number":7,"repository":{"full_name":"Acme/Web"}}`)
 		requireError(t, e.signed(tv, secret, "d-tpl", "pull_request", noTitle), http.StatusUnprocessableEntity, "unprocessable", "pull_request")
 		// The user fixes the template; the sender's retry goes through.
-		decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"message": "Review PR {{.payload.number}}"}), http.StatusOK)
-		ans := decode[api.HookAnswer](t, e.signed(tv, secret, "d-tpl", "pull_request", noTitle), http.StatusAccepted)
+		decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"message": "Review PR {{.payload.number}}"}), http.StatusOK)
+		ans := decode[wire.HookAnswer](t, e.signed(tv, secret, "d-tpl", "pull_request", noTitle), http.StatusAccepted)
 		require.Equal(t, "Review PR 7", e.getRun(key, ans.RunID).Message)
 	})
 	t.Run("body over the limit", func(t *testing.T) {
@@ -248,7 +249,7 @@ func TestHookGitHub(t *testing.T) {
 	t.Run("the delivery log", func(t *testing.T) {
 		e := e.sub(t)
 		ds := e.deliveries(key, tv.ID)
-		byDelivery := map[string][]api.DeliveryView{}
+		byDelivery := map[string][]wire.DeliveryView{}
 		for _, d := range ds {
 			byDelivery[d.Delivery] = append(byDelivery[d.Delivery], d)
 		}
@@ -277,9 +278,9 @@ func TestHookGitHub(t *testing.T) {
 		require.Equal(t, "pull_request.opened", acc.Event)
 		require.False(t, acc.ReceivedAt.IsZero())
 
-		page := decode[api.DeliveryList](t, e.do("GET", "/v1/triggers/"+tv.ID+"/deliveries?limit=3", key, nil), http.StatusOK)
+		page := decode[wire.DeliveryList](t, e.do("GET", "/v1/triggers/"+tv.ID+"/deliveries?limit=3", key, nil), http.StatusOK)
 		require.Len(t, page.Deliveries, 3)
-		next := decode[api.DeliveryList](t, e.do("GET", "/v1/triggers/"+tv.ID+"/deliveries?limit=3&cursor="+page.NextCursor, key, nil), http.StatusOK)
+		next := decode[wire.DeliveryList](t, e.do("GET", "/v1/triggers/"+tv.ID+"/deliveries?limit=3&cursor="+page.NextCursor, key, nil), http.StatusOK)
 		require.Equal(t, ds[3:6], next.Deliveries)
 
 		// d-1, d-form, d-bad's retry, d-tpl's retry.
@@ -330,13 +331,13 @@ func TestHookSchemes(t *testing.T) {
 			e := e.sub(t)
 			tv := e.createTrigger(key, map[string]any{"name": tc.scheme, "scheme": tc.scheme, "events": []string{tc.event},
 				"message": "Handle {{.event}} {{.delivery}}"})
-			ans := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusAccepted)
+			ans := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusAccepted)
 			require.Equal(t, tc.delivery, ans.Delivery)
 			run := e.getRun(key, ans.RunID)
 			require.Equal(t, "Handle "+tc.event+" "+tc.delivery, run.Message)
-			again := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusOK)
+			again := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery, tc.event, tc.body), http.StatusOK)
 			require.Equal(t, ans.RunID, again.RunID)
-			ign := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery+"-x", "other.event", []byte(`{"id":"evt_x","type":"other.event"}`)), http.StatusOK)
+			ign := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, tc.delivery+"-x", "other.event", []byte(`{"id":"evt_x","type":"other.event"}`)), http.StatusOK)
 			require.NotEmpty(t, ign.Ignored)
 			if tc.header != "" {
 				h, err := webhook.Sign(webhook.Scheme(tc.scheme), tv.Secret, tc.body, tc.delivery+"-old", tc.event, stale)
@@ -354,14 +355,14 @@ func TestHookRotatedSecretGrace(t *testing.T) {
 	key := e.tenant("acme")
 	tv := e.createTrigger(key, map[string]any{"name": "r", "scheme": "hmac"})
 	first := tv.Secret
-	rot := decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
-	decode[api.HookAnswer](t, e.signed(tv, first, "old", "", []byte(`{}`)), http.StatusAccepted)
-	decode[api.HookAnswer](t, e.signed(tv, rot.Secret, "new", "", []byte(`{"n":1}`)), http.StatusAccepted)
+	rot := decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
+	decode[wire.HookAnswer](t, e.signed(tv, first, "old", "", []byte(`{}`)), http.StatusAccepted)
+	decode[wire.HookAnswer](t, e.signed(tv, rot.Secret, "new", "", []byte(`{"n":1}`)), http.StatusAccepted)
 	mine := "my-third-secret-value-0123"
-	decode[api.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"secret": mine}), http.StatusOK)
+	decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"secret": mine}), http.StatusOK)
 	requireError(t, e.signed(tv, first, "older", "", []byte(`{"n":2}`)), http.StatusUnauthorized, "bad_signature")
-	decode[api.HookAnswer](t, e.signed(tv, rot.Secret, "grace", "", []byte(`{"n":3}`)), http.StatusAccepted)
-	decode[api.HookAnswer](t, e.signed(tv, mine, "newest", "", []byte(`{"n":4}`)), http.StatusAccepted)
+	decode[wire.HookAnswer](t, e.signed(tv, rot.Secret, "grace", "", []byte(`{"n":3}`)), http.StatusAccepted)
+	decode[wire.HookAnswer](t, e.signed(tv, mine, "newest", "", []byte(`{"n":4}`)), http.StatusAccepted)
 }
 
 func TestRedeliverAndTest(t *testing.T) {
@@ -369,10 +370,10 @@ func TestRedeliverAndTest(t *testing.T) {
 	key := e.tenant("acme")
 	tv := e.createTrigger(key, map[string]any{"name": "gh", "scheme": "github", "message": "PR {{.payload.number}} ({{.event}}.{{.action}})"})
 	pr := []byte(`{"action":"opened","number":9}`)
-	first := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-9", "pull_request", pr), http.StatusAccepted)
+	first := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, "d-9", "pull_request", pr), http.StatusAccepted)
 
 	// A redelivery is a new run of the same payload.
-	re := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-9/redeliver", key, nil), http.StatusAccepted)
+	re := decode[wire.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-9/redeliver", key, nil), http.StatusAccepted)
 	require.Equal(t, "d-9", re.Delivery)
 	require.NotEqual(t, first.RunID, re.RunID)
 	run := e.getRun(key, re.RunID)
@@ -382,20 +383,20 @@ func TestRedeliverAndTest(t *testing.T) {
 	require.Equal(t, "accepted", ds[0].Outcome)
 	require.Equal(t, "redelivered from the log", ds[0].Reason)
 	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/nope/redeliver", key, nil), http.StatusNotFound, "not_found", "nope")
-	decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-ping", "ping", []byte(`{}`)), http.StatusOK)
+	decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, "d-ping", "ping", []byte(`{}`)), http.StatusOK)
 	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-ping/redeliver", key, nil), http.StatusConflict, "conflict", "only accepted")
 
 	// The test endpoint signs server-side and goes through the intake.
-	test := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key,
+	test := decode[wire.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key,
 		map[string]any{"event": "pull_request", "payload": map[string]any{"action": "opened", "number": 10}}), http.StatusAccepted)
 	require.True(t, strings.HasPrefix(test.Delivery, "test-"))
 	require.Equal(t, "PR 10 (pull_request.opened)", e.getRun(key, test.RunID).Message)
-	ping := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key, map[string]any{"event": "ping"}), http.StatusOK)
+	ping := decode[wire.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key, map[string]any{"event": "ping"}), http.StatusOK)
 	require.Contains(t, ping.Ignored, "ping")
 	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/test", key, map[string]any{"event": "push"}), http.StatusUnprocessableEntity, "unprocessable", "number")
 
 	st := e.createTrigger(key, map[string]any{"name": "st", "scheme": "stripe", "message": "Stripe {{.event}} {{.payload.id}}"})
-	stAns := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+st.ID+"/test", key, map[string]any{"event": "invoice.paid"}), http.StatusAccepted)
+	stAns := decode[wire.HookAnswer](t, e.do("POST", "/v1/triggers/"+st.ID+"/test", key, map[string]any{"event": "invoice.paid"}), http.StatusAccepted)
 	require.Equal(t, "Stripe invoice.paid "+stAns.Delivery, e.getRun(key, stAns.RunID).Message)
 }
 
@@ -406,9 +407,9 @@ func TestRedeliverAndTest(t *testing.T) {
 func TestHookTenantWithoutRoom(t *testing.T) {
 	e := newEnv(t, withSecrets(nil))
 	r := e.do("POST", "/v1/tenants", adminToken, map[string]any{"id": "small", "max_queued_runs": 1})
-	key := decode[api.TenantView](t, r, http.StatusCreated).APIKey
+	key := decode[wire.TenantView](t, r, http.StatusCreated).APIKey
 	tv := e.createTrigger(key, map[string]any{"name": "t", "scheme": "github", "message": "Issue {{.payload.n}}"})
-	first := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-1", "issues", []byte(`{"n":1}`)), http.StatusAccepted)
+	first := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, "d-1", "issues", []byte(`{"n":1}`)), http.StatusAccepted)
 
 	full := e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n":2}`))
 	requireError(t, full, http.StatusTooManyRequests, "too_many_runs")
@@ -420,8 +421,8 @@ func TestHookTenantWithoutRoom(t *testing.T) {
 	requireError(t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-2/redeliver", key, nil), http.StatusTooManyRequests, "too_many_runs")
 
 	decode[agentfleet.Run](t, e.do("POST", "/v1/runs/"+first.RunID+"/cancel", key, nil), http.StatusAccepted)
-	re := decode[api.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-2/redeliver", key, nil), http.StatusAccepted)
+	re := decode[wire.HookAnswer](t, e.do("POST", "/v1/triggers/"+tv.ID+"/deliveries/d-2/redeliver", key, nil), http.StatusAccepted)
 	require.Equal(t, "Issue 2", e.getRun(key, re.RunID).Message)
-	retry := decode[api.HookAnswer](t, e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n":2}`)), http.StatusOK)
+	retry := decode[wire.HookAnswer](t, e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n":2}`)), http.StatusOK)
 	require.Equal(t, re.RunID, retry.RunID, "the sender's retry finds the redelivered run")
 }

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Scenarios.
@@ -441,7 +441,7 @@ func (e *env) tenant(ctx context.Context, name string) (*tenant, error) {
 	admin := client.New(e.fleet.apiURL(), e.fleet.adminToken())
 	admin.HTTP = e.http
 	id := "bench-" + e.tag + "-" + name
-	tv, err := admin.CreateTenant(ctx, api.TenantRequest{ID: id})
+	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: id})
 	if err != nil {
 		return nil, fmt.Errorf("create tenant %s (with the admin token): %w", id, err)
 	}
@@ -491,7 +491,7 @@ func (e *env) submit(ctx context.Context, t *tenant, from, to, conc int) ([]subm
 }
 
 func (e *env) submitOne(ctx context.Context, t *tenant, i int) (submission, error) {
-	req := api.RunCreateRequest{
+	req := wire.RunCreateRequest{
 		Message:        taskMessage(t.tag, i, e.cfg.Turns),
 		IdempotencyKey: fmt.Sprintf("%s-%d", t.id, i),
 		MaxTurns:       e.cfg.Turns + 1,

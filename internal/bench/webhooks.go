@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Webhook bench goals on this project's 2-core machine: the intake alone,
@@ -205,8 +205,8 @@ func (e *env) webhooks(ctx context.Context) error {
 
 // benchTrigger creates a GitHub trigger of t whose runs' message is the
 // bench task in the delivery's payload.
-func (e *env) benchTrigger(ctx context.Context, t *tenant) (api.TriggerView, error) {
-	trig, err := t.c.CreateTrigger(ctx, api.TriggerRequest{
+func (e *env) benchTrigger(ctx context.Context, t *tenant) (wire.TriggerView, error) {
+	trig, err := t.c.CreateTrigger(ctx, wire.TriggerRequest{
 		Name: new("bench"), Scheme: new("github"), Events: &[]string{"issues.opened"},
 		Message: new("{{.payload.task}}"), MaxTurns: new(e.cfg.Turns + 1),
 	})
@@ -217,7 +217,7 @@ func (e *env) benchTrigger(ctx context.Context, t *tenant) (api.TriggerView, err
 }
 
 // sign makes n deliveries of an issues.opened event for t's bench tasks.
-func (e *env) sign(trig api.TriggerView, t *tenant, n int) []signedDelivery {
+func (e *env) sign(trig wire.TriggerView, t *tenant, n int) []signedDelivery {
 	pad := strings.Repeat("lorem ipsum ", webhookPad/12)
 	ds := make([]signedDelivery, n)
 	for i := range n {
@@ -240,14 +240,14 @@ type hookResult struct {
 	err    error
 }
 
-func (e *env) burst(ctx context.Context, hook *client.Client, trig api.TriggerView, ds []signedDelivery) ([]hookResult, int) {
+func (e *env) burst(ctx context.Context, hook *client.Client, trig wire.TriggerView, ds []signedDelivery) ([]hookResult, int) {
 	return e.burstCounting(ctx, hook, trig, ds, new(atomic.Int64))
 }
 
 // burstCounting sends ds from Submitters senders at once; a delivery
 // refused for want of a server (5xx, 429, a connection error) is sent
 // again, as GitHub would, for up to submitRetryFor.
-func (e *env) burstCounting(ctx context.Context, hook *client.Client, trig api.TriggerView, ds []signedDelivery, sent *atomic.Int64) ([]hookResult, int) {
+func (e *env) burstCounting(ctx context.Context, hook *client.Client, trig wire.TriggerView, ds []signedDelivery, sent *atomic.Int64) ([]hookResult, int) {
 	results := make([]hookResult, len(ds))
 	var next atomic.Int64
 	var errs atomic.Int64

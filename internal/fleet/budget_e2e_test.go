@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // oneThousand answers at once, reporting exactly 1,000 tokens per call.
@@ -31,7 +31,7 @@ func (f *testFleet) counts(tenant string) map[agentfleet.RunStatus]int {
 func TestFleetBudgetIsAHardCeiling(t *testing.T) {
 	limit := int64(20_000)
 	f := setupFleetWith(t, fleetOptions{responder: oneThousand, workers: 4, slots: 8,
-		tenant: api.TenantRequest{ID: "acme", Budget: &api.BudgetSpec{Tokens: &limit}}})
+		tenant: wire.TenantRequest{ID: "acme", Budget: &wire.BudgetSpec{Tokens: &limit}}})
 
 	// Watch the ledger the whole time: used never passes the limit, nor
 	// used + reserved.
@@ -52,7 +52,7 @@ func TestFleetBudgetIsAHardCeiling(t *testing.T) {
 
 	const runs = 100
 	for i := range runs {
-		f.submit(api.RunCreateRequest{Message: fmt.Sprintf("task %d", i)})
+		f.submit(wire.RunCreateRequest{Message: fmt.Sprintf("task %d", i)})
 	}
 	// The budget runs out: every run is either done or parked, and the
 	// tenant view counts the parked ones. The keeper wakes one parked run
@@ -60,7 +60,7 @@ func TestFleetBudgetIsAHardCeiling(t *testing.T) {
 	// reservation does not fit, so the counts and the view are read
 	// together until they agree.
 	var c map[agentfleet.RunStatus]int
-	var view api.TenantView
+	var view wire.TenantView
 	require.Eventually(t, func() bool {
 		c = f.counts("acme")
 		v, err := f.tenant.GetTenant(f.ctx, "acme")
@@ -89,7 +89,7 @@ func TestFleetBudgetIsAHardCeiling(t *testing.T) {
 
 	// Raise the limit: the parked runs resume by themselves.
 	raised := int64(1_000_000)
-	_, err = f.admin.UpdateTenant(f.ctx, "acme", api.TenantRequest{Budget: &api.BudgetSpec{Tokens: &raised}})
+	_, err = f.admin.UpdateTenant(f.ctx, "acme", wire.TenantRequest{Budget: &wire.BudgetSpec{Tokens: &raised}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return f.counts("acme")[agentfleet.StatusCompleted] == runs }, 60*time.Second, 10*time.Millisecond)
 	st, err = f.store.BudgetGet(f.ctx, "acme", time.Now())
@@ -102,8 +102,8 @@ func TestFleetBudgetIsAHardCeiling(t *testing.T) {
 func TestFleetBudgetFailPolicy(t *testing.T) {
 	limit, fail := int64(100), string(agentfleet.ExhaustedFail)
 	f := setupFleetWith(t, fleetOptions{responder: oneThousand,
-		tenant: api.TenantRequest{ID: "acme", Budget: &api.BudgetSpec{Tokens: &limit}, Exhausted: &fail}})
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "task"}).ID, 10*time.Second)
+		tenant: wire.TenantRequest{ID: "acme", Budget: &wire.BudgetSpec{Tokens: &limit}, Exhausted: &fail}})
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: "task"}).ID, 10*time.Second)
 	require.Equal(t, agentfleet.StatusFailed, run.Status)
 	require.Contains(t, run.Error, "budget exhausted")
 	require.Empty(t, f.model.Received())
@@ -117,7 +117,7 @@ func TestFleetRunMaxTokens(t *testing.T) {
 		reply, _, err := threeTurns(r)
 		return reply, agentfleet.Usage{PromptTokens: 900, CompletionTokens: 100}, err
 	}, 0)
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 3", MaxTokens: 1500}).ID, 10*time.Second)
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: "compute 3", MaxTokens: 1500}).ID, 10*time.Second)
 	require.Equal(t, agentfleet.StatusFailed, run.Status)
 	require.Contains(t, run.Error, "max_tokens")
 	require.EqualValues(t, 1000, run.Usage.Total(), "the second call would not fit: it is never made")
@@ -127,10 +127,10 @@ func TestFleetRunMaxTokens(t *testing.T) {
 func TestFleetMaxConcurrentRuns(t *testing.T) {
 	two := 2
 	f := setupFleetWith(t, fleetOptions{responder: threeTurns, latency: 30 * time.Millisecond,
-		tenant: api.TenantRequest{ID: "acme", MaxConcurrentRuns: &two}})
+		tenant: wire.TenantRequest{ID: "acme", MaxConcurrentRuns: &two}})
 	var ids []string
 	for i := range 6 {
-		ids = append(ids, f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}).ID)
+		ids = append(ids, f.submit(wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}).ID)
 	}
 	var peak atomic.Int64
 	watchCtx, stop := context.WithCancel(f.ctx)
@@ -171,7 +171,7 @@ func TestFleetFairness(t *testing.T) {
 		t.Skip("fairness scenario takes ~10s")
 	}
 	f := setupFleetWith(t, fleetOptions{responder: twoTurns, latency: 100 * time.Millisecond, workers: 2, slots: 4})
-	tb, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "bravo"})
+	tb, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "bravo"})
 	require.NoError(t, err)
 	bravo := client.New(f.dispatcher.URL(), tb.APIKey)
 
@@ -183,7 +183,7 @@ func TestFleetFairness(t *testing.T) {
 		go func() {
 			defer submit.Done()
 			for i := w; i < len(aIDs); i += 6 {
-				run, err := f.tenant.CreateRun(f.ctx, api.RunCreateRequest{Message: fmt.Sprintf("a%d", i)})
+				run, err := f.tenant.CreateRun(f.ctx, wire.RunCreateRequest{Message: fmt.Sprintf("a%d", i)})
 				if err != nil {
 					t.Errorf("submit A's run %d: %v", i, err)
 					return
@@ -202,7 +202,7 @@ func TestFleetFairness(t *testing.T) {
 	var wg sync.WaitGroup
 	bDur := make([]time.Duration, 4)
 	for i := range 4 {
-		run, err := bravo.CreateRun(f.ctx, api.RunCreateRequest{Message: fmt.Sprintf("b%d", i)})
+		run, err := bravo.CreateRun(f.ctx, wire.RunCreateRequest{Message: fmt.Sprintf("b%d", i)})
 		require.NoError(t, err)
 		wg.Add(1)
 		go func() {

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // testEgress lets the test fleets' callbacks reach receivers on loopback,
@@ -78,13 +78,13 @@ func requireSigned(t *testing.T, c receivedCallback, secret, runID string) agent
 // both attempts are in the run's view.
 func TestFleetRunCallback(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
-	tv, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "cb"})
+	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "cb"})
 	require.NoError(t, err)
 	require.Regexp(t, `^whsec_`, tv.CallbackSecret)
 	c := client.New(f.dispatcher.URL(), tv.APIKey)
 	rc := newReceiver(t, http.StatusServiceUnavailable)
 
-	run, err := c.CreateRun(f.ctx, api.RunCreateRequest{Message: "compute 5", CallbackURL: rc.srv.URL + "/done"})
+	run, err := c.CreateRun(f.ctx, wire.RunCreateRequest{Message: "compute 5", CallbackURL: rc.srv.URL + "/done"})
 	require.NoError(t, err)
 	first := rc.next(t)
 	rc.status.Store(http.StatusNoContent)
@@ -108,14 +108,14 @@ func TestFleetRunCallback(t *testing.T) {
 	rot, err := c.RotateCallbackSecret(f.ctx, "cb")
 	require.NoError(t, err)
 	require.NotEqual(t, tv.CallbackSecret, rot.CallbackSecret)
-	run2, err := c.CreateRun(f.ctx, api.RunCreateRequest{Message: "compute 1", CallbackURL: rc.srv.URL})
+	run2, err := c.CreateRun(f.ctx, wire.RunCreateRequest{Message: "compute 1", CallbackURL: rc.srv.URL})
 	require.NoError(t, err)
 	requireSigned(t, rc.next(t), rot.CallbackSecret, run2.ID)
 	_, err = client.New(f.dispatcher.URL(), f.tenant.Token).RotateCallbackSecret(f.ctx, "cb")
 	require.True(t, client.IsNotFound(err), "another tenant's: %v", err)
 
 	// A trigger's callback_url goes with the runs it starts.
-	trig, err := c.CreateTrigger(f.ctx, api.TriggerRequest{Name: new("t"), Scheme: new("hmac"), Message: new("compute 2"), CallbackURL: new(rc.srv.URL)})
+	trig, err := c.CreateTrigger(f.ctx, wire.TriggerRequest{Name: new("t"), Scheme: new("hmac"), Message: new("compute 2"), CallbackURL: new(rc.srv.URL)})
 	require.NoError(t, err)
 	res := sendHook(t, client.New(f.dispatcher.URL(), ""), trig, trig.Secret, "d1", "", []byte(`{}`))
 	requireSigned(t, rc.next(t), rot.CallbackSecret, res.Answer.RunID)
@@ -125,26 +125,26 @@ func TestFleetRunCallback(t *testing.T) {
 // allowed it, and says how.
 func TestFleetRunCallbackGuard(t *testing.T) {
 	d, _ := restartable(t, "sqlite", nil)()
-	tv, err := client.New(d.URL(), "admin-secret").CreateTenant(t.Context(), api.TenantRequest{ID: "acme"})
+	tv, err := client.New(d.URL(), "admin-secret").CreateTenant(t.Context(), wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	c := client.New(d.URL(), tv.APIKey)
 	for _, u := range []string{"http://127.0.0.1:9/cb", "http://localhost:9/cb", "http://169.254.169.254/latest"} {
-		_, err = c.CreateRun(t.Context(), api.RunCreateRequest{Message: "x", CallbackURL: u})
+		_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: u})
 		var apiErr *client.Error
 		require.ErrorAs(t, err, &apiErr, u)
 		require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status, u)
 		require.Contains(t, apiErr.Message, "blocked by the network guard", u)
 		require.Contains(t, apiErr.Message, "AGENTFLEET_EGRESS_ALLOW", u)
 	}
-	_, err = c.CreateRun(t.Context(), api.RunCreateRequest{Message: "x", CallbackURL: "ftp://example.com/"})
+	_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: "ftp://example.com/"})
 	require.ErrorContains(t, err, "absolute http")
 }
 
 // waitDelivered waits until a run's callback is recorded delivered: the
 // receiver has the request before the dispatcher records its answer.
-func waitDelivered(t *testing.T, c *client.Client, runID string) api.RunView {
+func waitDelivered(t *testing.T, c *client.Client, runID string) wire.RunView {
 	t.Helper()
-	var v api.RunView
+	var v wire.RunView
 	require.Eventually(t, func() bool {
 		var err error
 		v, err = c.GetRunView(t.Context(), runID)
@@ -166,11 +166,11 @@ func TestFleetRunCallbackSurvivesARestart(t *testing.T) {
 			rc := newReceiver(t, http.StatusInternalServerError)
 
 			d1, stop1 := start()
-			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 			require.NoError(t, err)
 			c := client.New(d1.URL(), tv.APIKey)
 			// No worker runs: the run ends by being cancelled.
-			run, err := c.CreateRun(ctx, api.RunCreateRequest{Message: "wait", CallbackURL: rc.srv.URL})
+			run, err := c.CreateRun(ctx, wire.RunCreateRequest{Message: "wait", CallbackURL: rc.srv.URL})
 			require.NoError(t, err)
 			_, err = c.CancelRun(ctx, run.ID)
 			require.NoError(t, err)

@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // fanOutTurns plays a parent that spawns children and answers from their
@@ -87,7 +87,7 @@ func TestFleetParentWaitsForItsChildren(t *testing.T) {
 }
 
 func parentWaitsForItsChildren(t *testing.T, f *testFleet) {
-	parent := f.wait(f.submit(api.RunCreateRequest{Message: "fan out 5"}).ID, 60*time.Second)
+	parent := f.wait(f.submit(wire.RunCreateRequest{Message: "fan out 5"}).ID, 60*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, parent.Status, parent.Error)
 	require.JSONEq(t, `"completed:0,completed:1,completed:4,completed:9,completed:16"`, string(parent.Answer))
 	require.Equal(t, 5, parent.Children)
@@ -140,7 +140,7 @@ func parentWaitsForItsChildren(t *testing.T, f *testFleet) {
 func TestFleetCancelledParentCancelsItsChildren(t *testing.T) {
 	t.Parallel()
 	f := setupFleetWith(t, fleetOptions{responder: fanOutTurns})
-	parent := f.submit(api.RunCreateRequest{Message: "fan out spin 3"})
+	parent := f.submit(wire.RunCreateRequest{Message: "fan out spin 3"})
 	require.Eventually(t, func() bool {
 		r, err := f.tenant.GetRun(f.ctx, parent.ID)
 		return err == nil && r.Status == agentfleet.StatusWaitingChildren
@@ -165,7 +165,7 @@ func TestFleetWaitTimesOut(t *testing.T) {
 	t.Parallel()
 	f := setupFleetWith(t, fleetOptions{responder: fanOutTurns})
 	start := time.Now()
-	parent := f.wait(f.submit(api.RunCreateRequest{Message: "wait briefly"}).ID, 30*time.Second)
+	parent := f.wait(f.submit(wire.RunCreateRequest{Message: "wait briefly"}).ID, 30*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, parent.Status, parent.Error)
 	require.JSONEq(t, `"running"`, string(parent.Answer))
 	require.Less(t, time.Since(start), 10*time.Second, "the sweep ends the wait soon after its timeout")
@@ -190,7 +190,7 @@ func TestFleetTurnRunAgainSpawnsNothingTwice(t *testing.T) {
 		return fanOutTurns(r)
 	}
 	f := setupFleetWith(t, fleetOptions{responder: responder, workers: 1})
-	parent := f.submit(api.RunCreateRequest{Message: "fan out 2 and hold"})
+	parent := f.submit(wire.RunCreateRequest{Message: "fan out 2 and hold"})
 	<-held // the children exist; the turn has not committed
 	f.crashWorker(0)
 	close(release)
@@ -215,8 +215,8 @@ func TestFleetTurnRunAgainSpawnsNothingTwice(t *testing.T) {
 // ended.
 func TestFleetWaitingParentDoesNotBlockItsChildren(t *testing.T) {
 	t.Parallel()
-	f := setupFleetWith(t, fleetOptions{responder: fanOutTurns, tenant: api.TenantRequest{MaxConcurrentRuns: ptrTo(1)}})
-	parent := f.wait(f.submit(api.RunCreateRequest{Message: "fan out 3", SessionID: "s1"}).ID, 60*time.Second)
+	f := setupFleetWith(t, fleetOptions{responder: fanOutTurns, tenant: wire.TenantRequest{MaxConcurrentRuns: ptrTo(1)}})
+	parent := f.wait(f.submit(wire.RunCreateRequest{Message: "fan out 3", SessionID: "s1"}).ID, 60*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, parent.Status, parent.Error)
 	require.JSONEq(t, `"completed:0,completed:1,completed:4"`, string(parent.Answer))
 }

@@ -15,11 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/client"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // xss is markup a tenant or a model might write; the console must show
@@ -127,7 +127,7 @@ func TestConsole(t *testing.T) {
 	m := &consoleModel{gates: map[int]chan struct{}{}}
 	limit := int64(100_000)
 	f := setupFleetWith(t, fleetOptions{responder: m.respond,
-		tenant: api.TenantRequest{ID: "acme", Budget: &api.BudgetSpec{Tokens: &limit}}})
+		tenant: wire.TenantRequest{ID: "acme", Budget: &wire.BudgetSpec{Tokens: &limit}}})
 	t.Cleanup(m.releaseAll) // before the fleet stops
 	url := f.dispatcher.URL()
 	shots := t.ArtifactDir()
@@ -164,7 +164,7 @@ func TestConsole(t *testing.T) {
 	t.Run("RunAppearsAndCompletesLive", func(t *testing.T) {
 		p := signIn(t, br, url, f.tenantKey)
 		p.WaitVisible(`.live[data-state="live"]`)
-		run := f.submit(api.RunCreateRequest{Message: "hold compute 3"})
+		run := f.submit(wire.RunCreateRequest{Message: "hold compute 3"})
 		p.WaitVisible(row(run.ID))
 		p.WaitVisible(row(run.ID) + `[data-status="running"]`)
 		p.Screenshot(shots, "runs-running")
@@ -178,7 +178,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("RunTurnByTurn", func(t *testing.T) {
 		p := signIn(t, br, url, f.tenantKey)
-		run := f.submit(api.RunCreateRequest{Message: "hold compute 5"})
+		run := f.submit(wire.RunCreateRequest{Message: "hold compute 5"})
 		p.WaitVisible(row(run.ID) + " td.id a")
 		p.Click(row(run.ID) + " td.id a")
 		// Its first turn is there while the second waits for the model.
@@ -206,7 +206,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("Cancel", func(t *testing.T) {
 		p := signIn(t, br, url, f.tenantKey)
-		run := f.submit(api.RunCreateRequest{Message: "spin"})
+		run := f.submit(wire.RunCreateRequest{Message: "spin"})
 		p.WaitVisible(row(run.ID) + `[data-status="running"] button.cancel`)
 		p.Click(row(run.ID) + " button.cancel")
 		p.WaitVisible(row(run.ID) + `[data-status="cancelled"]`)
@@ -224,7 +224,7 @@ func TestConsole(t *testing.T) {
 		width := `parseFloat(document.querySelector('` + meter + ` .used').style.width)`
 		require.InDelta(t, 100*float64(before)/float64(limit), browsertest.Eval[float64](p, width), 0.01)
 
-		run := f.submit(api.RunCreateRequest{Message: "compute 4"})
+		run := f.submit(wire.RunCreateRequest{Message: "compute 4"})
 		require.Equal(t, agentfleet.StatusCompleted, f.wait(run.ID, browsertest.Timeout).Status)
 		p.WaitJS("the bar shows the run's 360 tokens", fmt.Sprintf(`+document.querySelector('%s').getAttribute('aria-valuenow') >= %d`, meter, before+360))
 		require.Greater(t, browsertest.Eval[float64](p, width), 100*float64(before)/float64(limit))
@@ -232,7 +232,7 @@ func TestConsole(t *testing.T) {
 		requireClean(t, p)
 
 		// The admin sees every tenant.
-		_, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "globex"})
+		_, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "globex"})
 		require.NoError(t, err)
 		admin := signIn(t, br, url, "admin-secret")
 		admin.Click(`#nav a[href="#/tenants"]`)
@@ -268,7 +268,7 @@ func TestConsole(t *testing.T) {
 	})
 
 	t.Run("Triggers", func(t *testing.T) {
-		tv, err := f.tenant.CreateTrigger(f.ctx, api.TriggerRequest{Name: new("numbers"), Scheme: new("github"),
+		tv, err := f.tenant.CreateTrigger(f.ctx, wire.TriggerRequest{Name: new("numbers"), Scheme: new("github"),
 			Events: &[]string{"issues.opened"}, Message: new("compute {{.payload.issue.number}}")})
 		require.NoError(t, err)
 		p := signIn(t, br, url, f.tenantKey)
@@ -293,7 +293,7 @@ func TestConsole(t *testing.T) {
 	t.Run("Paging", func(t *testing.T) {
 		// 120 runs of a tenant of their own, recorded in the store alone
 		// (no turn queued), so nothing runs them.
-		tv, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "pages"})
+		tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "pages"})
 		require.NoError(t, err)
 		for i := range 120 {
 			p := store.RunCreateParams{Tenant: "pages", Agent: agentfleet.DefaultAgent, Message: fmt.Sprintf("compute %d", i)}
@@ -361,7 +361,7 @@ func TestTenantEventsResumeAcrossBrokenStreams(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
 	var runs []agentfleet.Run
 	for i := range 5 {
-		runs = append(runs, f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}))
+		runs = append(runs, f.submit(wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}))
 	}
 	for _, r := range runs {
 		f.wait(r.ID, 30*time.Second)

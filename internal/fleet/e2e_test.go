@@ -22,10 +22,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
@@ -33,6 +32,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/telemetry"
 	"github.com/agentfleet/agentfleet/internal/worker"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -117,7 +117,7 @@ type fleetOptions struct {
 	latency   time.Duration
 	workers   int
 	slots     int
-	tenant    api.TenantRequest
+	tenant    wire.TenantRequest
 	// modelAttempts caps the model client's attempts per call (0: its
 	// default retries).
 	modelAttempts int
@@ -225,7 +225,7 @@ func (f *testFleet) crashWorker(i int) {
 	<-f.workerDone[i]
 }
 
-func (f *testFleet) submit(req api.RunCreateRequest) agentfleet.Run {
+func (f *testFleet) submit(req wire.RunCreateRequest) agentfleet.Run {
 	f.t.Helper()
 	run, err := f.tenant.CreateRun(f.ctx, req)
 	require.NoError(f.t, err)
@@ -290,7 +290,7 @@ func (f *testFleet) requireOneCommitPerTurnWith(run agentfleet.Run, subCalls map
 // as in the store.
 func (f *testFleet) requireCompletes(message, answer string) agentfleet.Run {
 	f.t.Helper()
-	run := f.wait(f.submit(api.RunCreateRequest{Message: message}).ID, 30*time.Second)
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: message}).ID, 30*time.Second)
 	require.Equal(f.t, agentfleet.StatusCompleted, run.Status, run.Error)
 	require.JSONEq(f.t, answer, string(run.Answer))
 	f.requireOneCommitPerTurn(run)
@@ -569,7 +569,7 @@ func TestFleetRunsHundredRunsAndSurvivesAWorkerCrash(t *testing.T) {
 	const runs = 100
 	ids := make([]string, runs)
 	for i := range runs {
-		ids[i] = f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}).ID
+		ids[i] = f.submit(wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)}).ID
 	}
 
 	// Crash worker 0 while it has turns in flight: once a few dozen runs
@@ -614,7 +614,7 @@ func TestFleetCancel(t *testing.T) {
 
 	// A running script is interrupted. Its turn commits nothing before
 	// its CPU deadline, so the sign that it runs is its model call.
-	spinning := f.submit(api.RunCreateRequest{Message: "slow spin"})
+	spinning := f.submit(wire.RunCreateRequest{Message: "slow spin"})
 	require.Eventually(t, func() bool { return f.modelCalls("slow spin", 1) > 0 }, 30*time.Second, 5*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // the reply reaches the worker and its script starts: nothing to wait on
 	start := time.Now()
@@ -630,7 +630,7 @@ func TestFleetCancel(t *testing.T) {
 	// Cancelling again is harmless; cancelling a finished run is 409.
 	_, err = f.tenant.CancelRun(f.ctx, spinning.ID)
 	require.NoError(t, err)
-	done := f.wait(f.submit(api.RunCreateRequest{Message: "compute 1"}).ID, 10*time.Second)
+	done := f.wait(f.submit(wire.RunCreateRequest{Message: "compute 1"}).ID, 10*time.Second)
 	_, err = f.tenant.CancelRun(f.ctx, done.ID)
 	var apiErr *client.Error
 	require.ErrorAs(t, err, &apiErr)
@@ -641,10 +641,10 @@ func TestFleetSessionOrdering(t *testing.T) {
 	f := setupFleet(t, threeTurns, 5*time.Millisecond)
 	var ids []string
 	for i := range 5 {
-		ids = append(ids, f.submit(api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i), SessionID: "s1"}).ID)
+		ids = append(ids, f.submit(wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i), SessionID: "s1"}).ID)
 	}
 	// A run outside the session is not held up by it.
-	other := f.submit(api.RunCreateRequest{Message: "compute 99"})
+	other := f.submit(wire.RunCreateRequest{Message: "compute 99"})
 	var prevDone time.Time
 	for i, id := range ids {
 		run := f.wait(id, 30*time.Second)
@@ -667,7 +667,7 @@ func TestFleetSessionOrdering(t *testing.T) {
 
 func TestFleetSSEResume(t *testing.T) {
 	f := setupFleet(t, threeTurns, 20*time.Millisecond)
-	run := f.submit(api.RunCreateRequest{Message: "compute 7"})
+	run := f.submit(wire.RunCreateRequest{Message: "compute 7"})
 
 	// Read a few events live, drop the connection, resume after them.
 	var first []agentfleet.Event
@@ -716,10 +716,10 @@ func TestFleetSSEResume(t *testing.T) {
 
 func TestFleetTenantsAreIsolated(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
-	tv, err := f.admin.CreateTenant(f.ctx, api.TenantRequest{ID: "globex"})
+	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "globex"})
 	require.NoError(t, err)
 	other := client.New(f.dispatcher.URL(), tv.APIKey)
-	run := f.submit(api.RunCreateRequest{Message: "compute 3"})
+	run := f.submit(wire.RunCreateRequest{Message: "compute 3"})
 	f.wait(run.ID, 10*time.Second)
 
 	_, err = other.GetRun(f.ctx, run.ID)
@@ -738,7 +738,7 @@ func TestFleetDeadLettersATurnThatKeepsFailing(t *testing.T) {
 		responder: func(fakeserver.Request) (string, agentfleet.Usage, error) {
 			return "", agentfleet.Usage{}, &fakeserver.StatusError{Status: http.StatusBadGateway, Message: "upstream is down"}
 		}})
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 1"}).ID, 60*time.Second)
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: "compute 1"}).ID, 60*time.Second)
 	require.Equal(t, agentfleet.StatusFailed, run.Status)
 	require.Contains(t, run.Error, "attempted 5 times")
 	evs := f.events(run.ID)
@@ -772,6 +772,6 @@ func TestFleetWorkersAnnounceTheirSlots(t *testing.T) {
 	require.Eventually(t, func() bool { return tally.Total() == 16 }, 5*time.Second, 10*time.Millisecond, "two workers of 8 slots")
 	f.crashWorker(1)
 	require.Eventually(t, func() bool { return tally.Total() == 8 }, time.Second, 10*time.Millisecond, "the stopped worker's slots")
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 3"}).ID, 30*time.Second)
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: "compute 3"}).ID, 30*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
 }

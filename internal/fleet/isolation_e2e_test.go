@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // subCallTurns answers "good N" and "poison N" tasks in two turns: the
@@ -63,7 +63,7 @@ func TestFleetABatchMemberTheStoreRefusesFailsOnlyItself(t *testing.T) {
 	}
 	runs := make([]agentfleet.Run, len(tasks))
 	for i, task := range tasks {
-		runs[i] = f.submit(api.RunCreateRequest{Message: task})
+		runs[i] = f.submit(wire.RunCreateRequest{Message: task})
 	}
 	var wg sync.WaitGroup
 	for i := range runs {
@@ -138,7 +138,7 @@ func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
 func TestFleetHostileScriptsHurtNoOneElse(t *testing.T) {
 	t.Parallel()
 	f := setupFleetWith(t, fleetOptions{responder: hostileTurns, workers: 1, slots: 8, store: pgtest.Open(t)})
-	hostile := map[string]api.RunCreateRequest{
+	hostile := map[string]wire.RunCreateRequest{
 		"nul":          {Message: "nul"},
 		"ai loop":      {Message: "ai loop", MaxTokens: 3000},
 		"ai loop dear": {Message: "ai loop dear", MaxTokens: 3000},
@@ -150,7 +150,7 @@ func TestFleetHostileScriptsHurtNoOneElse(t *testing.T) {
 	}
 	var fine []string
 	for range 20 {
-		fine = append(fine, f.submit(api.RunCreateRequest{Message: "fine"}).ID)
+		fine = append(fine, f.submit(wire.RunCreateRequest{Message: "fine"}).ID)
 	}
 	runs := map[string]agentfleet.Run{}
 	for _, id := range ids {

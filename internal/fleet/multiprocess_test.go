@@ -18,13 +18,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 var fleetBinaries struct {
@@ -154,14 +154,14 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
 	admin := client.New(apiURL, "admin-secret")
-	tv, err := admin.CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	tenant := client.New(apiURL, tv.APIKey)
 
 	const runs = 60
 	ids := make([]string, runs)
 	for i := range runs {
-		run, err := tenant.CreateRun(ctx, api.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
+		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
 		require.NoError(t, err)
 		ids[i] = run.ID
 	}
@@ -293,10 +293,10 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	tenant := client.New(apiURL, tv.APIKey)
-	parent, err := tenant.CreateRun(ctx, api.RunCreateRequest{Message: "fan out 2 and hold"})
+	parent, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: "fan out 2 and hold"})
 	require.NoError(t, err)
 
 	select {

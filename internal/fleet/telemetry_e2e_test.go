@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/telemetry"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // subCallThenThreeTurns is threeTurns whose first script also asks the
@@ -38,7 +38,7 @@ func TestFleetTracesARunAsOneTrace(t *testing.T) {
 	tracer := telemetry.New(sdktrace.NewSimpleSpanProcessor(exp), "agentfleet-worker")
 	f := setupFleetWith(t, fleetOptions{responder: subCallThenThreeTurns, tracer: tracer})
 
-	run := f.wait(f.submit(api.RunCreateRequest{Message: "compute 41"}).ID, 30*time.Second)
+	run := f.wait(f.submit(wire.RunCreateRequest{Message: "compute 41"}).ID, 30*time.Second)
 	require.Equal(t, agentfleet.StatusCompleted, run.Status, run.Error)
 	require.JSONEq(t, `"result 85"`, string(run.Answer))
 	require.Equal(t, 3, run.Turn)

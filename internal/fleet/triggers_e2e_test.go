@@ -15,9 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
-	"github.com/agentfleet/agentfleet/internal/client"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -25,6 +24,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/webhook"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // testSecrets is the test fleets' AGENTFLEET_SECRETS_KEY.
@@ -37,7 +37,7 @@ var testSecrets = func() *secrets.Box {
 }()
 
 // sendHook signs body as a GitHub sender would and posts it to tv's hook.
-func sendHook(t *testing.T, c *client.Client, tv api.TriggerView, secret, delivery, event string, body []byte) client.HookResult {
+func sendHook(t *testing.T, c *client.Client, tv wire.TriggerView, secret, delivery, event string, body []byte) client.HookResult {
 	t.Helper()
 	h, err := webhook.Sign(webhook.Scheme(tv.Scheme), secret, body, delivery, event, time.Now())
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func TestFleetWebhookStartsARun(t *testing.T) {
 				o.store = pgtest.Open(t)
 			}
 			f := setupFleetWith(t, o)
-			tv, err := f.tenant.CreateTrigger(f.ctx, api.TriggerRequest{
+			tv, err := f.tenant.CreateTrigger(f.ctx, wire.TriggerRequest{
 				Name: new("numbers"), Scheme: new("github"), Events: &[]string{"issues.opened"},
 				Message: new("compute {{.payload.issue.number}}"), SessionID: new("{{slug .payload.repository.full_name}}"),
 			})
@@ -152,10 +152,10 @@ func TestFleetWebhookRetryAfterRestartIsTheSameRun(t *testing.T) {
 			start := restartable(t, backend, nil)
 			ctx := t.Context()
 			d1, stop1 := start()
-			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, api.TenantRequest{ID: "acme"})
+			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 			require.NoError(t, err)
 			tenant := client.New(d1.URL(), tv.APIKey)
-			trig, err := tenant.CreateTrigger(ctx, api.TriggerRequest{Name: new("t"), Scheme: new("github")})
+			trig, err := tenant.CreateTrigger(ctx, wire.TriggerRequest{Name: new("t"), Scheme: new("github")})
 			require.NoError(t, err)
 			body := []byte(`{"action":"opened","number":1}`)
 			first := sendHook(t, client.New(d1.URL(), ""), trig, trig.Secret, "retried-1", "pull_request", body)
@@ -189,7 +189,7 @@ func TestFleetWebhookRetryAfterRestartIsTheSameRun(t *testing.T) {
 // take only a tenant key.
 func TestFleetWebhookAuth(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
-	tv, err := f.tenant.CreateTrigger(f.ctx, api.TriggerRequest{Name: new("t"), Scheme: new("hmac"), Message: new("compute 1")})
+	tv, err := f.tenant.CreateTrigger(f.ctx, wire.TriggerRequest{Name: new("t"), Scheme: new("hmac"), Message: new("compute 1")})
 	require.NoError(t, err)
 	_, err = client.New(f.dispatcher.URL(), "").ListTriggers(f.ctx, 0, "")
 	var apiErr *client.Error

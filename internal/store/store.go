@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Sentinel errors. Backends wrap them with context; test with errors.Is.
@@ -920,13 +921,7 @@ const (
 const CallbackLogMax = 20
 
 // CallbackAttempt is one POST of a run's callback.
-type CallbackAttempt struct {
-	At time.Time `json:"at"`
-	// Status is the receiver's HTTP status (0: no answer); Error says
-	// why the attempt failed.
-	Status int    `json:"status,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
+type CallbackAttempt = wire.CallbackAttempt
 
 // RunCallback is a run's completion callback: the outbox row the
 // dispatcher drains.

@@ -1,9 +1,10 @@
-// Package client is the Go client of the dispatcher's HTTP API, used by
-// agentctl, the bench command and the end-to-end tests. It speaks only
+// Package client is the Go client of the dispatcher's HTTP API: what a Go
+// service needs to submit and follow runs, and what agentctl, the bench
+// command and the end-to-end tests use. It speaks only
 // HTTP: runs, tenants and their API keys, webhook triggers (and sending
 // signed deliveries to their hooks), and events over Server-Sent Events
 // (a run's, or every run's of a tenant), resuming with Last-Event-ID when
-// a stream breaks.
+// a stream breaks. Request and answer bodies are package wire's types.
 package client
 
 import (
@@ -21,7 +22,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/wire"
 )
 
 // Client calls one dispatcher.
@@ -112,7 +113,7 @@ func decodeError(resp *http.Response) error {
 }
 
 // CreateRun submits a run.
-func (c *Client) CreateRun(ctx context.Context, req api.RunCreateRequest) (agentfleet.Run, error) {
+func (c *Client) CreateRun(ctx context.Context, req wire.RunCreateRequest) (agentfleet.Run, error) {
 	var run agentfleet.Run
 	err := c.do(ctx, http.MethodPost, "/v1/runs", req, &run)
 	return run, err
@@ -137,7 +138,7 @@ type ListRunsParams struct {
 }
 
 // ListRuns lists runs, newest first.
-func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, error) {
+func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (wire.RunList, error) {
 	q := pageQuery(p.Limit, p.Cursor)
 	if len(p.Status) > 0 {
 		ss := make([]string, len(p.Status))
@@ -155,7 +156,7 @@ func (c *Client) ListRuns(ctx context.Context, p ListRunsParams) (api.RunList, e
 	if p.ParentRunID != "" {
 		q.Set("parent_run_id", p.ParentRunID)
 	}
-	var out api.RunList
+	var out wire.RunList
 	err := c.do(ctx, http.MethodGet, "/v1/runs?"+q.Encode(), nil, &out)
 	return out, err
 }
@@ -175,38 +176,38 @@ func (c *Client) DeleteRun(ctx context.Context, id string) error {
 
 // CreateTenant creates a tenant (admin token); the view carries the
 // tenant's API key, shown this once.
-func (c *Client) CreateTenant(ctx context.Context, req api.TenantRequest) (api.TenantView, error) {
-	var out api.TenantView
+func (c *Client) CreateTenant(ctx context.Context, req wire.TenantRequest) (wire.TenantView, error) {
+	var out wire.TenantView
 	err := c.do(ctx, http.MethodPost, "/v1/tenants", req, &out)
 	return out, err
 }
 
 // GetTenant reads a tenant with its budget.
-func (c *Client) GetTenant(ctx context.Context, id string) (api.TenantView, error) {
-	var out api.TenantView
+func (c *Client) GetTenant(ctx context.Context, id string) (wire.TenantView, error) {
+	var out wire.TenantView
 	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(id), nil, &out)
 	return out, err
 }
 
 // UpdateTenant changes a tenant's settings (admin token).
-func (c *Client) UpdateTenant(ctx context.Context, id string, req api.TenantRequest) (api.TenantView, error) {
-	var out api.TenantView
+func (c *Client) UpdateTenant(ctx context.Context, id string, req wire.TenantRequest) (wire.TenantView, error) {
+	var out wire.TenantView
 	err := c.do(ctx, http.MethodPut, "/v1/tenants/"+url.PathEscape(id), req, &out)
 	return out, err
 }
 
 // Usage reads a tenant's settled usage grouped by "model" or "run".
-func (c *Client) Usage(ctx context.Context, tenant, groupBy string) (api.UsageReport, error) {
-	var out api.UsageReport
+func (c *Client) Usage(ctx context.Context, tenant, groupBy string) (wire.UsageReport, error) {
+	var out wire.UsageReport
 	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/usage?group_by="+url.QueryEscape(groupBy), nil, &out)
 	return out, err
 }
 
 // CreateKey makes tenant another API key (the admin token, or the
 // tenant's own key); the view carries the key, shown this once.
-func (c *Client) CreateKey(ctx context.Context, tenant, name string) (api.APIKeyView, error) {
-	var out api.APIKeyView
-	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", api.APIKeyRequest{Name: name}, &out)
+func (c *Client) CreateKey(ctx context.Context, tenant, name string) (wire.APIKeyView, error) {
+	var out wire.APIKeyView
+	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", wire.APIKeyRequest{Name: name}, &out)
 	return out, err
 }
 
@@ -218,8 +219,8 @@ type ListKeysParams struct {
 
 // ListKeys lists a tenant's keys, newest first: ids, names, when made and
 // last used, never the keys.
-func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (api.APIKeyList, error) {
-	var out api.APIKeyList
+func (c *Client) ListKeys(ctx context.Context, tenant string, p ListKeysParams) (wire.APIKeyList, error) {
+	var out wire.APIKeyList
 	err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(tenant)+"/keys?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
 	return out, err
 }
@@ -448,8 +449,8 @@ type ListTenantsParams struct {
 
 // ListTenants lists tenants with their budgets, newest first (the admin
 // token); a tenant's key lists its own tenant alone.
-func (c *Client) ListTenants(ctx context.Context, p ListTenantsParams) (api.TenantList, error) {
-	var out api.TenantList
+func (c *Client) ListTenants(ctx context.Context, p ListTenantsParams) (wire.TenantList, error) {
+	var out wire.TenantList
 	err := c.do(ctx, http.MethodGet, "/v1/tenants?"+pageQuery(p.Limit, p.Cursor).Encode(), nil, &out)
 	return out, err
 }
@@ -464,29 +465,29 @@ func (c *Client) Wait(ctx context.Context, runID string) (agentfleet.Run, error)
 
 // CreateTrigger creates a webhook trigger; the view carries its secret
 // when the server generated it, shown this once.
-func (c *Client) CreateTrigger(ctx context.Context, req api.TriggerRequest) (api.TriggerView, error) {
-	var out api.TriggerView
+func (c *Client) CreateTrigger(ctx context.Context, req wire.TriggerRequest) (wire.TriggerView, error) {
+	var out wire.TriggerView
 	err := c.do(ctx, http.MethodPost, "/v1/triggers", req, &out)
 	return out, err
 }
 
 // GetTrigger reads a trigger.
-func (c *Client) GetTrigger(ctx context.Context, id string) (api.TriggerView, error) {
-	var out api.TriggerView
+func (c *Client) GetTrigger(ctx context.Context, id string) (wire.TriggerView, error) {
+	var out wire.TriggerView
 	err := c.do(ctx, http.MethodGet, "/v1/triggers/"+url.PathEscape(id), nil, &out)
 	return out, err
 }
 
 // ListTriggers lists the tenant's triggers, newest first.
-func (c *Client) ListTriggers(ctx context.Context, limit int, cursor string) (api.TriggerList, error) {
-	var out api.TriggerList
+func (c *Client) ListTriggers(ctx context.Context, limit int, cursor string) (wire.TriggerList, error) {
+	var out wire.TriggerList
 	err := c.do(ctx, http.MethodGet, "/v1/triggers?"+pageQuery(limit, cursor).Encode(), nil, &out)
 	return out, err
 }
 
 // UpdateTrigger changes the fields req sets.
-func (c *Client) UpdateTrigger(ctx context.Context, id string, req api.TriggerRequest) (api.TriggerView, error) {
-	var out api.TriggerView
+func (c *Client) UpdateTrigger(ctx context.Context, id string, req wire.TriggerRequest) (wire.TriggerView, error) {
+	var out wire.TriggerView
 	err := c.do(ctx, http.MethodPatch, "/v1/triggers/"+url.PathEscape(id), req, &out)
 	return out, err
 }
@@ -497,23 +498,23 @@ func (c *Client) DeleteTrigger(ctx context.Context, id string) error {
 }
 
 // ListDeliveries pages a trigger's delivery log, newest first.
-func (c *Client) ListDeliveries(ctx context.Context, id string, limit int, cursor string) (api.DeliveryList, error) {
-	var out api.DeliveryList
+func (c *Client) ListDeliveries(ctx context.Context, id string, limit int, cursor string) (wire.DeliveryList, error) {
+	var out wire.DeliveryList
 	err := c.do(ctx, http.MethodGet, "/v1/triggers/"+url.PathEscape(id)+"/deliveries?"+pageQuery(limit, cursor).Encode(), nil, &out)
 	return out, err
 }
 
 // Redeliver starts a new run from a logged delivery.
-func (c *Client) Redeliver(ctx context.Context, id, delivery string) (api.HookAnswer, error) {
-	var out api.HookAnswer
+func (c *Client) Redeliver(ctx context.Context, id, delivery string) (wire.HookAnswer, error) {
+	var out wire.HookAnswer
 	err := c.do(ctx, http.MethodPost, "/v1/triggers/"+url.PathEscape(id)+"/deliveries/"+url.PathEscape(delivery)+"/redeliver", nil, &out)
 	return out, err
 }
 
 // TestTrigger has the server sign a delivery and run it through the
 // intake.
-func (c *Client) TestTrigger(ctx context.Context, id string, req api.TriggerTestRequest) (api.HookAnswer, error) {
-	var out api.HookAnswer
+func (c *Client) TestTrigger(ctx context.Context, id string, req wire.TriggerTestRequest) (wire.HookAnswer, error) {
+	var out wire.HookAnswer
 	err := c.do(ctx, http.MethodPost, "/v1/triggers/"+url.PathEscape(id)+"/test", req, &out)
 	return out, err
 }
@@ -521,7 +522,7 @@ func (c *Client) TestTrigger(ctx context.Context, id string, req api.TriggerTest
 // HookResult is a hook's answer: its status and body.
 type HookResult struct {
 	Status int
-	Answer api.HookAnswer
+	Answer wire.HookAnswer
 }
 
 // SendHook posts a signed delivery to a hook URL (absolute, or a path on
@@ -565,16 +566,16 @@ func pageQuery(limit int, cursor string) url.Values {
 }
 
 // GetRunView reads a run with its callback's state, when it has one.
-func (c *Client) GetRunView(ctx context.Context, id string) (api.RunView, error) {
-	var out api.RunView
+func (c *Client) GetRunView(ctx context.Context, id string) (wire.RunView, error) {
+	var out wire.RunView
 	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &out)
 	return out, err
 }
 
 // RotateCallbackSecret replaces a tenant's callback secret; the answer
 // carries the new one, shown this once.
-func (c *Client) RotateCallbackSecret(ctx context.Context, tenant string) (api.CallbackSecretView, error) {
-	var out api.CallbackSecretView
+func (c *Client) RotateCallbackSecret(ctx context.Context, tenant string) (wire.CallbackSecretView, error) {
+	var out wire.CallbackSecretView
 	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/callback-secret", nil, &out)
 	return out, err
 }
