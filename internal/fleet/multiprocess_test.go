@@ -18,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -153,10 +152,10 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	admin := client.New(apiURL, "admin-secret")
+	admin := apiClient(t, apiURL, "admin-secret")
 	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
+	tenant := apiClient(t, apiURL, tv.APIKey)
 
 	const runs = 60
 	ids := make([]string, runs)
@@ -293,9 +292,9 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
+	tenant := apiClient(t, apiURL, tv.APIKey)
 	parent, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: "fan out 2 and hold"})
 	require.NoError(t, err)
 
