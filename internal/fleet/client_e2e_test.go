@@ -85,15 +85,23 @@ func (p *cutProxy) cut() {
 	clear(p.conns)
 }
 
+// setupCutFleet is a fleet whose model takes 200ms a call, so a run's
+// turns come apart, and a client of the tenant that reaches the
+// dispatcher through a proxy the test cuts.
+func setupCutFleet(t *testing.T) (*testFleet, *cutProxy, *client.Client) {
+	t.Helper()
+	f := setupFleet(t, threeTurns, 200*time.Millisecond)
+	proxy := startCutProxy(t, strings.TrimPrefix(f.dispatcher.URL(), "http://"))
+	return f, proxy, apiClient(t, proxy.URL(), f.tenantKey)
+}
+
 // TestClientRunEventsResumeAfterACutConnection: a run's events followed
 // with client.RunEvents through a proxy whose connections are cut twice
 // while the run goes on arrive exactly as the store has them, each once,
 // in order, the iteration ending after done.
 func TestClientRunEventsResumeAfterACutConnection(t *testing.T) {
 	t.Parallel()
-	f := setupFleet(t, threeTurns, 200*time.Millisecond)
-	proxy := startCutProxy(t, strings.TrimPrefix(f.dispatcher.URL(), "http://"))
-	c := apiClient(t, proxy.URL(), f.tenantKey)
+	f, proxy, c := setupCutFleet(t)
 	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
 	defer cancel()
 
@@ -127,9 +135,7 @@ func TestClientRunEventsResumeAfterACutConnection(t *testing.T) {
 // order, positions increasing.
 func TestClientAllEventsResumeAfterACutConnection(t *testing.T) {
 	t.Parallel()
-	f := setupFleet(t, threeTurns, 200*time.Millisecond)
-	proxy := startCutProxy(t, strings.TrimPrefix(f.dispatcher.URL(), "http://"))
-	c := apiClient(t, proxy.URL(), f.tenantKey)
+	f, proxy, c := setupCutFleet(t)
 	ctx, cancel := context.WithTimeout(f.ctx, 60*time.Second)
 	defer cancel()
 
