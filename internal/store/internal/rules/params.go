@@ -511,31 +511,6 @@ func ApprovalResolve(p store.ApprovalResolveParams) error {
 	return CheckText("approval decided by", p.DecidedBy)
 }
 
-// BatchCreate validates p and fills its id.
-func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
-	if p.ID == "" {
-		p.ID = NewID()
-	} else if err := CheckID("batch id", p.ID); err != nil {
-		return p, err
-	}
-	if p.Tenant == "" {
-		return p, Invalidf("batch: tenant is required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	if p.Total < 0 {
-		return p, Invalidf("batch %s: total must not be negative", p.ID)
-	}
-	if err := CheckText("batch agent", p.Agent); err != nil {
-		return p, err
-	}
-	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
