@@ -1,7 +1,7 @@
 // Package store declares the store of record: tenants, API keys, agents,
-// runs, the step trace, carried state, events (the outbox every published
-// RunEvent comes from), the budget ledger, approvals, batches, triggers and
-// skills.
+// runs, the step trace and the side-effect journal, carried state, events
+// (the outbox every published RunEvent comes from), the budget ledger,
+// approvals, batches, triggers and skills.
 //
 // There are two backends behind the one Store interface: store/postgres
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
@@ -198,6 +198,17 @@ type Store interface {
 	ModelReplyRecord(ctx context.Context, p ModelReplyRecordParams) (ModelReplyRecordResult, error)
 	// ModelReplyGet returns the recorded reply of a turn, or ErrNotFound.
 	ModelReplyGet(ctx context.Context, runID string, turn int) (ModelReply, error)
+
+	// JournalRecord records a side-effecting call of a turn's script
+	// before the script sees its outcome (docs/ARCHITECTURE.md §4).
+	// Fenced like ModelReplyRecord: the run must have committed exactly
+	// Turn-1 turns and not have ended, else ErrConflict. An entry
+	// already recorded under (run, turn, index) is returned with Existed
+	// set and nothing changes. Charge settles an ai() call's budget in
+	// the same transaction, exactly as ModelReplyRecord's does.
+	JournalRecord(ctx context.Context, p JournalRecordParams) (JournalRecordResult, error)
+	// JournalListByRun returns a run's journal in (turn, index) order.
+	JournalListByRun(ctx context.Context, p JournalListByRunParams) ([]agentfleet.JournalEntry, error)
 
 	// TurnCommit commits one turn in one transaction: appends its steps
 	// and events, stores the new carried state and advances the run.
@@ -691,6 +702,28 @@ type ModelReplyRecordResult struct {
 	// caller charges by other means. Nil when charged, when Charge was
 	// nil, and when Existed.
 	ChargeErr error
+}
+
+type JournalRecordParams struct {
+	agentfleet.JournalEntry
+	// Charge, when set, settles the ai() call's reservation in the same
+	// transaction as the insert (see JournalRecord).
+	Charge *BudgetSettleParams
+}
+
+// JournalRecordResult is ModelReplyRecordResult's counterpart: the charge
+// happened exactly when err == nil, !Existed and ChargeErr == nil.
+type JournalRecordResult struct {
+	Entry     agentfleet.JournalEntry
+	Existed   bool
+	Settled   BudgetSettleResult
+	ChargeErr error
+}
+
+type JournalListByRunParams struct {
+	RunID string
+	// Turn, when positive, lists that turn's entries only.
+	Turn int
 }
 
 // TurnCommitParams is one committed turn. Usage and DataBytesCarried are
