@@ -23,6 +23,9 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 	if p.Weight < 0 {
 		return p, Window{}, Invalidf("tenant %s: weight must not be negative (zero means 1)", p.ID)
 	}
+	if err := AgentUpsert(store.AgentUpsertParams{Tenant: p.ID, Name: agentfleet.DefaultAgent, Spec: p.DefaultAgent}); err != nil {
+		return p, Window{}, err
+	}
 	if p.Weight == 0 {
 		p.Weight = 1
 	}
@@ -128,13 +131,10 @@ func APIKeyList(p store.APIKeyListParams) (store.APIKeyListParams, int64, error)
 	if p.Tenant == "" {
 		return p, 0, Invalidf("api key list: tenant is empty")
 	}
-	if p.Limit < 0 {
-		return p, 0, Invalidf("api key list: limit must not be negative")
+	var err error
+	if p.Limit, err = PageLimit("api key list", p.Limit); err != nil {
+		return p, 0, err
 	}
-	if p.Limit == 0 {
-		p.Limit = RunListLimitDefault
-	}
-	p.Limit = min(p.Limit, RunListLimitMax)
 	if p.Cursor == "" {
 		return p, 0, nil
 	}
@@ -157,13 +157,10 @@ func APIKeyPage(keys []store.APIKey, seqs []int64, p store.APIKeyListParams) sto
 // TenantList validates p and fills its defaults; it returns the position
 // the cursor continues after (nil: from the newest).
 func TenantList(p store.TenantListParams) (store.TenantListParams, *TenantPos, error) {
-	if p.Limit < 0 {
-		return p, nil, Invalidf("tenant list: limit must not be negative")
+	var err error
+	if p.Limit, err = PageLimit("tenant list", p.Limit); err != nil {
+		return p, nil, err
 	}
-	if p.Limit == 0 {
-		p.Limit = RunListLimitDefault
-	}
-	p.Limit = min(p.Limit, RunListLimitMax)
 	if p.Cursor == "" {
 		return p, nil, nil
 	}
@@ -181,25 +178,6 @@ func TenantPage(ts []agentfleet.Tenant, p store.TenantListParams) store.TenantLi
 	}
 	res.Tenants = ts
 	return res
-}
-
-// AgentUpsert validates p.
-func AgentUpsert(p store.AgentUpsertParams) error {
-	if p.Tenant == "" || p.Name == "" {
-		return Invalidf("agent: tenant and name are required")
-	}
-	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 || p.MaxModelCallsPerTurn < 0 {
-		return Invalidf("agent %s: limits must not be negative (zero means the default)", p.Name)
-	}
-	if err := checkTexts("agent name", p.Name, "agent persona", p.Persona, "agent model", p.Model); err != nil {
-		return err
-	}
-	for _, prim := range p.Primitives {
-		if err := CheckText("agent primitive", prim); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // RunCreate validates p and fills its defaults: a fresh id, the default
@@ -581,31 +559,6 @@ func ApprovalResolve(p store.ApprovalResolveParams) error {
 	return CheckText("approval decided by", p.DecidedBy)
 }
 
-// BatchCreate validates p and fills its id.
-func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
-	if p.ID == "" {
-		p.ID = NewID()
-	} else if err := CheckID("batch id", p.ID); err != nil {
-		return p, err
-	}
-	if p.Tenant == "" {
-		return p, Invalidf("batch: tenant is required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	if p.Total < 0 {
-		return p, Invalidf("batch %s: total must not be negative", p.ID)
-	}
-	if err := CheckText("batch agent", p.Agent); err != nil {
-		return p, err
-	}
-	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
@@ -636,4 +589,16 @@ func TurnLoad(p store.TurnLoadParams) error {
 		return Invalidf("turn load of run %s: history from turn %d is negative", p.RunID, p.HistoryFrom)
 	}
 	return nil
+}
+
+// PageLimit is a list's page size: RunListLimitDefault for zero, at most
+// RunListLimitMax.
+func PageLimit(what string, limit int) (int, error) {
+	if limit < 0 {
+		return 0, Invalidf("%s: limit must not be negative", what)
+	}
+	if limit == 0 {
+		return RunListLimitDefault, nil
+	}
+	return min(limit, RunListLimitMax), nil
 }
