@@ -611,7 +611,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		var err error
 		exec, err = cfg.Sandbox.Execute(ctx, agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
 		})
 		if err != nil {
 			return TurnResult{}, fmt.Errorf("execute script of turn %d: %w", t.n, err)

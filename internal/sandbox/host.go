@@ -49,7 +49,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	)
 	switch pr {
 	case primFetch, primHTTP:
-		status, data = p.fetch(ctx, name, args)
+		status, data = p.fetch(ctx, name, req.Egress, args)
 	case primAI, primAIJSON:
 		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, &st.usage)
 	case primSpawn:
@@ -120,12 +120,16 @@ func hostErr(format string, args ...any) (byte, []byte) {
 }
 
 // fetch performs one HTTP request for fetch or http.
-func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte) {
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.CheckURL(a.URL)
+	n, err := p.netFor(egressList)
+	if err != nil {
+		return hostDenied, []byte(fmt.Sprintf("%s %s: the agent's egress: %v", name, a.URL, err))
+	}
+	u, err := n.guard.CheckURL(a.URL)
 	if err != nil {
 		var be *egress.BlockedError
 		if errors.As(err, &be) {
@@ -154,7 +158,7 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
 	}
-	resp, err := p.client.Do(hreq)
+	resp, err := n.client.Do(hreq)
 	if err != nil {
 		return p.fetchErr(ctx, fctx, name, target, err)
 	}
