@@ -24,6 +24,10 @@ type ExecRequest struct {
 	// Primitives lists the primitives enabled for this run's agent; nil
 	// means the sandbox's default set.
 	Primitives []string
+	// Egress names hosts, IP addresses and CIDRs the run's fetch and
+	// http may reach past the private-address block (its agent's
+	// egress), on top of what the sandbox's own configuration allows.
+	Egress []string
 	// AI performs ai()/aiJSON() sub-calls. Nil disables them.
 	AI AIFunc
 	// Spawn starts a child run and returns its id. Nil disables spawn().

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/secrets"
@@ -236,6 +237,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	// Agents (agents.go).
+	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentPut)))
+	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
+	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
+	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
@@ -321,9 +327,12 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	// cause, when set, is the sentinel a caller may branch on.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Unwrap() error { return e.cause }
 
 func errBadRequest(format string, a ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, a...)}
@@ -429,6 +438,9 @@ func decodeBody(r *http.Request, v any) error {
 // must be, e.g., a string.
 func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string {
 	want := jsonKind(ute.Type.Kind())
+	if ute.Type == reflect.TypeFor[agentfleet.Duration]() {
+		want = `a duration like "90s" or "24h"`
+	}
 	if ft := fieldType(target, ute.Field); ft != nil && ft != ute.Type {
 		switch ft.Kind() {
 		case reflect.Map:
@@ -437,7 +449,30 @@ func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string 
 			want = "an array whose elements are each " + want
 		}
 	}
-	return fmt.Sprintf("field %q must be %s, not %s", ute.Field, want, ute.Value)
+	return fmt.Sprintf("field %q must be %s, not %s", jsonPath(target, ute.Field), want, ute.Value)
+}
+
+// jsonPath is a dotted field path as the JSON reads it: without the
+// names of embedded structs, whose fields encoding/json lifts into their
+// parent (wire.AgentRequest's AgentSpec).
+func jsonPath(t reflect.Type, path string) string {
+	var out []string
+	for _, name := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		var next reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			if f, ok := t.FieldByName(name); ok && f.Anonymous {
+				t = f.Type
+				continue
+			}
+			next = fieldType(t, name)
+		}
+		out = append(out, name)
+		t = next
+	}
+	return strings.Join(out, ".")
 }
 
 // fieldType is the Go type of the field at a dotted JSON path in t, or

@@ -123,6 +123,10 @@ type Config struct {
 	// CIDRs past the network guard, for the scripts' fetch and http and
 	// for run callbacks.
 	EgressAllow string
+	// EgressPrivate (AGENTFLEET_EGRESS_PRIVATE) "deny" keeps every
+	// private range closed, whatever EgressAllow and the agents' egress
+	// say; "allow" (the default, also "") lets them open some.
+	EgressPrivate string
 	// SandboxMemory bounds the memory of a worker process's sandbox
 	// processes together (sandbox.Config.MemoryTotal); zero derives it
 	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
@@ -154,6 +158,7 @@ func ConfigFromEnv() (Config, error) {
 		SecretsKey:    os.Getenv(secrets.EnvKey),
 		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
 		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
+		EgressPrivate: os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -249,6 +254,9 @@ func (c Config) Validate() error {
 	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
 	}
+	if c.EgressPrivate != "" && c.EgressPrivate != "allow" && c.EgressPrivate != "deny" {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_PRIVATE=%q: use deny (no private address, whatever the allow-lists say) or allow (the default)", c.EgressPrivate))
+	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_PUBLIC_URL=%q must be the dispatcher's public base URL, like https://agents.example.com", c.PublicURL))
@@ -281,6 +289,7 @@ func (c Config) secretsBox() *secrets.Box {
 // egress is the network guard's configuration (Validate has checked it).
 func (c Config) egress() egress.Config {
 	e, _ := egress.ParseAllow(c.EgressAllow)
+	e.DenyPrivate = c.EgressPrivate == "deny"
 	return e
 }
 
@@ -382,7 +391,7 @@ func (c Config) databaseMaxConns() int {
 func (c Config) sandboxConfig(workers int) sandbox.Config {
 	e := c.egress()
 	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory,
-		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
+		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts, DenyPrivate: e.DenyPrivate}}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

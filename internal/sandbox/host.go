@@ -62,7 +62,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		if journaled && req.RunID != "" {
 			key = call.IdempotencyKey()
 		}
-		status, data = p.fetch(ctx, name, args, key)
+		status, data = p.fetch(ctx, name, req.Egress, args, key)
 	case primAI, primAIJSON:
 		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
 	case primSpawn:
@@ -137,12 +137,16 @@ func hostErr(format string, args ...any) (byte, []byte) {
 
 // fetch performs one HTTP request for fetch or http; a journaled one
 // carries its idempotency key (the script's own header is replaced).
-func (p *Pool) fetch(ctx context.Context, name string, raw []byte, idempotencyKey string) (byte, []byte) {
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.CheckURL(a.URL)
+	n, err := p.netFor(egressList)
+	if err != nil {
+		return hostDenied, []byte(fmt.Sprintf("%s %s: the agent's egress: %v", name, a.URL, err))
+	}
+	u, err := n.guard.CheckURL(a.URL)
 	if err != nil {
 		var be *egress.BlockedError
 		if errors.As(err, &be) {
@@ -174,7 +178,7 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte, idempotencyKe
 	if idempotencyKey != "" {
 		hreq.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	resp, err := p.client.Do(hreq)
+	resp, err := n.client.Do(hreq)
 	if err != nil {
 		return p.fetchErr(ctx, fctx, name, target, err)
 	}
