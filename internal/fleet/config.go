@@ -55,8 +55,20 @@ type Config struct {
 	AdminToken string
 	// DatabaseURL is a postgres:// URL; empty means SQLite in DataDir.
 	DatabaseURL string
-	// NATSURL is the NATS server; empty means an embedded server.
+	// NATSURL is the NATS server, or every node of a cluster separated
+	// by commas (tls:// for TLS); empty means an embedded server.
 	NATSURL string
+	// NATSReplicas (AGENTFLEET_NATS_REPLICAS, default 1) is the replicas
+	// of every stream and KV bucket on a NATS cluster; the scheduler's
+	// lease holder applies it to the existing ones. The embedded server
+	// of dev mode always has 1.
+	NATSReplicas int
+	// NATSTLSCA, NATSTLSCert and NATSTLSKey are PEM files: the CA of the
+	// NATS servers' certificates, and a client certificate and key for
+	// servers that verify clients.
+	NATSTLSCA   string
+	NATSTLSCert string
+	NATSTLSKey  string
 	// NATSListen is where dev mode's embedded server also listens, so
 	// `nats sub` works from another terminal. Empty: in-process only.
 	NATSListen string
@@ -150,6 +162,9 @@ func ConfigFromEnv() (Config, error) {
 		DatabaseURL:   os.Getenv("AGENTFLEET_DATABASE_URL"),
 		NATSURL:       os.Getenv("AGENTFLEET_NATS_URL"),
 		NATSListen:    envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
+		NATSTLSCA:     os.Getenv("AGENTFLEET_NATS_TLS_CA"),
+		NATSTLSCert:   os.Getenv("AGENTFLEET_NATS_TLS_CERT"),
+		NATSTLSKey:    os.Getenv("AGENTFLEET_NATS_TLS_KEY"),
 		DataDir:       envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
 		MetricsListen: os.Getenv("AGENTFLEET_METRICS_LISTEN"),
 		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
@@ -164,6 +179,7 @@ func ConfigFromEnv() (Config, error) {
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
+	c.NATSReplicas = envInt("AGENTFLEET_NATS_REPLICAS", bus.ReplicasDefault, &errs)
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
@@ -236,6 +252,20 @@ func (c Config) Validate() error {
 	if per := sandbox.ProcessMemory(sandbox.Limits{}); c.SandboxMemory < 0 || (c.SandboxMemory > 0 && c.SandboxMemory < per) {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_MEMORY=%d bytes is less than one sandbox process can hold (%d bytes, %.2f GiB); raise it, or unset it to derive it from the cgroup memory limit",
 			c.SandboxMemory, per, float64(per)/(1<<30)))
+	}
+	if c.NATSReplicas < 0 || c.NATSReplicas > 5 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_REPLICAS=%d must be 1 to 5: 3 on a 3- or 5-node JetStream cluster, 1 on a single server", c.NATSReplicas))
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		errs = append(errs, errors.New("AGENTFLEET_NATS_TLS_CERT and AGENTFLEET_NATS_TLS_KEY go together: set both (a client certificate and its key) or neither"))
+	}
+	for name, path := range map[string]string{"AGENTFLEET_NATS_TLS_CA": c.NATSTLSCA, "AGENTFLEET_NATS_TLS_CERT": c.NATSTLSCert, "AGENTFLEET_NATS_TLS_KEY": c.NATSTLSKey} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q must be a readable PEM file: %w", name, path, err))
+		}
 	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))

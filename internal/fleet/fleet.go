@@ -64,6 +64,7 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	bcfg := bus.Config{
 		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
 		EventsMaxAge: cfg.EventsMaxAge, Logger: logger,
+		Replicas: cfg.NATSReplicas, TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
@@ -75,6 +76,10 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	if err := os.MkdirAll(cfg.NATSStoreDir(), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create NATS store dir: %w", err)
 	}
+	if bcfg.Replicas > 1 {
+		logger.Warn("the embedded NATS server is one server: its streams have 1 replica", "AGENTFLEET_NATS_REPLICAS", bcfg.Replicas)
+	}
+	bcfg.Replicas = 1
 	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded NATS: %w", err)
