@@ -49,3 +49,25 @@ func (b *Bus) PublishEventsBulk(ctx context.Context, evs []agentfleet.Event) err
 	}
 	return nil
 }
+
+// SubscribeBatchEvents calls fn for every batch event of tenant (of one
+// batch when batch is set) published from now on, as SubscribeEvents does
+// for runs' events.
+func (b *Bus) SubscribeBatchEvents(ctx context.Context, tenant, batch string, fn func(wire.BatchEvent)) (unsubscribe func(), err error) {
+	if err := validToken(tenant); err != nil {
+		return nil, fmt.Errorf("subscribe batch events: tenant: %w", err)
+	}
+	if batch != "" {
+		if err := validToken(batch); err != nil {
+			return nil, fmt.Errorf("subscribe batch events: batch: %w", err)
+		}
+	}
+	return b.subscribe(ctx, b.n.batchSubject(tenant, batch, ""), func(m *nats.Msg) {
+		var ev wire.BatchEvent
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			b.log.Warn("skip undecodable batch event", "subject", m.Subject, "err", err)
+			return
+		}
+		fn(ev)
+	})
+}
