@@ -104,6 +104,9 @@ type Config struct {
 	Console http.Handler
 	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
 	RunsDeleted prometheus.Counter
+	// BatchMaxBytes caps the body of POST /v1/batches
+	// (AGENTFLEET_BATCH_MAX_BYTES; zero: BatchMaxBytesDefault).
+	BatchMaxBytes int64
 }
 
 // Server serves the API.
@@ -155,6 +158,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if cfg.BatchMaxBytes <= 0 {
+		cfg.BatchMaxBytes = BatchMaxBytesDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -233,6 +239,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/triggers/{id}/deliveries/{delivery}/redeliver", s.authed(s.tenantTrigger(s.handleRedeliver)))
 	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
 	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
+	// Batches (batches.go), with a body limit of their own.
+	s.mux.HandleFunc("POST /v1/batches", s.authedBody(s.cfg.BatchMaxBytes, s.tenantOnlyHandler(s.handleBatchCreate)))
+	s.mux.HandleFunc("GET /v1/batches", s.authed(s.handleBatchList))
+	s.mux.HandleFunc("GET /v1/batches/{id}", s.authed(s.handleBatchGet))
+	s.mux.HandleFunc("GET /v1/batches/{id}/results", s.authed(s.handleBatchResults))
+	s.mux.HandleFunc("POST /v1/batches/{id}/cancel", s.authed(s.handleBatchCancel))
+	s.mux.HandleFunc("POST /v1/batches/{id}/retry", s.authed(s.handleBatchRetry))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
@@ -290,14 +303,17 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	return principal{tenant: tenant}, nil
 }
 
-func (s *Server) authed(h handler) http.HandlerFunc {
+func (s *Server) authed(h handler) http.HandlerFunc { return s.authedBody(s.cfg.MaxBodyBytes, h) }
+
+// authedBody is authed with a body limit of limit bytes.
+func (s *Server) authedBody(limit int64, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r, p)
 	}
 }
@@ -312,14 +328,17 @@ func (s *Server) adminOnly(h handler) http.HandlerFunc {
 	})
 }
 
-func (s *Server) tenantOnly(h handler) http.HandlerFunc {
-	return s.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
+func (s *Server) tenantOnly(h handler) http.HandlerFunc { return s.authed(s.tenantOnlyHandler(h)) }
+
+// tenantOnlyHandler refuses the admin token: runs belong to a tenant.
+func (s *Server) tenantOnlyHandler(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
 		if p.tenant == "" {
 			s.fail(w, r, errUnprocessable("runs are submitted with a tenant's API key, not the admin token"))
 			return
 		}
 		h(w, r, p)
-	})
+	}
 }
 
 // apiError is an error with its HTTP mapping.

@@ -117,6 +117,9 @@ type Config struct {
 	// twice (see api.Server.RequeueStranded).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps the body of POST /v1/batches
+	// (AGENTFLEET_BATCH_MAX_BYTES; zero: 256 MiB).
+	BatchMaxBytes int64
 	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
@@ -184,6 +187,7 @@ func ConfigFromEnv() (Config, error) {
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
 	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
+	c.BatchMaxBytes = envBytes("AGENTFLEET_BATCH_MAX_BYTES", &errs)
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)

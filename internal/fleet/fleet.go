@@ -124,6 +124,12 @@ type DispatcherConfig struct {
 	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps a POST /v1/batches body (zero:
+	// api.BatchMaxBytesDefault); BatchSweepInterval is how often batches
+	// are swept and their progress published (zero:
+	// api.BatchSweepIntervalDefault).
+	BatchMaxBytes      int64
+	BatchSweepInterval time.Duration
 	// Tracer traces admissions; nil means one from the standard
 	// OpenTelemetry environment (off unless it asks).
 	Tracer *telemetry.Tracer
@@ -205,7 +211,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
 		Resume: func(ctx context.Context, run agentfleet.Run) error {
-			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake})
+			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake})
 		},
 	})
 	if err != nil {
@@ -237,7 +243,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
 		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
-		RunsDeleted: deleted.WithLabelValues("api"),
+		RunsDeleted: deleted.WithLabelValues("api"), BatchMaxBytes: cfg.BatchMaxBytes,
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
@@ -293,6 +299,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepBatches(ctx, cmp.Or(d.cfg.BatchSweepInterval, api.BatchSweepIntervalDefault), d.sched.Leading)
+	}()
 	if d.retention != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.retention.run(ctx) }()

@@ -944,6 +944,14 @@ type BatchAdmission interface {
 	Abort(ctx context.Context) error
 }
 
+// BatchQueuedEvent is a batch run's queued event (seq 1): what
+// BatchAdmission stores for each run, and what the caller publishes after
+// the commit, built again from the run rather than read back.
+func BatchQueuedEvent(r agentfleet.Run) agentfleet.Event {
+	return agentfleet.Event{V: agentfleet.EventVersion, RunID: r.ID, Tenant: r.Tenant, SessionID: r.SessionID, Seq: 1,
+		Type: agentfleet.EventQueued, TS: r.CreatedAt, Content: r.Message, Summary: "agent " + r.Agent + ", batch " + r.BatchID}
+}
+
 // BatchChunkMax bounds one Append: on SQLite one chunk is one write
 // transaction, so the one writer is never held for long.
 const BatchChunkMax = 2000
