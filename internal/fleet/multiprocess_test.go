@@ -145,14 +145,7 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+	waitReady(t, apiURL)
 	admin := client.New(apiURL, "admin-secret")
 	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
@@ -341,14 +334,7 @@ func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet
 	f.first = f.startWorker("worker0")
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+	waitReady(t, apiURL)
 	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	f.tenant = client.New(apiURL, tv.APIKey)
@@ -357,4 +343,17 @@ func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet
 
 func (f *workerFleet) startWorker(name string) *proc {
 	return startProc(f.t, name, f.workerBin, f.workerEnv)
+}
+
+// waitReady waits for a dispatcher's /readyz.
+func waitReady(t *testing.T, apiURL string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
 }
