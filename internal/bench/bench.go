@@ -421,8 +421,8 @@ type env struct {
 	procs *procFleet // when the fleet is processes
 	// effects is the side-effect target (Config.SideEffects).
 	effects *effectTarget
-	tag   string     // tells this bench's tasks and tenants apart
-	http  *http.Client
+	tag     string // tells this bench's tasks and tenants apart
+	http    *http.Client
 
 	progMu   sync.Mutex
 	progStop func()
