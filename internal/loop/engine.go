@@ -22,7 +22,10 @@
 // the model call (for a tenant the caller found unlimited, a hold-free
 // reservation from the Meter) and settled after it; the reply is recorded
 // (fenced by the turn number) before the script runs, and a turn that
-// finds a recorded reply reuses it instead of paying the model again.
+// finds a recorded reply reuses it instead of paying the model again; the
+// script's side-effecting calls are journaled (Config.Journal, journal.go),
+// so a turn executed again replays them, an ai() call billed with its
+// record, instead of making them again.
 package loop
 
 import (
