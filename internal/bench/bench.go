@@ -159,6 +159,12 @@ type Config struct {
 	// ProfileDir, for a fleet of processes, receives a CPU profile of
 	// each (<role>-<n>.cpu; read them with go tool pprof and the binary).
 	ProfileDir string
+	// SideEffects makes every turn's script POST once to a loopback
+	// side-effect target and call ai() once (on for chaos): the fleet's
+	// workers get AGENTFLEET_EGRESS_ALLOW=127.0.0.1, and the report says
+	// whether every POST arrived once and every model call was billed
+	// once (Figures.Effects).
+	SideEffects bool
 }
 
 // ConfigError is a Config that cannot run: a usage error.
@@ -174,6 +180,9 @@ func (c *Config) applyDefaults() error {
 	d, ok := scenarioDefaults[c.Scenario]
 	if !ok {
 		return &ConfigError{fmt.Errorf("unknown scenario %q: want one of %s", c.Scenario, strings.Join(Scenarios, ", "))}
+	}
+	if c.Scenario == Chaos {
+		c.SideEffects = true
 	}
 	if c.Runs == 0 {
 		c.Runs = d.runs
@@ -306,6 +315,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	e := &env{cfg: cfg, rep: rep, model: m, tag: newToken()[:8], http: apiHTTPClient(cfg.Submitters)}
 	defer e.http.CloseIdleConnections()
+	if cfg.SideEffects {
+		if e.effects, err = startEffectTarget(); err != nil {
+			return nil, err
+		}
+		defer e.effects.close()
+		m.setEffects(e.effects.URL())
+		rep.Parameters.SideEffects = true
+		if cfg.URL != "" {
+			rep.note("side effects: the fleet's workers must allow %s (AGENTFLEET_EGRESS_ALLOW=127.0.0.1)", e.effects.URL())
+		}
+	}
 	p := &rep.Parameters
 	switch {
 	case cfg.URL != "":
@@ -399,8 +419,10 @@ type env struct {
 	model *model
 	fleet target
 	procs *procFleet // when the fleet is processes
-	tag   string     // tells this bench's tasks and tenants apart
-	http  *http.Client
+	// effects is the side-effect target (Config.SideEffects).
+	effects *effectTarget
+	tag     string // tells this bench's tasks and tenants apart
+	http    *http.Client
 
 	progMu   sync.Mutex
 	progStop func()

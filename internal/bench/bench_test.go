@@ -238,6 +238,32 @@ func TestChaos(t *testing.T) {
 	require.Less(t, time.Duration(c.SchedulerFailover), scheduler.LeaseTTLDefault/2, "scheduler failover")
 	require.Equal(t, 40, rep.Figures.Runs.Submitted, "the runs the dead dispatcher dropped were submitted again")
 	require.Zero(t, rep.Figures.Runs.SubmitErrors)
+	requireEffectsOnce(t, rep, 40*3)
+}
+
+// requireEffectsOnce checks a side-effect bench: every turn's POST
+// arrived once with its key, every model call (each turn's reply and its
+// script's ai()) was billed once.
+func requireEffectsOnce(t *testing.T, rep *bench.Report, turns int) {
+	t.Helper()
+	require.True(t, rep.Parameters.SideEffects)
+	ef := rep.Figures.Effects
+	require.NotNil(t, ef)
+	require.Equal(t, turns, ef.Expected)
+	require.Zero(t, ef.Repeated, "side effects repeated")
+	require.Zero(t, ef.Missing)
+	require.Zero(t, ef.NoKey)
+	require.GreaterOrEqual(t, ef.AICalls, turns)
+	require.Equal(t, 2*turns, ef.Billed, "a reply and an ai() per turn, each billed once")
+	require.Zero(t, ef.BilledTwice)
+}
+
+// With --side-effects each turn's script POSTs to the bench's target and
+// calls ai(): each POST arrives once, each call is billed once.
+func TestThroughputSideEffects(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Throughput, Runs: 20, Warmup: 4, Slots: 8, ModelLatency: bench.LatencyDefault, SideEffects: true})
+	require.Equal(t, 20, rep.Figures.Runs.Completed)
+	requireEffectsOnce(t, rep, 40)
 }
 
 func TestConfigErrors(t *testing.T) {

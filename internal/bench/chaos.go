@@ -141,6 +141,9 @@ func (e *env) chaos(ctx context.Context) error {
 	}
 	f.ModelCalls, f.RepeatedCalls = e.model.repeatedCalls(t.tag)
 	e.rep.Figures.Chaos = f
+	if err := e.checkEffects(ctx, st, t, runs); err != nil {
+		return err
+	}
 	e.rep.checkRuns()
 	e.rep.check("no turn committed twice", f.DoubleCommits == 0, false, "%d turns with more than one model_call event", f.DoubleCommits)
 	e.rep.check("traces dense", f.SeqGaps == 0, false, "%d runs whose events are not seq 1..n with one model_call per turn", f.SeqGaps)
@@ -188,7 +191,7 @@ func traceCheck(ctx context.Context, st store.Store, r agentfleet.Run) (double i
 		if ev.Seq != int64(i+1) {
 			broken = true
 		}
-		if ev.Type == agentfleet.EventModelCall {
+		if ev.Type == agentfleet.EventModelCall && !isSubCall(ev) {
 			calls[ev.Turn]++
 		}
 	}

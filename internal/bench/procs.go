@@ -520,6 +520,9 @@ func (f *procFleet) startWorker(ctx context.Context) (*proc, error) {
 		"AGENTFLEET_WORKER_SLOTS="+strconv.Itoa(f.cfg.Slots),
 		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
 		"AGENTFLEET_MODEL="+ModelName, "OPENAI_BASE_URL="+f.modelURL, "OPENAI_API_KEY=")
+	if f.cfg.SideEffects {
+		env = append(env, "AGENTFLEET_EGRESS_ALLOW=127.0.0.1")
+	}
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), workerReadyLine, []string{RoleCommand, "worker"}, env)
 	if err != nil {
 		return nil, err

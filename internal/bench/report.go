@@ -57,6 +57,8 @@ type Parameters struct {
 	// Tracing is "otlp-stub" when the fleet exported traces to the
 	// bench's stub collector, else empty (off).
 	Tracing string `json:"tracing,omitempty"`
+	// SideEffects: every turn POSTs once and calls ai() once.
+	SideEffects bool `json:"side_effects,omitempty"`
 }
 
 // Figures are the measurements; which are set depends on the scenario.
@@ -69,6 +71,9 @@ type Figures struct {
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
+	// Effects is what the side-effect target and the usage ledger saw
+	// (with Config.SideEffects).
+	Effects *EffectFigures `json:"side_effects,omitempty"`
 	// Tracing is what the OTLP stub received (with --trace-stub).
 	Tracing *TracingFigures `json:"tracing,omitempty"`
 }
@@ -463,6 +468,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("children", "%d of %d parents, %d each", fo.Children, fo.Parents, fo.ChildrenPerParent)
 		row("wall", "%s", fo.Wall)
 		row("last child's end -> parent's next turn", "%s", fo.Resume)
+	}
+	if ef := f.Effects; ef != nil {
+		row("side effects repeated", "%d of %d POSTs (missing: %d; without a key: %d)", ef.Repeated, ef.Expected, ef.Missing, ef.NoKey)
+		row("model calls billed twice", "%d of %d billed (ai() calls: %d, made again: %d, replayed from the journal: %d)",
+			ef.BilledTwice, ef.Billed, ef.AICalls, ef.AIRepeated, ef.AIReplayed)
 	}
 	if ch := f.Chaos; ch != nil {
 		row("wall", "%s", ch.Wall)

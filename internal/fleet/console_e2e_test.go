@@ -291,6 +291,29 @@ func TestConsole(t *testing.T) {
 		requireClean(t, p)
 	})
 
+	t.Run("Batches", func(t *testing.T) {
+		b, err := f.tenant.CreateBatch(f.ctx, wire.BatchCreateRequest{Inputs: []wire.BatchInput{
+			{Message: "compute 1", CustomID: "one"}, {Message: "compute 2", CustomID: "two"}, {Message: "hold compute 4", CustomID: "held"}}})
+		require.NoError(t, err)
+		p := signIn(t, br, url, f.tenantKey)
+		p.Click(`#nav a[href="#/batches"]`)
+		batchLink := fmt.Sprintf(`tr[data-key=%q] a`, b.ID)
+		p.WaitVisible(batchLink)
+		p.Click(batchLink)
+		// Two of three end while the third is held: the bar and the
+		// results show it, in input order, then the last one ends.
+		p.WaitVisible(`.batch-progress[data-done="2"][data-total="3"]`)
+		p.WaitVisible(`tr[data-index="0"][data-status="completed"]`)
+		require.Contains(t, p.Text(`tr[data-index="1"]`), "two")
+		p.Screenshot(shots, "batch-running")
+		m.release(4)
+		p.WaitVisible(`.run-head[data-status="completed"]`)
+		p.WaitVisible(`tr[data-index="2"][data-status="completed"]`)
+		p.WaitVisible(`.batch-progress[data-done="3"]`)
+		p.Screenshot(shots, "batch")
+		requireClean(t, p)
+	})
+
 	t.Run("Paging", func(t *testing.T) {
 		// 120 runs of a tenant of their own, recorded in the store alone
 		// (no turn queued), so nothing runs them.

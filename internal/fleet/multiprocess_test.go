@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -144,14 +145,7 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+	waitReady(t, apiURL)
 	admin := apiClient(t, apiURL, "admin-secret")
 	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
@@ -248,15 +242,6 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test builds binaries")
 	}
-	baseURL, schema := pgtest.Schema(t)
-	dispatcherBin, workerBin := buildFleet(t)
-	natsBin := bustest.BuildServerBinary(t)
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	natsSrv := bustest.StartServerProcess(t, natsBin, freePort(t), t.TempDir())
-
 	held, killed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
@@ -266,35 +251,8 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 		}
 		return fanOutTurns(r)
 	}
-	model, err := fakeserver.Start(fakeserver.Config{Responder: responder})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = model.Close() })
-
-	apiPort := freePort(t)
-	common := []string{
-		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
-		"AGENTFLEET_DATABASE_URL=" + withQuery(t, baseURL, "search_path", schema),
-		"AGENTFLEET_ACK_WAIT=3s",
-		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
-	}
-	startProc(t, "dispatcher", dispatcherBin, append(common,
-		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
-	workerEnv := append(common, "AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
-		"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL())
-	first := startProc(t, "worker0", workerBin, workerEnv)
-
-	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
-	require.NoError(t, err)
-	tenant := apiClient(t, apiURL, tv.APIKey)
+	f := startWorkerFleet(t, responder)
+	ctx, st, tenant, first := f.ctx, f.st, f.tenant, f.first
 	parent, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: "fan out 2 and hold"})
 	require.NoError(t, err)
 
@@ -306,7 +264,7 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
 	<-first.done
 	close(killed)
-	startProc(t, "worker1", workerBin, workerEnv)
+	f.startWorker("worker1")
 
 	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -330,4 +288,72 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[int]int{1: 2, 2: 1}, calls, "the parent's turns committed once: its reply and the hold's ai() call, then its answer")
+}
+
+// workerFleet is a fleet of processes for a kill test: a nats-server
+// process, Postgres (a fresh schema), a dispatcher and one worker
+// process, whose scripts may reach loopback (AGENTFLEET_EGRESS_ALLOW),
+// driven by a fake model answering with responder; tenant is acme's.
+type workerFleet struct {
+	t         *testing.T
+	ctx       context.Context
+	st        store.Store
+	model     *fakeserver.Server
+	tenant    *client.Client
+	first     *proc
+	workerBin string
+	workerEnv []string
+}
+
+func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet {
+	t.Helper()
+	baseURL, schema := pgtest.Schema(t)
+	dispatcherBin, workerBin := buildFleet(t)
+	natsBin := bustest.BuildServerBinary(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	natsSrv := bustest.StartServerProcess(t, natsBin, freePort(t), t.TempDir())
+	model, err := fakeserver.Start(fakeserver.Config{Responder: responder})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = model.Close() })
+
+	apiPort := freePort(t)
+	common := []string{
+		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
+		"AGENTFLEET_DATABASE_URL=" + withQuery(t, baseURL, "search_path", schema),
+		"AGENTFLEET_ACK_WAIT=3s",
+		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
+	}
+	startProc(t, "dispatcher", dispatcherBin, append(common,
+		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
+	f := &workerFleet{t: t, ctx: ctx, st: st, model: model, workerBin: workerBin,
+		workerEnv: append(common, "AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
+			"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL(), "AGENTFLEET_EGRESS_ALLOW=127.0.0.1")}
+	f.first = f.startWorker("worker0")
+
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	waitReady(t, apiURL)
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	f.tenant = apiClient(t, apiURL, tv.APIKey)
+	return f
+}
+
+func (f *workerFleet) startWorker(name string) *proc {
+	return startProc(f.t, name, f.workerBin, f.workerEnv)
+}
+
+// waitReady waits for a dispatcher's /readyz.
+func waitReady(t *testing.T, apiURL string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
 }

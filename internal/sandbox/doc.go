@@ -138,6 +138,12 @@
 // denied. Human approvals are not implemented yet: NeedsApproval reads
 // "<primitive> needs approval: <reason>; approvals are not enabled yet".
 //
+// The side-effecting host calls (fetch and http other than GET and HEAD,
+// ai, aiJSON, spawn) are numbered per turn in call order and, given
+// ExecRequest.Journal, replayed from it or recorded in it before the
+// script sees their outcome (journal.go); the HTTP ones carry
+// Idempotency-Key <run>/<turn>/<number>.
+//
 // fetch and http only reach public http(s) addresses: loopback, private,
 // link-local, CGNAT, multicast, unspecified, broadcast, reserved and cloud
 // metadata addresses are refused, in the URL (including non-canonical forms

@@ -3,13 +3,14 @@
 // returns its arguments or null, and render(root, args, params), which
 // draws it and returns what stops it (its streams and timers).
 //
-// Batches (progress) and pending approvals add their pages here as their
-// APIs reach the dispatcher (approvals.js is the run page's hook).
+// Pending approvals add their page here as their API reaches the
+// dispatcher (approvals.js is the run page's hook).
 
 import { runsPage } from './runs.js';
 import { runPage } from './run.js';
 import { tenantsPage } from './tenants.js';
 import { triggersPage, triggerPage } from './triggers.js';
+import { batchesPage, batchPage } from './batches.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -23,6 +24,12 @@ export const pages = [
     title: 'Trigger', nav: null,
     match: (p) => { const m = /^\/triggers\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
     render: (root, [id]) => triggerPage(root, id),
+  },
+  { title: 'Batches', nav: '/batches', match: (p) => (p === '/batches' ? [] : null), render: (root) => batchesPage(root) },
+  {
+    title: 'Batch', nav: null,
+    match: (p) => { const m = /^\/batches\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id]) => batchPage(root, id),
   },
   { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
 ];
