@@ -67,6 +67,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.URL, "url", "", "drive the existing fleet at this API URL")
 	fs.StringVar(&cfg.Token, "token", "", "the --url fleet's admin token")
 	fs.BoolVar(&cfg.Spawn, "spawn", false, "run the fleet as processes (NATS, dispatcher, workers) on --database-url")
+	fs.IntVar(&cfg.NATSCluster, "nats-cluster", 0, "with --spawn or chaos: run NATS as a JetStream cluster of this many nodes (3-5) with R3 streams; chaos then kills the nodes leading AF_WORK and AF_RUNQ")
 	fs.StringVar(&cfg.PGRestartCmd, "pg-restart-cmd", "", `chaos: shell command that restarts Postgres, e.g. "pg_ctlcluster --skip-systemctl-redirect 15 main restart"`)
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "AckWait of the fleet's turns (default 30s; chaos 5s)")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", 0, "MaxWaiting of the workers' consumer (default: sized from the slots)")
