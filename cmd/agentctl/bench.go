@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [flags]
+const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch] [flags]
 
 Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
@@ -33,6 +33,8 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
   webhooks    5000 x 1, 0,      1 x 64  signed GitHub deliveries as a burst: accepted/s and
                                       request -> 202 percentiles (with --spawn the workers
                                       are stopped meanwhile), then the runs they started
+  batch     100000 x 2, 0,      1 x 64  one batch (JSONL, streamed): admission time, then
+                                      turns/s while it runs; peak RSS
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

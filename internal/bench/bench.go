@@ -29,10 +29,11 @@ const (
 	Chaos      = "chaos"
 	Fanout     = "fanout"
 	Webhooks   = "webhooks"
+	Batch      = "batch"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -48,6 +49,7 @@ var scenarioDefaults = map[string]defaults{
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
 	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
+	Batch:      {runs: 100_000, turns: 2, workers: 1, slots: 64},
 }
 
 // Other defaults.
@@ -414,6 +416,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.fanout(ctx)
 	case Webhooks:
 		runErr = e.webhooks(ctx)
+	case Batch:
+		runErr = e.batch(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()

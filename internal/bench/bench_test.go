@@ -174,6 +174,19 @@ func TestFanout(t *testing.T) {
 	requireOrdered(t, "resume", fo.Resume, 6)
 }
 
+// The batch scenario admits one batch, checks every run was durable at
+// the 202, and runs them all.
+func TestBatch(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Batch, Runs: 300, Warmup: 1})
+	b := rep.Figures.Batch
+	require.NotNil(t, b)
+	require.Equal(t, 300, b.Inputs)
+	require.Equal(t, 300, b.DurableAtAdmission)
+	require.Positive(t, b.TurnsPerSec)
+	require.Positive(t, b.Admission)
+	require.GreaterOrEqual(t, b.PeakRSS, b.IdleRSS)
+}
+
 func TestScale(t *testing.T) {
 	rep := run(t, bench.Config{Scenario: bench.Scale, Runs: 50, ModelLatency: 300 * time.Millisecond, Warmup: 4})
 	require.Equal(t, 50, rep.Parameters.Slots, "one slot per run by default")

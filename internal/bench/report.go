@@ -71,6 +71,7 @@ type Figures struct {
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
+	Batch      *BatchFigures      `json:"batch,omitempty"`
 	// Effects is what the side-effect target and the usage ledger saw
 	// (with Config.SideEffects).
 	Effects *EffectFigures `json:"side_effects,omitempty"`
@@ -439,6 +440,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 		}
 		row("model calls", "%d", t.ModelCalls)
+	}
+	if b := f.Batch; b != nil {
+		row("admission", "%d inputs in %s (%.0f/s), %d durable at the 202", b.Inputs, b.Admission, b.AdmittedPerSec, b.DurableAtAdmission)
+		row("batch run", "%.0f turns/s, %.1f runs/s over %s (202 to last completion)", b.TurnsPerSec, b.RunsPerSec, b.Wall)
+		row("RSS idle / peak", "%s / %s (this process + its children)", mib(b.IdleRSS), mib(b.PeakRSS))
 	}
 	if tr := f.Tracing; tr != nil {
 		row("spans exported", "%d in %d exports, %s (%d refused)", tr.Spans, tr.Exports, mib(tr.Bytes), tr.Refused)
