@@ -278,10 +278,21 @@ type Agent struct {
 	MaxTurns            int      `json:"max_turns,omitempty"`
 	// MaxModelCallsPerTurn caps a turn's model calls, its own and its
 	// script's ai() sub-calls; zero means the fleet's default.
-	MaxModelCallsPerTurn int       `json:"max_model_calls_per_turn,omitempty"`
-	CreatedAt            time.Time `json:"created_at"`
-	UpdatedAt            time.Time `json:"updated_at"`
+	MaxModelCallsPerTurn int `json:"max_model_calls_per_turn,omitempty"`
+	// Approve lists the calls that need a person's yes ("http.post",
+	// "fetch:POST https://api.example.com/*", "spawn", "*"); a pending
+	// approval expires (denied) after ApprovalTimeout (zero: 24h) and is
+	// announced to ApprovalCallbackURL when set.
+	Approve             []string      `json:"approve,omitempty"`
+	ApprovalTimeout     time.Duration `json:"approval_timeout,omitempty"`
+	ApprovalCallbackURL string        `json:"approval_callback_url,omitempty"`
+	CreatedAt           time.Time     `json:"created_at"`
+	UpdatedAt           time.Time     `json:"updated_at"`
 }
 
 // DefaultAgent is the name of the agent every tenant has.
 const DefaultAgent = "default"
+
+// ApprovalTimeoutDefault is how long an approval waits for a decision
+// when the agent sets no approval_timeout.
+const ApprovalTimeoutDefault = 24 * time.Hour

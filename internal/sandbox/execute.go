@@ -92,6 +92,13 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 			}
 			c.cpuMark = m.cpu
 			fillResult(&res, &m, red)
+			if host.approval != nil {
+				// Stopped at a call that waits for a person: the turn
+				// is not over, and what the script did so far is not
+				// its result.
+				res = agentfleet.ExecResult{Return: []byte("null"), Logs: res.Logs, AIUsage: res.AIUsage, Approval: host.approval}
+				return res, killed == stopNone, nil
+			}
 			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
 				// The turn was cancelled (or ran out of wall time) but
 				// finished before the cancel reached it, typically
@@ -136,12 +143,14 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 		spawnIndex = st.spawns
 		st.spawns++
 	}
+	callIndex := st.calls
+	st.calls++
 	done := make(chan outcome, 1)
 	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.calls.spawns = spawnIndex
+		o.calls.spawns, o.calls.calls = spawnIndex, callIndex
 		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.calls)
 		done <- o
 	}()
@@ -159,6 +168,9 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 		}
 	}
 	st.usage = st.usage.Add(o.calls.usage)
+	if o.calls.approval != nil {
+		st.approval = o.calls.approval
+	}
 	if w := o.calls.wait; w != nil {
 		if st.wait == nil {
 			st.wait = &agentfleet.WaitRequest{}
@@ -239,11 +251,14 @@ func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError
 }
 
 // hostState is what one execution's host calls add up to: the usage of
-// its ai() calls, how many spawn() calls it made, what it waits for.
+// its ai() calls, how many host calls and spawn() calls it made, what it
+// waits for (children, or the approval that stopped it).
 type hostState struct {
-	usage  agentfleet.Usage
-	spawns int
-	wait   *agentfleet.WaitRequest
+	usage    agentfleet.Usage
+	calls    int
+	spawns   int
+	wait     *agentfleet.WaitRequest
+	approval *agentfleet.ApprovalCall
 }
 
 // isSpawn reports whether a host call's payload is a spawn() call.
