@@ -265,26 +265,34 @@ func (s *Server) postCallback(ctx context.Context, c store.RunCallback) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("read the run: %w", err)
 	}
-	sealed, err := s.cfg.Store.TenantCallbackSecretGet(ctx, c.Tenant)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, fmt.Errorf("tenant %s has no callback secret: make one with POST /v1/tenants/%s/callback-secret", c.Tenant, c.Tenant)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the tenant's callback secret: %w", err)
-	}
-	secret, err := s.cfg.Secrets.Open(sealed, callbackSecretAD(c.Tenant))
-	if err != nil {
-		return 0, fmt.Errorf("open the tenant's callback secret: %w", err)
-	}
 	body, err := json.Marshal(run)
 	if err != nil {
 		return 0, fmt.Errorf("encode the run: %w", err)
 	}
-	h, err := webhook.Sign(webhook.Standard, secret, body, callbackWebhookID(run.ID), "", time.Now())
+	return s.postSigned(ctx, c.Tenant, c.URL, callbackWebhookID(run.ID), body)
+}
+
+// postSigned POSTs body to target, signed with Standard Webhooks under
+// tenant's callback secret with webhookID, through the network guard. It
+// returns the receiver's status and, for anything but a 2xx, why the
+// attempt failed.
+func (s *Server) postSigned(ctx context.Context, tenant, target, webhookID string, body []byte) (int, error) {
+	sealed, err := s.cfg.Store.TenantCallbackSecretGet(ctx, tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, fmt.Errorf("tenant %s has no callback secret: make one with POST /v1/tenants/%s/callback-secret", tenant, tenant)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the tenant's callback secret: %w", err)
+	}
+	secret, err := s.cfg.Secrets.Open(sealed, callbackSecretAD(tenant))
+	if err != nil {
+		return 0, fmt.Errorf("open the tenant's callback secret: %w", err)
+	}
+	h, err := webhook.Sign(webhook.Standard, secret, body, webhookID, "", time.Now())
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, strings.NewReader(string(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, strings.NewReader(string(body)))
 	if err != nil {
 		return 0, err
 	}

@@ -139,6 +139,7 @@ type Server struct {
 	// run callback sender's (callbacks.go).
 	hooks     hookState
 	callbacks callbackState
+	approvals approvalState
 }
 
 // New returns a Server.
@@ -188,6 +189,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.callbacks.init(cfg); err != nil {
 		return nil, err
 	}
+	if err := s.approvals.init(cfg); err != nil {
+		return nil, err
+	}
 	s.routes()
 	if cfg.KeyRevocations != nil {
 		stop, err := cfg.KeyRevocations.SubscribeKeyRevoked(s.keyRevoked)
@@ -235,6 +239,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	// Approvals (approvals.go).
+	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
+	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.handleApprovalApprove))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/deny", s.authed(s.handleApprovalDeny))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
@@ -258,6 +267,17 @@ func (s *Server) routes() {
 type principal struct {
 	admin  bool
 	tenant string
+	// key names the tenant's API key the request came with.
+	key string
+}
+
+// who names the principal in what it decides: "admin", or its key's
+// name.
+func (p principal) who() string {
+	if p.admin {
+		return "admin"
+	}
+	return p.key
 }
 
 // canSee reports whether the principal may see tenant's data.
@@ -275,11 +295,11 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) == 1 {
 		return principal{admin: true}, nil
 	}
-	tenant, err := s.tenantByAPIKey(r.Context(), token)
+	key, err := s.keyByToken(r.Context(), token)
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{tenant: tenant}, nil
+	return principal{tenant: key.tenant, key: key.keyName}, nil
 }
 
 func (s *Server) authed(h handler) http.HandlerFunc {
