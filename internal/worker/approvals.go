@@ -57,12 +57,12 @@ func describeCall(c agentfleet.ApprovalCall) string {
 // requested meanwhile ends the run instead.
 func (w *Worker) park(a *attempt, run agentfleet.Run) (store.RunChangeResult, error) {
 	ctx, res := a.ctx, a.f.exec.res
-	agent, err := w.agents.get(ctx, run.Tenant, run.Agent)
+	agent, err := w.agents.get(ctx, run.Tenant, run.Agent, run.AgentVersion)
 	if err != nil {
 		return store.RunChangeResult{}, fmt.Errorf("load agent %q: %w", run.Agent, err)
 	}
 	got, err := w.cfg.Store.ApprovalRequest(ctx, store.ApprovalRequestParams{
-		RunID: run.ID, Turn: res.Turn, Call: *res.Approval, Timeout: agent.ApprovalTimeout, NotifyURL: agent.ApprovalCallbackURL,
+		RunID: run.ID, Turn: res.Turn, Call: *res.Approval, Timeout: agent.ApprovalTimeout.D(), NotifyURL: agent.ApprovalCallbackURL,
 	})
 	if errors.Is(err, store.ErrConflict) {
 		cur, rerr := w.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: run.ID})

@@ -45,7 +45,7 @@ func ApprovalRequest(p store.ApprovalRequestParams) (store.ApprovalRequestParams
 		c.Preview = Clean(c.Preview[:approvalPreviewMax])
 	}
 	if p.Timeout == 0 {
-		p.Timeout = agentfleet.ApprovalTimeoutDefault
+		p.Timeout = agentfleet.ApprovalTimeoutDefault.D()
 	}
 	p.Now = NowOr(p.Now)
 	return p, nil
