@@ -61,6 +61,10 @@ Usage:
   agentctl triggers redeliver ID DELIVERY
   agentctl triggers test [--event E] [--file payload.json] ID
   agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
+  agentctl approvals ls [--status pending|approved|denied|all] [--run R] [--tenant T] [--json]
+  agentctl approvals show ID
+  agentctl approvals approve [--reason R] [--scope session] ID
+  agentctl approvals deny [--reason R] ID
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
@@ -126,6 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdTenants(ctx, args[1:])
 	case "triggers":
 		err = env.cmdTriggers(ctx, args[1:])
+	case "approvals":
+		err = env.cmdApprovals(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "bench":
