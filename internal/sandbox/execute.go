@@ -143,14 +143,14 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 		spawnIndex = st.spawns
 		st.spawns++
 	}
-	callIndex := st.calls
-	st.calls++
+	callIndex := st.hostCalls
+	st.hostCalls++
 	done := make(chan outcome, 1)
 	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.calls.spawns, o.calls.calls = spawnIndex, callIndex
+		o.calls.spawns, o.calls.hostCalls = spawnIndex, callIndex
 		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.calls)
 		done <- o
 	}()
@@ -251,14 +251,15 @@ func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError
 }
 
 // hostState is what one execution's host calls add up to: the usage of
-// its ai() calls, how many host calls and spawn() calls it made, what it
-// waits for (children, or the approval that stopped it).
+// its ai() calls, how many host calls (hostCalls: Call.Index) and spawn()
+// calls it made, what it waits for (children, or the approval that
+// stopped it).
 type hostState struct {
-	usage    agentfleet.Usage
-	calls    int
-	spawns   int
-	wait     *agentfleet.WaitRequest
-	approval *agentfleet.ApprovalCall
+	usage     agentfleet.Usage
+	hostCalls int
+	spawns    int
+	wait      *agentfleet.WaitRequest
+	approval  *agentfleet.ApprovalCall
 }
 
 // isSpawn reports whether a host call's payload is a spawn() call.

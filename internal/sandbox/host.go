@@ -36,7 +36,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	if pr == primFetch || pr == primHTTP {
 		policyArgs = withoutBody(args)
 	}
-	call := Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID, Turn: req.Turn, Index: st.calls}
+	call := Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID, Turn: req.Turn, Index: st.hostCalls}
 	dec, reason := p.cfg.Policy.Check(ctx, call)
 	if dec == Allow && pr != primWait && len(req.Approve) > 0 {
 		method, target := callTarget(pr, policyArgs)
