@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -239,4 +240,44 @@ func statusOf(err error) int {
 		return e.Status
 	}
 	return 0
+}
+
+// The console's approvals: the pending approvals page lists a waiting
+// call and approves it (with a reason); the run page denies another.
+func TestConsoleApprovals(t *testing.T) {
+	br := browsertest.Start(t)
+	pay := newPayee(t)
+	f := setupFleetWith(t, fleetOptions{responder: payTurns(pay.srv.URL), sandbox: sandbox.Config{Network: sandbox.NetworkConfig{Allow: testEgress.Allow}}})
+	_, err := f.store.AgentUpsert(f.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "payer", Spec: agentfleet.AgentSpec{Approve: []string{"http.post"}}})
+	require.NoError(t, err)
+	url := f.dispatcher.URL()
+
+	run := f.submit(wire.RunCreateRequest{Agent: "payer", Message: "pay rent"})
+	a := f.pendingFor(run.ID)
+	p := signIn(t, br, url, f.tenantKey)
+	p.Click(`#nav a[href="#/approvals"]`)
+	rowSel := fmt.Sprintf(`tr[data-key=%q]`, a.ID)
+	p.WaitVisible(rowSel + `[data-state="pending"]`)
+	require.Contains(t, p.Text(rowSel), pay.srv.URL+"/rent")
+	require.Contains(t, p.Text(rowSel), `"amount":5`)
+	p.Screenshot(t.ArtifactDir(), "approvals")
+	p.Type(rowSel+` input[name="reason"]`, "rent is due")
+	p.Click(fmt.Sprintf(`button[aria-label="Approve %s"]`, a.ID))
+	p.WaitVisible(rowSel + `[data-state="approved"]`)
+	done := f.wait(run.ID, 30*time.Second)
+	require.JSONEq(t, `"paid 201"`, string(done.Answer))
+	v, err := f.tenant.GetApproval(f.ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, "rent is due", v.Reason)
+
+	run = f.submit(wire.RunCreateRequest{Agent: "payer", Message: "pay casino"})
+	b := f.pendingFor(run.ID)
+	p.Navigate(url + "/#/runs/" + run.ID)
+	p.WaitVisible(fmt.Sprintf(`.decide[data-approval=%q]`, b.ID))
+	p.Click(fmt.Sprintf(`button[aria-label="Deny %s"]`, b.ID))
+	done = f.wait(run.ID, 30*time.Second)
+	require.JSONEq(t, fmt.Sprintf(`"refused: http POST %s/casino was denied: no reason given (decided by default)"`, pay.srv.URL), string(done.Answer))
+	p.WaitJS("the decided request has no buttons", fmt.Sprintf(`!document.querySelector('.decide[data-approval=%q]')`, b.ID))
+	require.Zero(t, pay.count("POST /casino"))
+	requireClean(t, p)
 }

@@ -39,7 +39,7 @@ func (w *Worker) approver(run agentfleet.Run, turn int) agentfleet.ApprovalFunc 
 		}
 		reason := a.Reason
 		if a.Status == agentfleet.ApprovalDenied && reason == "" {
-			reason = "denied by " + a.DecidedBy
+			reason = "no reason given (decided by " + a.DecidedBy + ")"
 		}
 		return a.Status, reason, nil
 	}
