@@ -219,6 +219,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("GET /v1/runs/{id}/steps", s.authed(s.handleRunSteps))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
 	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))

@@ -52,20 +52,27 @@ func (p *payee) count(key string) int {
 }
 
 // payTurns plays an agent that pays: "pay X" posts to the payee's /X and
-// answers the status, or the error it caught.
+// answers the status, or the error it caught; "note and pay X" posts to
+// /note first.
 func payTurns(payeeURL string) fakeserver.Responder {
 	return func(r fakeserver.Request) (string, agentfleet.Usage, error) {
 		usage := agentfleet.Usage{PromptTokens: 40, CompletionTokens: 10}
-		what, ok := strings.CutPrefix(r.FirstUser(), "pay ")
+		task, note := strings.CutPrefix(r.FirstUser(), "note and ")
+		what, ok := strings.CutPrefix(task, "pay ")
 		if !ok {
 			return "", usage, fmt.Errorf("unexpected task %q", r.FirstUser())
+		}
+		before := ""
+		if note {
+			before = fmt.Sprintf(`http.post(%q + "/note", {about: %q});`, payeeURL, what)
 		}
 		script := fmt.Sprintf(`function run() {
   const http = require("http");
   log("paying %[2]s");
+  %[3]s
   try { answer("paid " + http.post(%[1]q + "/%[2]s", {amount: 5, card: "sk-card-123"}).status) }
   catch (e) { answer("refused: " + e.message) }
-}`, payeeURL, what)
+}`, payeeURL, what, before)
 		return "Paying.\n```javascript\n" + script + "\n```", usage, nil
 	}
 }
@@ -119,8 +126,9 @@ func approvals(t *testing.T, f *testFleet, pay *payee) {
 	secret, err := f.tenant.RotateCallbackSecret(f.ctx, "acme")
 	require.NoError(t, err)
 	for name, spec := range map[string]agentfleet.AgentSpec{
-		"payer": {Approve: []string{"http.post " + pay.srv.URL + "/*"}, ApprovalCallbackURL: notices.srv.URL},
-		"hasty": {Approve: []string{"http.post"}, ApprovalTimeout: agentfleet.Duration(500 * time.Millisecond)},
+		"payer":     {Approve: []string{"http.post " + pay.srv.URL + "/*"}, ApprovalCallbackURL: notices.srv.URL},
+		"hasty":     {Approve: []string{"http.post"}, ApprovalTimeout: agentfleet.Duration(500 * time.Millisecond)},
+		"depositor": {Approve: []string{"http.post " + pay.srv.URL + "/deposit"}},
 	} {
 		_, err := f.store.AgentUpsert(f.ctx, store.AgentUpsertParams{Tenant: "acme", Name: name, Spec: spec})
 		require.NoError(t, err)
@@ -172,6 +180,17 @@ func approvals(t *testing.T, f *testFleet, pay *payee) {
 	f.requireOneCommitPerTurn(done)
 	_, err = f.tenant.Deny(f.ctx, a.ID, wire.ApprovalDecision{})
 	require.Equal(t, http.StatusConflict, statusOf(err), "deciding twice")
+
+	// What the turn did before the call is journaled: run again, it is
+	// replayed, not repeated, and the approved call goes out once.
+	run = f.submit(wire.RunCreateRequest{Agent: "depositor", Message: "note and pay deposit"})
+	a = f.pendingFor(run.ID)
+	require.Equal(t, 1, pay.count("POST /note"))
+	_, err = f.tenant.Approve(f.ctx, a.ID, wire.ApprovalDecision{})
+	require.NoError(t, err)
+	require.JSONEq(t, `"paid 201"`, string(f.wait(run.ID, 30*time.Second).Answer))
+	require.Equal(t, 1, pay.count("POST /note"), "exactly once: replayed from the journal")
+	require.Equal(t, 1, pay.count("POST /deposit"))
 
 	// Deny: the call throws, with the reason, and the script catches it.
 	run = f.submit(wire.RunCreateRequest{Agent: "payer", Message: "pay casino"})
@@ -229,7 +248,7 @@ func approvals(t *testing.T, f *testFleet, pay *payee) {
 	all, err := f.admin.ListApprovals(f.ctx, client.ListApprovalsParams{Status: "pending"})
 	require.NoError(t, err)
 	require.Len(t, all.Approvals, 1, "the admin lists every tenant's")
-	require.Equal(t, 6, f.metric(0, "agentfleet_approvals_requested_total", "tenant", "acme")+f.metric(1, "agentfleet_approvals_requested_total", "tenant", "acme"),
+	require.Equal(t, 7, f.metric(0, "agentfleet_approvals_requested_total", "tenant", "acme")+f.metric(1, "agentfleet_approvals_requested_total", "tenant", "acme"),
 		"each park counted by the worker that parked it")
 }
 
