@@ -73,6 +73,10 @@ Usage:
   agentctl batch show [--json] BATCH
   agentctl batch results [--wait] [--after INDEX] [--out FILE] BATCH
   agentctl batch cancel|retry BATCH
+  agentctl approvals ls [--status pending|approved|denied|all] [--run R] [--tenant T] [--json]
+  agentctl approvals show ID
+  agentctl approvals approve [--reason R] [--scope session] ID
+  agentctl approvals deny [--reason R] ID
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
@@ -145,6 +149,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdAgents(ctx, args[1:])
 	case "batch":
 		err = env.cmdBatch(ctx, args[1:])
+	case "approvals":
+		err = env.cmdApprovals(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "bench":
