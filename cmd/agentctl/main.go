@@ -1,5 +1,5 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, administer tenants and webhook triggers (and send signed
+// cancel them, administer tenants, agents and webhook triggers (and send signed
 // deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //
@@ -42,6 +42,7 @@ Usage:
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
+  agentctl runs steps [--turn N] [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
@@ -61,6 +62,10 @@ Usage:
   agentctl triggers redeliver ID DELIVERY
   agentctl triggers test [--event E] [--file payload.json] ID
   agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
+  agentctl agents apply -f agent.yaml|agent.json|- [NAME]
+  agentctl agents ls [--limit N] [--cursor C] [--json]
+  agentctl agents show [--version N] NAME
+  agentctl agents rm NAME
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
@@ -126,6 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdTenants(ctx, args[1:])
 	case "triggers":
 		err = env.cmdTriggers(ctx, args[1:])
+	case "agents":
+		err = env.cmdAgents(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "bench":

@@ -458,11 +458,11 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 			MaxBytes:    -1,
 		}
 	}
-	limits := func(suffix, subject string, maxAge, dedup time.Duration, what string) jetstream.StreamConfig {
+	limits := func(suffix string, subjects []string, maxAge, dedup time.Duration, what string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
 			Name:        b.n.stream(suffix),
 			Description: what,
-			Subjects:    []string{subject},
+			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
@@ -478,8 +478,8 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 		queue(streamRunQ, QueueRunQ, "agentfleet: turns to execute"),
 		queue(streamWork, QueueWork, "agentfleet: turns dispatched to workers by the fair scheduler"),
 		queue(streamSpill, QueueSpill, "agentfleet: turns the fair scheduler set aside beyond what it holds"),
-		limits(streamEvents, b.n.eventsAll(), c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run events"),
-		limits(streamDLQ, b.n.dlqAll(), c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
+		limits(streamEvents, []string{b.n.eventsAll(), b.n.batchesAll()}, c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run and batch events"),
+		limits(streamDLQ, []string{b.n.dlqAll()}, c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
 	}
 }
 

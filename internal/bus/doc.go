@@ -19,6 +19,7 @@
 //	turn queue      AF_RUNQ    <p>.runq.<tenant>.<run>           WorkQueue  every turn to execute; msg id <run>/turn/<n>[/w<wake>]
 //	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler, and by workers after a Direct turn they could not follow in place; workers pull here
 //	events          AF_EVENTS  <p>.events.<tenant>.<run>.<type>  Limits     MaxAge Config.EventsMaxAge (7d); msg id <run>/ev/<seq>
+//	batch events    AF_EVENTS  <p>.batches.<tenant>.<batch>.<type>  Limits  progress (at most once a second) and done; msg id <batch>/<type>/<n>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
 //	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)

@@ -117,6 +117,9 @@ type Config struct {
 	// twice (see api.Server.RequeueStranded).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps the body of POST /v1/batches
+	// (AGENTFLEET_BATCH_MAX_BYTES; zero: 256 MiB).
+	BatchMaxBytes int64
 	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
@@ -135,6 +138,10 @@ type Config struct {
 	// CIDRs past the network guard, for the scripts' fetch and http and
 	// for run callbacks.
 	EgressAllow string
+	// EgressPrivate (AGENTFLEET_EGRESS_PRIVATE) "deny" keeps every
+	// private range closed, whatever EgressAllow and the agents' egress
+	// say; "allow" (the default, also "") lets them open some.
+	EgressPrivate string
 	// SandboxMemory bounds the memory of a worker process's sandbox
 	// processes together (sandbox.Config.MemoryTotal); zero derives it
 	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
@@ -169,6 +176,7 @@ func ConfigFromEnv() (Config, error) {
 		SecretsKey:    os.Getenv(secrets.EnvKey),
 		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
 		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
+		EgressPrivate: os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -179,6 +187,7 @@ func ConfigFromEnv() (Config, error) {
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
 	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
+	c.BatchMaxBytes = envBytes("AGENTFLEET_BATCH_MAX_BYTES", &errs)
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)
@@ -279,6 +288,9 @@ func (c Config) Validate() error {
 	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
 	}
+	if c.EgressPrivate != "" && c.EgressPrivate != "allow" && c.EgressPrivate != "deny" {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_PRIVATE=%q: use deny (no private address, whatever the allow-lists say) or allow (the default)", c.EgressPrivate))
+	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_PUBLIC_URL=%q must be the dispatcher's public base URL, like https://agents.example.com", c.PublicURL))
@@ -311,6 +323,7 @@ func (c Config) secretsBox() *secrets.Box {
 // egress is the network guard's configuration (Validate has checked it).
 func (c Config) egress() egress.Config {
 	e, _ := egress.ParseAllow(c.EgressAllow)
+	e.DenyPrivate = c.EgressPrivate == "deny"
 	return e
 }
 
@@ -412,7 +425,7 @@ func (c Config) databaseMaxConns() int {
 func (c Config) sandboxConfig(workers int) sandbox.Config {
 	e := c.egress()
 	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory,
-		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
+		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts, DenyPrivate: e.DenyPrivate}}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

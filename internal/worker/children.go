@@ -42,11 +42,6 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 	if agent == "" {
 		agent = parent.Agent
 	}
-	if _, err := w.agents.get(ctx, parent.Tenant, agent); errors.Is(err, store.ErrNotFound) {
-		return "", fmt.Errorf("no agent %q: spawn one of the tenant's agents (or leave agent out for this run's)", agent)
-	} else if err != nil {
-		return "", fmt.Errorf("look up agent %q: %w", agent, err)
-	}
 	queued := agentfleet.Event{V: agentfleet.EventVersion, Type: agentfleet.EventQueued, Summary: "child of " + parent.ID}
 	res, err := w.cfg.Store.RunCreate(ctx, store.RunCreateParams{
 		ID: id, Tenant: parent.Tenant, Agent: agent, Message: req.Message, Context: req.Context, Metadata: req.Metadata,
@@ -57,6 +52,8 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 	switch {
 	case errors.As(err, &full):
 		return "", fmt.Errorf("the tenant has %d runs not finished, its most (max_queued_runs %d): wait for children to end before spawning more", full.Unfinished, full.Limit)
+	case errors.Is(err, store.ErrUnknownAgent):
+		return "", fmt.Errorf("no agent %q: spawn one of the tenant's agents (or leave agent out for this run's)", agent)
 	case errors.Is(err, store.ErrInvalid):
 		return "", err
 	case err != nil:
@@ -103,8 +100,9 @@ func (w *Worker) children(ctx context.Context, run agentfleet.Run) ([]agentfleet
 }
 
 // settleFamily settles what the end of run owes its family: publishes
-// the changes RunEnded made, enqueues the next turn of a parent it woke,
-// and tells the workers of children asked to stop.
+// the changes RunEnded made, enqueues the next turn of a parent it woke
+// (and the first of the batch runs it released), and tells the workers of
+// children asked to stop.
 func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 	res, err := w.cfg.Store.RunEnded(a.ctx, store.RunEndedParams{ID: run.ID})
 	if err != nil {
@@ -118,7 +116,9 @@ func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 	if err := w.awaitSent(a); err != nil {
 		return err
 	}
-	for _, p := range res.Woken {
+	// A woken parent's next turn, and a released batch run's first (it
+	// is queued at turn 0).
+	for _, p := range append(res.Woken, res.Released...) {
 		if err := w.enqueueNext(a.ctx, p); err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 func (w *Worker) enqueueNext(ctx context.Context, run agentfleet.Run) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", run.Turn+1, run.ID, err)
 	}
 	return nil

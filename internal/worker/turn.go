@@ -104,9 +104,9 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) verdict {
 // execute runs the loaded turn through the engine.
 func (w *Worker) execute(a *attempt) *execFacts {
 	run := a.ld.Run
-	agent, err := w.agents.get(a.ctx, run.Tenant, run.Agent)
+	agent, err := w.agents.get(a.ctx, run.Tenant, run.Agent, run.AgentVersion)
 	if err != nil {
-		return &execFacts{err: fmt.Errorf("load agent %q: %w", run.Agent, err)}
+		return &execFacts{err: fmt.Errorf("load agent %q version %d: %w", run.Agent, run.AgentVersion, err)}
 	}
 	var children []agentfleet.Run
 	if len(run.WaitIDs) > 0 {
@@ -331,7 +331,7 @@ func (w *Worker) retryDelay(attempt uint64) time.Duration {
 // delivery of t within MaxDeliver.
 func (w *Worker) inPlace(t bus.Turn, ch store.RunChangeResult, ld store.TurnLoadResult) (bus.Turn, store.TurnLoadResult) {
 	run := ch.Run
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}
 	// The history TurnLoad would read: the steps of turns from
 	// HistoryFrom up to the one just committed.
 	from := w.cfg.Engine.HistoryFrom(next.Turn)
@@ -396,7 +396,7 @@ func (w *Worker) republish(a *attempt, run agentfleet.Run, turn int) error {
 func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Wake: run.Wake}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: 1, Wake: run.Wake}); err != nil {
 		return fmt.Errorf("enqueue the first turn of run %s: %w", run.ID, err)
 	}
 	return nil
@@ -408,7 +408,7 @@ func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool, traceparent string) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
 	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
