@@ -197,3 +197,13 @@ func TestReconnectsToASurvivor(t *testing.T) {
 	got := pullAll(t, ctx, b, 1, 20*time.Second)
 	require.True(t, got["after"], "the turn published after the node died is there")
 }
+
+// More replicas than the cluster has nodes fail Connect, once the
+// cluster had the time to form.
+func TestReplicasBeyondTheCluster(t *testing.T) {
+	t.Parallel()
+	c := bustest.StartCluster(t, 3)
+	_, err := bus.Connect(testCtx(t), bus.Config{URL: c.URL(), Replicas: 5, RequestTimeout: 2 * time.Second})
+	require.ErrorIs(t, err, bus.ErrReplicas)
+	require.ErrorContains(t, err, "cannot place 5 replicas")
+}
