@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/api/apitest"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -279,7 +280,7 @@ func TestConsole(t *testing.T) {
 		p.WaitText(".run-head h1", "numbers")
 
 		// A delivery that comes while the page is open appears on it.
-		res := sendHook(t, client.New(url, ""), tv, tv.Secret, "gh-7", "issues", []byte(`{"action":"opened","issue":{"number":7}}`))
+		res := sendHook(t, apiClient(t, url, ""), tv, tv.Secret, "gh-7", "issues", []byte(`{"action":"opened","issue":{"number":7}}`))
 		require.Equal(t, http.StatusAccepted, res.Status)
 		p.WaitJS("the delivery is listed as accepted", `[...document.querySelectorAll('tbody tr')].some((tr) => tr.textContent.includes('gh-7') && tr.dataset.state === 'accepted')`)
 		runLink := fmt.Sprintf(`a[href="#/runs/%s"]`, res.Answer.RunID)
@@ -391,8 +392,8 @@ func TestTenantEventsResumeAcrossBrokenStreams(t *testing.T) {
 	}
 
 	tr := &cuttingTransport{limit: 1500}
-	c := client.New(f.dispatcher.URL(), f.tenantKey)
-	c.HTTP = &http.Client{Transport: tr}
+	c := apiClient(t, f.dispatcher.URL(), f.tenantKey)
+	c.HTTP = &http.Client{Transport: apitest.Transport(t, tr)}
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
 	got := map[string][]int64{}

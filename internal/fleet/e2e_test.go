@@ -23,6 +23,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/api/apitest"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/fleet"
@@ -212,13 +213,21 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		_ = st.Close()
 	})
 
-	f.admin = client.New(f.dispatcher.URL(), "admin-secret")
+	f.admin = apiClient(t, f.dispatcher.URL(), "admin-secret")
 	tv, err := f.admin.CreateTenant(ctx, o.tenant)
 	require.NoError(t, err)
 	require.NotEmpty(t, tv.APIKey)
-	f.tenant = client.New(f.dispatcher.URL(), tv.APIKey)
+	f.tenant = apiClient(t, f.dispatcher.URL(), tv.APIKey)
 	f.tenantKey = tv.APIKey
 	return f
+}
+
+// apiClient is a client of the dispatcher at baseURL whose every answer
+// is held against the API's OpenAPI document (internal/api/apitest).
+func apiClient(t testing.TB, baseURL, token string) *client.Client {
+	c := client.New(baseURL, token)
+	c.HTTP.Transport = apitest.Transport(t, http.DefaultTransport)
+	return c
 }
 
 // crashWorker stops worker i as a crash would: its in-flight turns are
@@ -700,7 +709,7 @@ func TestFleetSSEResume(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+f.tenant.Token)
 	req.Header.Set("Last-Event-ID", strconv.Itoa(len(all)-2))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.tenant.HTTP.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -721,7 +730,7 @@ func TestFleetTenantsAreIsolated(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
 	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "globex"})
 	require.NoError(t, err)
-	other := client.New(f.dispatcher.URL(), tv.APIKey)
+	other := apiClient(t, f.dispatcher.URL(), tv.APIKey)
 	run := f.submit(wire.RunCreateRequest{Message: "compute 3"})
 	f.wait(run.ID, 10*time.Second)
 

@@ -199,9 +199,9 @@ func waitDispatcherReady(t *testing.T, apiURL string) {
 func submitComputeRuns(t *testing.T, apiURL string, n int) (*client.Client, []string) {
 	t.Helper()
 	ctx := context.Background()
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
+	tenant := apiClient(t, apiURL, tv.APIKey)
 	ids := make([]string, n)
 	for i := range n {
 		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
@@ -365,10 +365,10 @@ func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet
 	f.first = f.startWorker("worker0")
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	waitReady(t, apiURL)
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	waitDispatcherReady(t, apiURL)
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	f.tenant = client.New(apiURL, tv.APIKey)
+	f.tenant = apiClient(t, apiURL, tv.APIKey)
 	return f
 }
 
@@ -376,15 +376,3 @@ func (f *workerFleet) startWorker(name string) *proc {
 	return startProc(f.t, name, f.workerBin, f.workerEnv)
 }
 
-// waitReady waits for a dispatcher's /readyz.
-func waitReady(t *testing.T, apiURL string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-}
