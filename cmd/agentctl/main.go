@@ -1,5 +1,6 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, submit batches and gather their results, administer tenants and webhook triggers (and send signed
+// cancel them, submit batches and gather their results, administer
+// tenants, agents and webhook triggers (and send signed
 // deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //
@@ -42,6 +43,7 @@ Usage:
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
+  agentctl runs steps [--turn N] [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
@@ -67,6 +69,10 @@ Usage:
   agentctl batch show [--json] BATCH
   agentctl batch results [--wait] [--after INDEX] [--out FILE] BATCH
   agentctl batch cancel|retry BATCH
+  agentctl agents apply -f agent.yaml|agent.json|- [NAME]
+  agentctl agents ls [--limit N] [--cursor C] [--json]
+  agentctl agents show [--version N] NAME
+  agentctl agents rm NAME
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
@@ -137,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdTriggers(ctx, args[1:])
 	case "batch":
 		err = env.cmdBatch(ctx, args[1:])
+	case "agents":
+		err = env.cmdAgents(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "bench":

@@ -85,15 +85,21 @@ func (c *callbackState) init(cfg Config) error {
 
 // checkCallbackURL says what is wrong with a callback_url, or nil.
 func (s *Server) checkCallbackURL(raw string) error {
+	return s.checkCallbackURLField("callback_url", raw)
+}
+
+// checkCallbackURLField checks a URL the dispatcher is to call, in the
+// request's field.
+func (s *Server) checkCallbackURLField(field, raw string) error {
 	if len(raw) > maxCallbackURL {
-		return errUnprocessable("callback_url is longer than %d bytes", maxCallbackURL)
+		return errUnprocessable("%s is longer than %d bytes", field, maxCallbackURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errUnprocessable("callback_url %q must be an absolute http:// or https:// URL", raw)
+		return errUnprocessable("%s %q must be an absolute http:// or https:// URL", field, raw)
 	}
 	if _, err := s.callbacks.guard.CheckURL(raw); err != nil {
-		return errUnprocessable("callback_url: %v (the operator can allow it in AGENTFLEET_EGRESS_ALLOW)", err)
+		return errUnprocessable("%s: %v (the operator can allow it in AGENTFLEET_EGRESS_ALLOW)", field, err)
 	}
 	return nil
 }

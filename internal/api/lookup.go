@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
 )
@@ -142,7 +141,7 @@ func (s *Server) checkAgent(ctx context.Context, tenant, name string) error {
 	}
 	if _, err := s.cfg.Store.AgentGetByName(ctx, store.AgentGetByNameParams{Tenant: tenant, Name: name}); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return errUnprocessable("unknown agent %q (every tenant has %q)", name, agentfleet.DefaultAgent)
+			return errUnknownAgent(name)
 		}
 		return err
 	}

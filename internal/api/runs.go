@@ -85,6 +85,10 @@ func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admi
 		Args: a.queuedArgs,
 	}}
 	res, err := s.cfg.Store.RunCreate(ctx, params)
+	if errors.Is(err, store.ErrUnknownAgent) {
+		// Deleted since this server found it (checkAgent's cache).
+		return res, errUnknownAgent(params.Agent)
+	}
 	if err != nil {
 		return res, err
 	}

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/secrets"
@@ -112,7 +113,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	mux *http.ServeMux
+	mux *routeMux
 	// http times the requests (httpmetrics.go).
 	http *httpMetrics
 
@@ -171,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.UnknownKeyTTL = UnknownKeyTTLDefault
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		cfg: cfg, log: cfg.Logger, mux: &routeMux{ServeMux: http.NewServeMux()},
 		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
@@ -221,6 +222,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("GET /v1/runs/{id}/steps", s.authed(s.handleRunSteps))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
 	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
@@ -248,6 +250,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	// Agents (agents.go).
+	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentPut)))
+	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
+	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
+	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
@@ -262,6 +269,7 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("GET /v1/openapi.json", s.handleOpenAPI)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -338,9 +346,12 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	// cause, when set, is the sentinel a caller may branch on.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Unwrap() error { return e.cause }
 
 func errBadRequest(format string, a ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, a...)}
@@ -446,6 +457,9 @@ func decodeBody(r *http.Request, v any) error {
 // must be, e.g., a string.
 func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string {
 	want := jsonKind(ute.Type.Kind())
+	if ute.Type == reflect.TypeFor[agentfleet.Duration]() {
+		want = `a duration like "90s" or "24h"`
+	}
 	if ft := fieldType(target, ute.Field); ft != nil && ft != ute.Type {
 		switch ft.Kind() {
 		case reflect.Map:
@@ -454,7 +468,30 @@ func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string 
 			want = "an array whose elements are each " + want
 		}
 	}
-	return fmt.Sprintf("field %q must be %s, not %s", ute.Field, want, ute.Value)
+	return fmt.Sprintf("field %q must be %s, not %s", jsonPath(target, ute.Field), want, ute.Value)
+}
+
+// jsonPath is a dotted field path as the JSON reads it: without the
+// names of embedded structs, whose fields encoding/json lifts into their
+// parent (wire.AgentRequest's AgentSpec).
+func jsonPath(t reflect.Type, path string) string {
+	var out []string
+	for _, name := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		var next reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			if f, ok := t.FieldByName(name); ok && f.Anonymous {
+				t = f.Type
+				continue
+			}
+			next = fieldType(t, name)
+		}
+		out = append(out, name)
+		t = next
+	}
+	return strings.Join(out, ".")
 }
 
 // fieldType is the Go type of the field at a dotted JSON path in t, or

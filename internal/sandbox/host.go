@@ -32,6 +32,15 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
 	name := prims[pr].name
+	call, journaled := journalCall(req, pr, args, st.calls)
+	if journaled {
+		st.calls++
+		if req.Journal != nil {
+			if status, data, ok := replay(ctx, req.Journal, call, st); ok {
+				return seq, status, data
+			}
+		}
+	}
 	policyArgs := args
 	if pr == primFetch || pr == primHTTP {
 		policyArgs = withoutBody(args)
@@ -49,13 +58,20 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	)
 	switch pr {
 	case primFetch, primHTTP:
-		status, data = p.fetch(ctx, name, args)
+		var key string
+		if journaled && req.RunID != "" {
+			key = call.IdempotencyKey()
+		}
+		status, data = p.fetch(ctx, name, req.Egress, args, key)
 	case primAI, primAIJSON:
-		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, &st.usage)
+		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
 	case primSpawn:
-		status, data = spawn(ctx, req.Spawn, st.spawns, args)
+		status, data = spawn(ctx, req.Spawn, call.Index, args)
 	case primWait:
 		status, data = wait(args, st)
+	}
+	if journaled && req.Journal != nil {
+		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
 	}
 	return seq, status, data
 }
@@ -119,13 +135,18 @@ func hostErr(format string, args ...any) (byte, []byte) {
 	return hostError, []byte(fmt.Sprintf(format, args...))
 }
 
-// fetch performs one HTTP request for fetch or http.
-func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte) {
+// fetch performs one HTTP request for fetch or http; a journaled one
+// carries its idempotency key (the script's own header is replaced).
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.CheckURL(a.URL)
+	n, err := p.netFor(egressList)
+	if err != nil {
+		return hostDenied, []byte(fmt.Sprintf("%s %s: the agent's egress: %v", name, a.URL, err))
+	}
+	u, err := n.guard.CheckURL(a.URL)
 	if err != nil {
 		var be *egress.BlockedError
 		if errors.As(err, &be) {
@@ -154,7 +175,10 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
 	}
-	resp, err := p.client.Do(hreq)
+	if idempotencyKey != "" {
+		hreq.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+	resp, err := n.client.Do(hreq)
 	if err != nil {
 		return p.fetchErr(ctx, fctx, name, target, err)
 	}
@@ -206,7 +230,7 @@ func cleanNetErr(err error) string {
 
 // ai performs ai() or aiJSON() through the caller's AIFunc, adding what
 // it used to the turn's usage.
-func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, usage *agentfleet.Usage) (byte, []byte) {
+func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, index int, usage *agentfleet.Usage) (byte, []byte) {
 	name := "ai"
 	if asJSON {
 		name = "aiJSON"
@@ -218,7 +242,7 @@ func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON})
+	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON, Index: index})
 	*usage = usage.Add(resp.Usage)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -94,6 +94,7 @@ type Bus interface {
 	Lease(ctx context.Context, name string, ttl time.Duration) (*bus.Lease, error)
 	ForwardTurns(ctx context.Context, ts []bus.Turn) (seqs []uint64, errs []error)
 	SpillTurns(ctx context.Context, ts []bus.Turn) []error
+	ApplyReplicas(ctx context.Context) ([]string, error)
 }
 
 // Config configures a Scheduler.
@@ -231,8 +232,36 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// applyReplicas sets the fleet's streams to this process's replicas: the
+// leader alone does, so that processes configured apart never flip them.
+// It retries while the cluster cannot (a node down) until it leads no
+// more.
+func (s *Scheduler) applyReplicas(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		changed, err := s.cfg.Bus.ApplyReplicas(ctx)
+		if err == nil {
+			if len(changed) > 0 {
+				s.log.Info("stream replicas applied", "streams", changed)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("apply stream replicas", "err", err, "attempt", attempt+1)
+		select {
+		case <-time.After(min(time.Second<<min(attempt, 5), 30*time.Second)):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // lead is the scheduling loop of the leader.
 func (s *Scheduler) lead(ctx context.Context) error {
+	var applying sync.WaitGroup
+	defer applying.Wait()
+	applying.Go(func() { s.applyReplicas(ctx) })
 	src, err := s.cfg.Bus.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable, bus.HoldFor(s.cfg.HoldAckWait), bus.MaxHeld(s.cfg.HoldMax), bus.ResetOnReconnect())
 	if err != nil {
 		return fmt.Errorf("scheduler: open turn queue: %w", err)

@@ -1,7 +1,7 @@
 // Package store declares the store of record: tenants, API keys, agents,
-// runs, the step trace, carried state, events (the outbox every published
-// RunEvent comes from), the budget ledger, approvals, batches, triggers and
-// skills.
+// runs, the step trace and the side-effect journal, carried state, events
+// (the outbox every published RunEvent comes from), the budget ledger,
+// approvals, batches, triggers and skills.
 //
 // There are two backends behind the one Store interface: store/postgres
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
@@ -41,6 +41,9 @@ var (
 	// ErrInvalid: the parameters are malformed (unknown status, illegal
 	// transition, negative tokens).
 	ErrInvalid = errors.New("invalid")
+	// ErrUnknownAgent: a run names an agent its tenant does not have
+	// (never defined, or deleted). It is also ErrInvalid.
+	ErrUnknownAgent = fmt.Errorf("unknown agent (%w)", ErrInvalid)
 )
 
 // MaxQueuedRunsDefault is a tenant's max_queued_runs when none is given:
@@ -98,11 +101,27 @@ type Store interface {
 	// not writes.
 	TenantGetByAPIKey(ctx context.Context, p TenantGetByAPIKeyParams) (TenantGetByAPIKeyResult, error)
 
+	// AgentUpsert defines an agent or replaces it whole. A spec unlike
+	// the current one becomes the agent's next version (numbered on
+	// from the versions it had before a delete, from 1); the current
+	// spec again changes nothing. An unknown tenant is ErrNotFound.
 	AgentUpsert(ctx context.Context, p AgentUpsertParams) (agentfleet.Agent, error)
+	// AgentGetByName reads an agent's current version, or with Version
+	// set that version, which outlives replacements and the agent's
+	// delete: a run admitted under it uses it to its end.
 	AgentGetByName(ctx context.Context, p AgentGetByNameParams) (agentfleet.Agent, error)
-	AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error)
+	// AgentList pages a tenant's agents (current versions), newest
+	// first.
+	AgentList(ctx context.Context, p AgentListParams) (AgentListResult, error)
+	// AgentDelete deletes an agent: no new run can name it, while runs
+	// admitted under one of its versions keep it. The tenant's default
+	// agent cannot be deleted (ErrInvalid); an unknown one is
+	// ErrNotFound.
+	AgentDelete(ctx context.Context, p AgentDeleteParams) error
 
-	// RunCreate creates a run in status queued, or returns the existing
+	// RunCreate creates a run in status queued, under the current
+	// version of its agent (an agent the tenant does not have is
+	// ErrUnknownAgent), or returns the existing
 	// run when (tenant, idempotency key) was seen before (Created false),
 	// even when the tenant is at its cap. A new run that would take the
 	// tenant's unfinished runs past its max_queued_runs is a
@@ -179,6 +198,17 @@ type Store interface {
 	ModelReplyRecord(ctx context.Context, p ModelReplyRecordParams) (ModelReplyRecordResult, error)
 	// ModelReplyGet returns the recorded reply of a turn, or ErrNotFound.
 	ModelReplyGet(ctx context.Context, runID string, turn int) (ModelReply, error)
+
+	// JournalRecord records a side-effecting call of a turn's script
+	// before the script sees its outcome (docs/ARCHITECTURE.md §4).
+	// Fenced like ModelReplyRecord: the run must have committed exactly
+	// Turn-1 turns and not have ended, else ErrConflict. An entry
+	// already recorded under (run, turn, index) is returned with Existed
+	// set and nothing changes. Charge settles an ai() call's budget in
+	// the same transaction, exactly as ModelReplyRecord's does.
+	JournalRecord(ctx context.Context, p JournalRecordParams) (JournalRecordResult, error)
+	// JournalListByRun returns a run's journal in (turn, index) order.
+	JournalListByRun(ctx context.Context, p JournalListByRunParams) ([]agentfleet.JournalEntry, error)
 
 	// TurnCommit commits one turn in one transaction: appends its steps
 	// and events, stores the new carried state and advances the run.
@@ -356,6 +386,9 @@ type TenantCreateParams struct {
 	MaxQueuedRuns int
 	Weight        int // zero means 1
 	Exhausted     agentfleet.ExhaustedPolicy
+	// DefaultAgent is the spec of the tenant's "default" agent (its
+	// version 1).
+	DefaultAgent agentfleet.AgentSpec
 }
 
 // TenantUpdateParams changes the set fields of a tenant. Changing the
@@ -442,19 +475,31 @@ type TenantGetByAPIKeyResult struct {
 }
 
 type AgentUpsertParams struct {
-	Tenant              string
-	Name                string
-	Persona             string
-	Model               string
-	Primitives          []string
-	MaxCompletionTokens int
-	MaxTurns            int
-	// MaxModelCallsPerTurn caps a turn's model calls; 0 is the fleet's
-	// default.
-	MaxModelCallsPerTurn int
+	Tenant string
+	Name   string
+	Spec   agentfleet.AgentSpec
 }
 
+// AgentGetByNameParams reads an agent; Version zero means its current
+// version.
 type AgentGetByNameParams struct {
+	Tenant  string
+	Name    string
+	Version int
+}
+
+type AgentListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type AgentListResult struct {
+	Agents     []agentfleet.Agent
+	NextCursor string // empty on the last page
+}
+
+type AgentDeleteParams struct {
 	Tenant string
 	Name   string
 }
@@ -657,6 +702,28 @@ type ModelReplyRecordResult struct {
 	// caller charges by other means. Nil when charged, when Charge was
 	// nil, and when Existed.
 	ChargeErr error
+}
+
+type JournalRecordParams struct {
+	agentfleet.JournalEntry
+	// Charge, when set, settles the ai() call's reservation in the same
+	// transaction as the insert (see JournalRecord).
+	Charge *BudgetSettleParams
+}
+
+// JournalRecordResult is ModelReplyRecordResult's counterpart: the charge
+// happened exactly when err == nil, !Existed and ChargeErr == nil.
+type JournalRecordResult struct {
+	Entry     agentfleet.JournalEntry
+	Existed   bool
+	Settled   BudgetSettleResult
+	ChargeErr error
+}
+
+type JournalListByRunParams struct {
+	RunID string
+	// Turn, when positive, lists that turn's entries only.
+	Turn int
 }
 
 // TurnCommitParams is one committed turn. Usage and DataBytesCarried are

@@ -170,10 +170,10 @@ func testText(t *testing.T, newStore NewStore) {
 		require.NoError(t, err)
 		require.Empty(t, list.Runs, "nothing was written")
 
-		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "w", Persona: "be\x00good"})
+		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "w", Spec: agentfleet.AgentSpec{Persona: "be\x00good"}})
 		require.ErrorIs(t, err, store.ErrInvalid)
-		require.Contains(t, err.Error(), "persona")
-		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "w", Primitives: []string{"fetch\x00"}})
+		require.Contains(t, err.Error(), "system")
+		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "w", Spec: agentfleet.AgentSpec{Primitives: []string{"fetch\x00"}}})
 		require.ErrorIs(t, err, store.ErrInvalid)
 		require.Contains(t, err.Error(), "primitive")
 		_, err = b.s.BatchAdmit(b.ctx, store.BatchAdmitParams{Tenant: ten.ID, Metadata: map[string]string{"k": "\x00"}})
