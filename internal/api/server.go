@@ -143,6 +143,7 @@ type Server struct {
 	// run callback sender's (callbacks.go).
 	hooks     hookState
 	callbacks callbackState
+	approvals approvalState
 }
 
 // New returns a Server.
@@ -193,6 +194,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if err := s.callbacks.init(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.approvals.init(cfg); err != nil {
 		return nil, err
 	}
 	s.routes()
@@ -255,6 +259,11 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
 	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
 	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
+	// Approvals (approvals.go).
+	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
+	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.handleApprovalApprove))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/deny", s.authed(s.handleApprovalDeny))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
@@ -279,6 +288,17 @@ func (s *Server) routes() {
 type principal struct {
 	admin  bool
 	tenant string
+	// key names the tenant's API key the request came with.
+	key string
+}
+
+// who names the principal in what it decides: "admin", or its key's
+// name.
+func (p principal) who() string {
+	if p.admin {
+		return "admin"
+	}
+	return p.key
 }
 
 // canSee reports whether the principal may see tenant's data.
@@ -296,11 +316,11 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) == 1 {
 		return principal{admin: true}, nil
 	}
-	tenant, err := s.tenantByAPIKey(r.Context(), token)
+	key, err := s.keyByToken(r.Context(), token)
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{tenant: tenant}, nil
+	return principal{tenant: key.tenant, key: key.keyName}, nil
 }
 
 func (s *Server) authed(h handler) http.HandlerFunc { return s.authedBody(s.cfg.MaxBodyBytes, h) }

@@ -175,3 +175,35 @@ func TestReplicasBeyondTheServer(t *testing.T) {
 	require.ErrorContains(t, err, "not part of a cluster")
 	require.Less(t, time.Since(start), 5*time.Second, "a single server is refused at once")
 }
+
+// Given every node, a Bus whose node dies reconnects to a survivor and
+// works there.
+func TestReconnectsToASurvivor(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	c := bustest.StartCluster(t, 3)
+	b := bustest.ConnectURL(t, c.URL(), func(cfg *bus.Config) { cfg.Replicas = 3; cfg.RequestTimeout = 2 * time.Second })
+	first := b.ServerForTest()
+	c.Stop(c.Index(first))
+	turn := bus.Turn{Tenant: "acme", RunID: "after", Turn: 1}
+	for {
+		require.NoError(t, b.WaitReady(ctx))
+		if err := b.EnqueueTurn(ctx, turn); err == nil {
+			break
+		}
+		require.NoError(t, ctx.Err())
+	}
+	require.NotEqual(t, first, b.ServerForTest())
+	got := pullAll(t, ctx, b, 1, 20*time.Second)
+	require.True(t, got["after"], "the turn published after the node died is there")
+}
+
+// More replicas than the cluster has nodes fail Connect, once the
+// cluster had the time to form.
+func TestReplicasBeyondTheCluster(t *testing.T) {
+	t.Parallel()
+	c := bustest.StartCluster(t, 3)
+	_, err := bus.Connect(testCtx(t), bus.Config{URL: c.URL(), Replicas: 5, RequestTimeout: 2 * time.Second})
+	require.ErrorIs(t, err, bus.ErrReplicas)
+	require.ErrorContains(t, err, "cannot place 5 replicas")
+}

@@ -38,6 +38,19 @@
 // every reconnect, so a server that came back with an empty store is
 // repopulated by the first client that sees it.
 //
+// # Clusters and replicas
+//
+// Config.URL may name every node of a cluster; the connection starts from
+// one and moves to a survivor when its node dies (natsOptions, the one
+// place the connection's options are made). Streams and lease buckets are
+// created with Config.Replicas copies, but an existing one keeps its count
+// on Connect: only ApplyReplicas changes it, and the fleet calls that
+// from its scheduler's lease holder alone, so processes configured apart
+// never flip a stream back and forth. More replicas than a single server
+// can hold fail Connect at once (ErrReplicas), more than a cluster can
+// place after a grace for the cluster to form. Replicas reports where each
+// stream's copies are and whether they are current.
+//
 // # Pull one at a time
 //
 // TurnSource.Next issues a pull request for exactly one message, and only

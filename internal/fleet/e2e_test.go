@@ -29,6 +29,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/telemetry"
@@ -130,6 +131,8 @@ type fleetOptions struct {
 	// tracer, when set, traces the dispatcher's admissions and every
 	// worker's turns.
 	tracer *telemetry.Tracer
+	// sandbox configures the workers' sandboxes (zero: the defaults).
+	sandbox sandbox.Config
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -179,7 +182,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		require.NoError(t, err)
 		reg := fleet.NewRegistry()
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
-			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
+			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"}, Sandbox: o.sandbox,
 			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
 			Tracer: o.tracer,
 		})

@@ -147,6 +147,9 @@ type DispatcherConfig struct {
 	Egress           egress.Config
 	CallbackInterval time.Duration
 	CallbackBackoff  time.Duration
+	// ApprovalSweepInterval overrides how often approvals are expired
+	// and notified (api.ApprovalSweepIntervalDefault).
+	ApprovalSweepInterval time.Duration
 	// Retention is how long ended runs are kept before they are deleted
 	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
 	// sweep runs where the scheduler leads. RetentionInterval is how
@@ -303,6 +306,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		d.api.SweepBatches(ctx, cmp.Or(d.cfg.BatchSweepInterval, api.BatchSweepIntervalDefault), d.sched.Leading)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepApprovals(ctx, cmp.Or(d.cfg.ApprovalSweepInterval, api.ApprovalSweepIntervalDefault), d.sched.Leading)
 	}()
 	if d.retention != nil {
 		wg.Add(1)

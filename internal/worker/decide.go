@@ -162,6 +162,9 @@ const (
 	changeNoBudget
 	// changeDeadLetter fails a run whose turn was dead-lettered.
 	changeDeadLetter
+	// changeApproval parks the run on the call its turn stopped at, to
+	// wait for a person (store.ApprovalRequest).
+	changeApproval
 )
 
 type effect struct {
@@ -329,6 +332,8 @@ func decideExecuted(f facts) verdict {
 		return retry(x.err)
 	case x.res.Outcome == loop.OutcomeNoBudget:
 		return finish(settleAck, effect{kind: effectChange, change: changeNoBudget, run: run})
+	case x.res.Outcome == loop.OutcomeApproval:
+		return finish(settleAck, effect{kind: effectChange, change: changeApproval, run: run})
 	}
 	return verdict{next: stepCommit}
 }

@@ -118,6 +118,7 @@ func (w *Worker) execute(a *attempt) *execFacts {
 		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), Children: children,
+		Approval: w.approver(run, run.Turn+1),
 	})
 	x := &execFacts{err: err, cause: context.Cause(a.turnCtx), res: res}
 	if a.prior != nil && !errors.Is(x.cause, errAbandoned) {
@@ -220,6 +221,8 @@ func (w *Worker) change(a *attempt, e effect) (store.RunChangeResult, error) {
 	ctx, run := a.ctx, e.run
 	var p store.RunTransitionParams
 	switch e.change {
+	case changeApproval:
+		return w.park(a, run)
 	case changeCancel:
 		// No error of its own: the run ends with its cancel's reason.
 		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled,

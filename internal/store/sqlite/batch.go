@@ -401,6 +401,9 @@ func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, 
 
 func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
 	now := rules.NowOr(p.Now)
+	if err := s.dropAbandonedAdmissions(ctx, now); err != nil {
+		return store.BatchSweepResult{}, err
+	}
 	bs, err := s.BatchUnfinished(ctx, p.Limit)
 	if err != nil {
 		return store.BatchSweepResult{}, err
@@ -469,4 +472,35 @@ func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
 	return scanBatch(t.tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
 		string(status), at.UnixMicro(), id))
+}
+
+// dropAbandonedAdmissions deletes what admissions left that neither
+// committed nor aborted (their process died) for
+// rules.BatchAdmissionAbandonedAfter, a chunk per transaction.
+func (s *Store) dropAbandonedAdmissions(ctx context.Context, now time.Time) error {
+	ids, err := s.readStrings(ctx, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
+		now.Add(-rules.BatchAdmissionAbandonedAfter).UnixMicro())
+	if err != nil {
+		return fmt.Errorf("find abandoned batch admissions: %w", err)
+	}
+	for _, id := range ids {
+		for deleted := int64(-1); deleted != 0; {
+			err := s.write(ctx, func(tx *wtx) error {
+				res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE seq IN (SELECT seq FROM runs WHERE batch_id = ? AND batch_id <> ''
+					AND status = '`+rules.BatchAdmitting+`' LIMIT ?)`, id, store.BatchChunkMax)
+				if err != nil {
+					return err
+				}
+				if deleted, err = res.RowsAffected(); err != nil || deleted > 0 {
+					return err
+				}
+				_, err = tx.ExecContext(ctx, `DELETE FROM batches WHERE id = ? AND status = '`+rules.BatchAdmitting+`'`, id)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("drop abandoned admission of batch %s: %w", id, mapErr(err))
+			}
+		}
+	}
+	return nil
 }
