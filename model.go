@@ -70,6 +70,8 @@ type AIRequest struct {
 	// Schema, when set, asks for a JSON value of this JSON Schema.
 	Schema []byte
 	JSON   bool
+	// Index is the call's journal index (JournalEntry.Index).
+	Index int
 }
 
 // AIResponse is the reply to an AIRequest.

@@ -42,6 +42,7 @@ Usage:
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
+  agentctl runs steps [--turn N] [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]

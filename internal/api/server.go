@@ -110,7 +110,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	mux *http.ServeMux
+	mux *routeMux
 	// http times the requests (httpmetrics.go).
 	http *httpMetrics
 
@@ -166,7 +166,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.UnknownKeyTTL = UnknownKeyTTLDefault
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		cfg: cfg, log: cfg.Logger, mux: &routeMux{ServeMux: http.NewServeMux()},
 		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
@@ -216,6 +216,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("GET /v1/runs/{id}/steps", s.authed(s.handleRunSteps))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
 	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
@@ -255,6 +256,7 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("GET /v1/openapi.json", s.handleOpenAPI)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

@@ -414,7 +414,8 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	}
 	engine, err := loop.New(loop.Config{
 		Model:   tracer.Model(llm.NewMetrics(cfg.Registry).Instrument(model), provider),
-		Sandbox: tracer.Sandbox(pool), Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
+		Sandbox: tracer.Sandbox(pool), Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter},
+		Journal: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
 	})
 	if err != nil {
 		pool.Close()
@@ -586,6 +587,33 @@ func (r recorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agent
 	}
 	got := res.Reply
 	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, charged, nil
+}
+
+// JournalList reads a turn's journal for the engine.
+func (r recorder) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {
+	return r.s.JournalListByRun(ctx, store.JournalListByRunParams{RunID: runID, Turn: turn})
+}
+
+// JournalRecord records a journal entry and, given an ai() call's
+// reservation, charges the call in the same store transaction.
+func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, error) {
+	p := store.JournalRecordParams{JournalEntry: e}
+	if charge != nil && r.meter != nil {
+		settle := r.meter.SettleParams(*charge, e.Usage, model)
+		p.Charge = &settle
+	}
+	res, err := r.s.JournalRecord(ctx, p)
+	if errors.Is(err, store.ErrConflict) {
+		return false, loop.ErrStale
+	}
+	if err != nil {
+		return false, err
+	}
+	charged := p.Charge != nil && !res.Existed && res.ChargeErr == nil
+	if charged {
+		r.meter.Settled(*charge, e.Usage, model, res.Settled)
+	}
+	return charged, nil
 }
 
 // ModelName is the model a process reports using, for logs.

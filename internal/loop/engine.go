@@ -84,6 +84,19 @@ type Recorder interface {
 	RecordReply(ctx context.Context, r Reply, charge *agentfleet.Reservation) (rec Reply, existed, charged bool, err error)
 }
 
+// Journal keeps the side-effect journal (docs/ARCHITECTURE.md §4): each
+// side-effecting call of a script, recorded with its outcome before the
+// script sees it.
+type Journal interface {
+	// JournalList returns the entries recorded for a turn, by index.
+	JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error)
+	// JournalRecord records an entry; one recorded already stays. It
+	// fails with ErrStale when the run has moved past the turn or ended.
+	// When charge is set, the entry's usage (of model) settles that
+	// reservation in the same write, and charged says it did.
+	JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (charged bool, err error)
+}
+
 // ErrStale means the turn was already committed (or the run ended) by
 // someone else: the caller should not commit, only re-publish what the
 // commit owed.
@@ -119,6 +132,9 @@ type Config struct {
 	Sandbox  Sandbox
 	Meter    Meter
 	Recorder Recorder
+	// Journal, when set, journals the scripts' side-effecting calls;
+	// nil runs them unjournaled (tests, benchmarks).
+	Journal Journal
 	// DefaultModel is used when the agent names none.
 	DefaultModel string
 	// MaxTurns applies when neither the run nor its agent sets one.
@@ -348,6 +364,8 @@ type turn struct {
 	calls    int
 	subUsage agentfleet.Usage
 	spawned  int
+	// journal is the script's journal, when the engine has one.
+	journal *turnJournal
 }
 
 // Step executes turn Run.Turn+1 of a run. Errors are infrastructure
@@ -505,24 +523,35 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 }
 
 // record records a reply the model gave, and charges res with it, trying
-// again while the store fails, for up to RecordRetryFor or until ctx
-// ends. ErrStale ends it at once: the turn is someone else's now.
+// again while the store fails (retryRecord).
 func (e *Engine) record(ctx context.Context, r Reply, res *agentfleet.Reservation) (got Reply, charged bool, err error) {
+	err = e.retryRecord(ctx, func() error {
+		var err error
+		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
+		return err
+	})
+	return got, charged, err
+}
+
+// retryRecord calls write until it succeeds, for up to RecordRetryFor or
+// until ctx ends, backing off from 50ms to 1s. ErrStale ends it at once:
+// the turn is someone else's now.
+func (e *Engine) retryRecord(ctx context.Context, write func() error) error {
 	const firstDelay, maxDelay = 50 * time.Millisecond, time.Second
 	// Real time, as the waits below are: Config.Now stamps what a turn
 	// records and may be a test's frozen clock.
 	giveUp := time.Now().Add(e.cfg.RecordRetryFor)
 	for delay, tries := firstDelay, 1; ; delay, tries = min(2*delay, maxDelay), tries+1 {
-		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
+		err := write()
 		if err == nil || errors.Is(err, ErrStale) {
-			return got, charged, err
+			return err
 		}
 		if ctx.Err() != nil || time.Now().Add(delay).After(giveUp) {
-			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+			return fmt.Errorf("%w (%d tries)", err, tries)
 		}
 		select {
 		case <-ctx.Done():
-			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+			return fmt.Errorf("%w (%d tries)", err, tries)
 		case <-time.After(delay):
 		}
 	}
@@ -608,11 +637,21 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptSyntax,
 			Message: "the ```javascript block was not closed (was the reply cut off?); send the whole script again"}
 	} else {
-		var err error
-		exec, err = cfg.Sandbox.Execute(ctx, agentfleet.ExecRequest{
+		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
 			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
-		})
+		}
+		if cfg.Journal != nil {
+			t.journal = &turnJournal{t: t, pending: map[int]pendingCharge{}}
+			req.Journal = t.journal
+		}
+		var err error
+		exec, err = cfg.Sandbox.Execute(ctx, req)
+		if t.journal != nil {
+			if serr := t.journal.settlePending(ctx); serr != nil && err == nil {
+				err = serr
+			}
+		}
 		if err != nil {
 			return TurnResult{}, fmt.Errorf("execute script of turn %d: %w", t.n, err)
 		}
@@ -710,10 +749,16 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 		if err != nil {
 			return agentfleet.AIResponse{}, err
 		}
-		resp, err := t.e.meteredCall(ctx, t.run, agentfleet.ModelRequest{
+		mreq := agentfleet.ModelRequest{
 			Model: firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel), Messages: msgs,
 			MaxTokens: int(maxTokens), JSON: req.JSON || len(req.Schema) > 0,
-		}, prompt+maxTokens)
+		}
+		var resp agentfleet.ModelResponse
+		if t.journal != nil {
+			resp, err = t.journal.call(ctx, req.Index, mreq, prompt+maxTokens)
+		} else {
+			resp, err = t.e.meteredCall(ctx, t.run, mreq, prompt+maxTokens)
+		}
 		t.mu.Lock()
 		t.subUsage = t.subUsage.Add(resp.Usage)
 		t.mu.Unlock()

@@ -32,6 +32,15 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
 	name := prims[pr].name
+	call, journaled := journalCall(req, pr, args, st.calls)
+	if journaled {
+		st.calls++
+		if req.Journal != nil {
+			if status, data, ok := replay(ctx, req.Journal, call, st); ok {
+				return seq, status, data
+			}
+		}
+	}
 	policyArgs := args
 	if pr == primFetch || pr == primHTTP {
 		policyArgs = withoutBody(args)
@@ -49,13 +58,20 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	)
 	switch pr {
 	case primFetch, primHTTP:
-		status, data = p.fetch(ctx, name, req.Egress, args)
+		var key string
+		if journaled && req.RunID != "" {
+			key = call.IdempotencyKey()
+		}
+		status, data = p.fetch(ctx, name, req.Egress, args, key)
 	case primAI, primAIJSON:
-		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, &st.usage)
+		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
 	case primSpawn:
-		status, data = spawn(ctx, req.Spawn, st.spawns, args)
+		status, data = spawn(ctx, req.Spawn, call.Index, args)
 	case primWait:
 		status, data = wait(args, st)
+	}
+	if journaled && req.Journal != nil {
+		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
 	}
 	return seq, status, data
 }
@@ -119,8 +135,10 @@ func hostErr(format string, args ...any) (byte, []byte) {
 	return hostError, []byte(fmt.Sprintf(format, args...))
 }
 
-// fetch performs one HTTP request for fetch or http.
-func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte) (byte, []byte) {
+// fetch performs one HTTP request for fetch or http, through the net of
+// the turn's agent egress; a journaled one carries its idempotency key
+// (the script's own header is replaced).
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
@@ -157,6 +175,9 @@ func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw 
 	}
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
+	}
+	if idempotencyKey != "" {
+		hreq.Header.Set("Idempotency-Key", idempotencyKey)
 	}
 	resp, err := n.client.Do(hreq)
 	if err != nil {
@@ -210,7 +231,7 @@ func cleanNetErr(err error) string {
 
 // ai performs ai() or aiJSON() through the caller's AIFunc, adding what
 // it used to the turn's usage.
-func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, usage *agentfleet.Usage) (byte, []byte) {
+func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, index int, usage *agentfleet.Usage) (byte, []byte) {
 	name := "ai"
 	if asJSON {
 		name = "aiJSON"
@@ -222,7 +243,7 @@ func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON})
+	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON, Index: index})
 	*usage = usage.Add(resp.Usage)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -675,20 +675,21 @@ func insertReplyCTE(first int) string {
 	)`
 }
 
-// recordChargeSQL records a reply and, only if it did, settles its
-// charge, in one statement (one round trip, one transaction). It returns
-// the reply and the charge (NULL when there was nothing to charge), or
-// no row when the reply was not inserted. The reply's parameters follow
-// the charge's.
-func recordChargeSQL(p store.BudgetSettleParams) string {
-	return `WITH ` + insertReplyCTE(len(settleArgs(p))+1) + `, ` + settleCTEs(p, `EXISTS (SELECT 1 FROM m)`) + `
-		SELECT ` + replyCols + `, (SELECT charged FROM c) FROM m`
+// recordChargeSQL records a reply (or a journal entry: insert is its
+// CTE m, cols its columns) and, only if it did, settles its charge, in
+// one statement (one round trip, one transaction). It returns the record
+// and the charge (NULL when there was nothing to charge), or no row when
+// the record was not inserted. The record's parameters follow the
+// charge's.
+func recordChargeSQL(p store.BudgetSettleParams, insert func(first int) string, cols string) string {
+	return `WITH ` + insert(len(settleArgs(p))+1) + `, ` + settleCTEs(p, `EXISTS (SELECT 1 FROM m)`) + `
+		SELECT ` + cols + `, (SELECT charged FROM c) FROM m`
 }
 
 var (
 	recordSQL                 = `WITH ` + insertReplyCTE(1) + ` SELECT ` + replyCols + `, NULL::bigint FROM m`
-	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"})
-	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{})
+	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"}, insertReplyCTE, replyCols)
+	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertReplyCTE, replyCols)
 )
 
 // ModelReplyRecord is one statement in the common case: the fenced insert

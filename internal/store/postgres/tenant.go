@@ -327,41 +327,6 @@ func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolvePara
 	return store.Approval{}, fmt.Errorf("resolve approval %s: %w: already %s by %q", p.ID, store.ErrConflict, cur.Status, cur.DecidedBy)
 }
 
-const batchCols = `id, tenant, agent, total, metadata, created_at`
-
-func scanBatch(sc scanner) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &b.CreatedAt); err != nil {
-		return b, err
-	}
-	b.CreatedAt = b.CreatedAt.UTC()
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
-func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
-	p, err := rules.BatchCreate(p)
-	if err != nil {
-		return store.Batch{}, err
-	}
-	b, err := queryOne(ctx, s, `INSERT INTO batches (`+batchCols+`) VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+batchCols, scanBatch,
-		p.ID, p.Tenant, p.Agent, p.Total, rules.EncodeMetadata(p.Metadata), rules.Now())
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
-	}
-	return b, nil
-}
-
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanBatch, p.ID, p.Tenant)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
-	}
-	return b, nil
-}
-
 const skillCols = `tenant, name, description, code, created_at, updated_at`
 
 func scanSkill(sc scanner) (store.Skill, error) {

@@ -406,21 +406,27 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 			return err
 		}
 		res.Reply = m
-		if p.Charge == nil {
-			return nil
-		}
-		res.Settled, err = settle(ctx, tx, *p.Charge)
-		if errors.Is(err, store.ErrNotFound) {
-			// settle wrote nothing: keep the reply, report the charge.
-			res.Settled, res.ChargeErr = store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*p.Charge), err)
-			return nil
-		}
+		res.Settled, res.ChargeErr, err = chargeRecorded(ctx, tx, p.Charge)
 		return err
 	})
 	if err != nil {
 		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
 	}
 	return res, nil
+}
+
+// chargeRecorded settles the charge of a record just inserted in tx, if
+// it has one. A reservation gone (ErrNotFound) is reported as the charge's
+// error and keeps the record: settle wrote nothing.
+func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettleParams) (_ store.BudgetSettleResult, chargeErr, err error) {
+	if charge == nil {
+		return store.BudgetSettleResult{}, nil, nil
+	}
+	settled, err := settle(ctx, tx, *charge)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*charge), err), nil
+	}
+	return settled, nil, err
 }
 
 // replyNotInserted says why the fenced insert of r did nothing: the run

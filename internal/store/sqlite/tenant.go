@@ -343,47 +343,6 @@ func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolvePara
 	return a, nil
 }
 
-const batchCols = `id, tenant, agent, total, metadata, created_at`
-
-func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	var created int64
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &created); err != nil {
-		return b, err
-	}
-	b.CreatedAt = fromMicros(created)
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
-func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
-	p, err := rules.BatchCreate(p)
-	if err != nil {
-		return store.Batch{}, err
-	}
-	var b store.Batch
-	err = s.write(ctx, func(tx *wtx) error {
-		var err error
-		b, err = scanBatch(tx.QueryRowContext(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+batchCols,
-			p.ID, p.Tenant, p.Agent, p.Total, textArg(rules.EncodeMetadata(p.Metadata)), rules.Now().UnixMicro()))
-		return err
-	})
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
-	}
-	return b, nil
-}
-
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
-	}
-	return b, nil
-}
-
 const skillCols = `tenant, name, description, code, created_at, updated_at`
 
 func scanSkill(sc interface{ Scan(...any) error }) (store.Skill, error) {

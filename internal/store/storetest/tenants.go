@@ -337,50 +337,6 @@ func testApproval(t *testing.T, newStore NewStore) {
 	})
 }
 
-func testBatch(t *testing.T, newStore NewStore) {
-	t.Run("CreateGet", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		other := b.tenant(t, store.TenantCreateParams{})
-		bt, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: 3, Metadata: map[string]string{"source": "csv"}})
-		require.NoError(t, err)
-		require.NotEmpty(t, bt.ID)
-		require.Equal(t, agentfleet.DefaultAgent, bt.Agent)
-		require.Equal(t, map[string]string{"source": "csv"}, bt.Metadata)
-		got, err := b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: ten.ID})
-		require.NoError(t, err)
-		require.Equal(t, bt, got)
-		got, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID})
-		require.NoError(t, err)
-		require.Equal(t, bt, got)
-		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: other.ID})
-		require.ErrorIs(t, err, store.ErrNotFound)
-
-		// Runs name their batch, and list by it.
-		for range 3 {
-			b.run(t, store.RunCreateParams{Tenant: ten.ID, BatchID: bt.ID})
-		}
-		b.run(t, store.RunCreateParams{Tenant: ten.ID})
-		list, err := b.s.RunList(b.ctx, store.RunListParams{Tenant: ten.ID, BatchID: bt.ID})
-		require.NoError(t, err)
-		require.Len(t, list.Runs, 3)
-	})
-	t.Run("Errors", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		_, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
-		require.NoError(t, err)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
-		require.ErrorIs(t, err, store.ErrConflict)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: "nobody"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: -1})
-		require.ErrorIs(t, err, store.ErrInvalid)
-		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: "nope"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-	})
-}
-
 func testSkill(t *testing.T, newStore NewStore) {
 	t.Run("UpsertGetList", func(t *testing.T) {
 		b := setup(t, newStore)

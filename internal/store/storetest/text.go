@@ -176,7 +176,7 @@ func testText(t *testing.T, newStore NewStore) {
 		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "w", Spec: agentfleet.AgentSpec{Primitives: []string{"fetch\x00"}}})
 		require.ErrorIs(t, err, store.ErrInvalid)
 		require.Contains(t, err.Error(), "primitive")
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Metadata: map[string]string{"k": "\x00"}})
+		_, err = b.s.BatchAdmit(b.ctx, store.BatchAdmitParams{Tenant: ten.ID, Metadata: map[string]string{"k": "\x00"}})
 		require.ErrorIs(t, err, store.ErrInvalid)
 		require.Contains(t, err.Error(), "metadata")
 		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "s", Code: "x\x00"})

@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -356,14 +358,60 @@ func ModelReplyRecord(p store.ModelReplyRecordParams, now time.Time) (store.Mode
 	if p.ModelReply, err = ModelReply(p.ModelReply, now); err != nil {
 		return p, err
 	}
-	if p.Charge != nil {
-		c, err := BudgetSettle(*p.Charge)
-		if err != nil {
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// recordCharge validates the charge of a record, if it has one.
+func recordCharge(c *store.BudgetSettleParams) (*store.BudgetSettleParams, error) {
+	if c == nil {
+		return nil, nil
+	}
+	v, err := BudgetSettle(*c)
+	return &v, err
+}
+
+// JournalPrimitives are the primitives whose calls are journaled.
+var JournalPrimitives = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
+
+// JournalRecord validates p, its charge included, and fills its
+// timestamp. What a script produced (its URL, result, error) is cleaned,
+// not refused.
+func JournalRecord(p store.JournalRecordParams, now time.Time) (store.JournalRecordParams, error) {
+	e := &p.JournalEntry
+	if e.RunID == "" || e.Turn < 1 || e.Index < 0 {
+		return p, Invalidf("journal entry: run id, a turn from 1 and an index from 0 are required")
+	}
+	if !slices.Contains(JournalPrimitives, e.Primitive) {
+		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s)",
+			e.RunID, e.Turn, e.Primitive, strings.Join(JournalPrimitives, ", "))
+	}
+	if e.Usage.PromptTokens < 0 || e.Usage.CompletionTokens < 0 {
+		return p, Invalidf("journal entry of run %s turn %d: usage must not be negative", e.RunID, e.Turn)
+	}
+	if len(e.Result) > 0 {
+		if err := CheckJSON("journal entry result", e.Result); err != nil {
 			return p, err
 		}
-		p.Charge = &c
+		e.Result = CleanJSON(e.Result)
 	}
-	return p, nil
+	e.Method, e.URL, e.Error = Clean(e.Method), Clean(e.URL), Clean(e.Error)
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = now
+	} else {
+		e.CreatedAt = Time(e.CreatedAt)
+	}
+	var err error
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// JournalListByRun validates p.
+func JournalListByRun(p store.JournalListByRunParams) error {
+	if p.RunID == "" {
+		return Invalidf("journal list: run id is empty")
+	}
+	return nil
 }
 
 // ModelReply validates a reply to record and fills its timestamp.
@@ -509,31 +557,6 @@ func ApprovalCreate(p store.ApprovalCreateParams) (store.ApprovalCreateParams, e
 // ApprovalResolve validates p.
 func ApprovalResolve(p store.ApprovalResolveParams) error {
 	return CheckText("approval decided by", p.DecidedBy)
-}
-
-// BatchCreate validates p and fills its id.
-func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
-	if p.ID == "" {
-		p.ID = NewID()
-	} else if err := CheckID("batch id", p.ID); err != nil {
-		return p, err
-	}
-	if p.Tenant == "" {
-		return p, Invalidf("batch: tenant is required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	if p.Total < 0 {
-		return p, Invalidf("batch %s: total must not be negative", p.ID)
-	}
-	if err := CheckText("batch agent", p.Agent); err != nil {
-		return p, err
-	}
-	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
-		return p, err
-	}
-	return p, nil
 }
 
 // SkillUpsert validates p.
