@@ -653,7 +653,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	} else {
 		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
 			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
 		if cfg.Journal != nil {
