@@ -29,10 +29,11 @@ const (
 	Chaos      = "chaos"
 	Fanout     = "fanout"
 	Webhooks   = "webhooks"
+	Batch      = "batch"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -48,6 +49,7 @@ var scenarioDefaults = map[string]defaults{
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
 	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
+	Batch:      {runs: 100_000, turns: 2, workers: 1, slots: 64},
 }
 
 // Other defaults.
@@ -125,6 +127,10 @@ type Config struct {
 	// ReadyDepth is the scheduler's cushion of turns ready for the
 	// workers beyond their idle slots (zero: the fleet's default).
 	ReadyDepth int
+	// NATSCluster, with Spawn, runs NATS as a JetStream cluster of that
+	// many nodes (3 or 5) with R3 streams instead of one server; chaos
+	// then kills cluster nodes (clusterChaos) instead of its usual steps.
+	NATSCluster int
 	// PGRestartCmd restarts Postgres in the chaos scenario (run by
 	// sh -c); empty skips that step.
 	PGRestartCmd string
@@ -257,6 +263,9 @@ func (c *Config) applyDefaults() error {
 	if c.Spawn && c.NATSURL != "" {
 		errs = append(errs, fmt.Errorf("--spawn starts its own NATS server: drop --nats-url"))
 	}
+	if c.NATSCluster != 0 && (c.NATSCluster < 3 || c.NATSCluster > 5 || !c.Spawn) {
+		errs = append(errs, fmt.Errorf("--nats-cluster %d: a cluster of 3 to 5 nodes, for a fleet of processes (--spawn or chaos)", c.NATSCluster))
+	}
 	if c.ReadyDepth < 0 {
 		errs = append(errs, fmt.Errorf("--ready-depth must not be negative"))
 	}
@@ -276,6 +285,11 @@ func (c *Config) applyDefaults() error {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.applyDefaults(); err != nil {
 		return nil, err
+	}
+	if cfg.Progress != nil {
+		// The progress line and the scenario's own lines (say) come from
+		// two goroutines.
+		cfg.Progress = &lockedWriter{w: cfg.Progress}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -335,6 +349,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		e.printf("fake model listening at %s (AGENTFLEET_MODEL=%s OPENAI_BASE_URL=%s for the fleet's workers)\n", m.URL(), ModelName, m.URL())
 	case cfg.Spawn:
 		p.Mode, p.Store, p.NATS = "processes", "postgres", "process"
+		if cfg.NATSCluster > 1 {
+			p.NATS = fmt.Sprintf("cluster of %d processes, R%d streams", cfg.NATSCluster, ClusterReplicas)
+		}
 		p.MaxWaiting = maxWaiting(cfg, cfg.Workers*cfg.Slots)
 		p.GOMAXPROCS = cfg.GOMAXPROCS
 		pf, err := startProcFleet(ctx, cfg, m.URL())
@@ -390,11 +407,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case Fairness:
 		runErr = e.fairness(ctx)
 	case Chaos:
-		runErr = e.chaos(ctx)
+		if cfg.NATSCluster > 1 {
+			runErr = e.clusterChaos(ctx)
+		} else {
+			runErr = e.chaos(ctx)
+		}
 	case Fanout:
 		runErr = e.fanout(ctx)
 	case Webhooks:
 		runErr = e.webhooks(ctx)
+	case Batch:
+		runErr = e.batch(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()
@@ -439,6 +462,18 @@ func (e *env) printf(format string, a ...any) {
 	if e.cfg.Progress != nil {
 		fmt.Fprintf(e.cfg.Progress, format, a...)
 	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // say prints a line on the progress writer, above the progress line.

@@ -27,7 +27,6 @@ import (
 // mid-call are counted.
 func (e *env) chaos(ctx context.Context) error {
 	pf := e.procs
-	st := pf.store()
 	t, err := e.tenant(ctx, "chaos")
 	if err != nil {
 		return err
@@ -123,6 +122,13 @@ func (e *env) chaos(ctx context.Context) error {
 	submitLate()
 	<-lateDone
 	subs, submitErrs = append(subs, lateSubs...), submitErrs+lateErrs
+	return e.chaosVerdict(ctx, t, f, start, subs, submitErrs)
+}
+
+// chaosVerdict waits for t's runs and judges them: every run completed,
+// no turn committed twice, traces dense, every disruption done.
+func (e *env) chaosVerdict(ctx context.Context, t *tenant, f *ChaosFigures, start time.Time, subs []submission, submitErrs int) error {
+	st := e.procs.store()
 	waitErr := e.waitAll(ctx, t)
 	_, runs, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {

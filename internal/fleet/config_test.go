@@ -201,7 +201,46 @@ func TestWebhookSettingsFromEnv(t *testing.T) {
 	sb := cfg.sandboxConfig(1)
 	require.Equal(t, []string{"billing.internal"}, sb.Network.AllowHosts)
 	require.Len(t, sb.Network.Allow, 1)
+	require.False(t, sb.Network.DenyPrivate)
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "deny")
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	require.True(t, cfg.sandboxConfig(1).Network.DenyPrivate)
+	require.True(t, cfg.egress().DenyPrivate, "for run callbacks too")
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "no")
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_PRIVATE")
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "")
 	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
 	_, err = ConfigFromEnv()
 	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
+}
+
+func TestNATSClusterFromEnv(t *testing.T) {
+	ca := t.TempDir() + "/ca.pem"
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600))
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+		err  string
+	}{
+		{env: map[string]string{}, want: 1},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "3"}, want: 3},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "7"}, err: "AGENTFLEET_NATS_REPLICAS=7 must be 1 to 5"},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "three"}, err: `AGENTFLEET_NATS_REPLICAS="three" is not a whole number`},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CA": ca}, want: 1},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CA": ca + ".missing"}, err: "AGENTFLEET_NATS_TLS_CA"},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CERT": ca}, err: "AGENTFLEET_NATS_TLS_CERT and AGENTFLEET_NATS_TLS_KEY go together"},
+	} {
+		for _, k := range []string{"AGENTFLEET_NATS_REPLICAS", "AGENTFLEET_NATS_TLS_CA", "AGENTFLEET_NATS_TLS_CERT", "AGENTFLEET_NATS_TLS_KEY"} {
+			t.Setenv(k, tc.env[k])
+		}
+		cfg, err := ConfigFromEnv()
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, "%v", tc.env)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.env)
+		require.Equal(t, tc.want, cfg.NATSReplicas)
+	}
 }

@@ -64,6 +64,7 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	bcfg := bus.Config{
 		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
 		EventsMaxAge: cfg.EventsMaxAge, Logger: logger,
+		Replicas: cfg.NATSReplicas, TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
 	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
@@ -75,6 +76,10 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	if err := os.MkdirAll(cfg.NATSStoreDir(), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create NATS store dir: %w", err)
 	}
+	if bcfg.Replicas > 1 {
+		logger.Warn("the embedded NATS server is one server: its streams have 1 replica", "AGENTFLEET_NATS_REPLICAS", bcfg.Replicas)
+	}
+	bcfg.Replicas = 1
 	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded NATS: %w", err)
@@ -119,6 +124,12 @@ type DispatcherConfig struct {
 	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps a POST /v1/batches body (zero:
+	// api.BatchMaxBytesDefault); BatchSweepInterval is how often batches
+	// are swept and their progress published (zero:
+	// api.BatchSweepIntervalDefault).
+	BatchMaxBytes      int64
+	BatchSweepInterval time.Duration
 	// Tracer traces admissions; nil means one from the standard
 	// OpenTelemetry environment (off unless it asks).
 	Tracer *telemetry.Tracer
@@ -136,6 +147,9 @@ type DispatcherConfig struct {
 	Egress           egress.Config
 	CallbackInterval time.Duration
 	CallbackBackoff  time.Duration
+	// ApprovalSweepInterval overrides how often approvals are expired
+	// and notified (api.ApprovalSweepIntervalDefault).
+	ApprovalSweepInterval time.Duration
 	// Retention is how long ended runs are kept before they are deleted
 	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
 	// sweep runs where the scheduler leads. RetentionInterval is how
@@ -200,7 +214,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
 		Resume: func(ctx context.Context, run agentfleet.Run) error {
-			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake})
+			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake})
 		},
 	})
 	if err != nil {
@@ -232,7 +246,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
 		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
-		RunsDeleted: deleted.WithLabelValues("api"),
+		RunsDeleted: deleted.WithLabelValues("api"), BatchMaxBytes: cfg.BatchMaxBytes,
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
@@ -288,6 +302,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepBatches(ctx, cmp.Or(d.cfg.BatchSweepInterval, api.BatchSweepIntervalDefault), d.sched.Leading)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepApprovals(ctx, cmp.Or(d.cfg.ApprovalSweepInterval, api.ApprovalSweepIntervalDefault), d.sched.Leading)
+	}()
 	if d.retention != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.retention.run(ctx) }()

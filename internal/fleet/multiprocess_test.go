@@ -145,24 +145,10 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	waitReady(t, apiURL)
-	admin := client.New(apiURL, "admin-secret")
-	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
-	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
-
+	waitDispatcherReady(t, apiURL)
 	const runs = 60
-	ids := make([]string, runs)
-	for i := range runs {
-		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
-		require.NoError(t, err)
-		ids[i] = run.ID
-	}
-	completed := func() int {
-		c, err := st.RunCountByStatus(ctx, "acme")
-		require.NoError(t, err)
-		return c[agentfleet.StatusCompleted]
-	}
+	tenant, ids := submitComputeRuns(t, apiURL, runs)
+	completed := func() int { return completedRuns(t, st) }
 	require.Eventually(t, func() bool { return completed() >= 10 }, 60*time.Second, 10*time.Millisecond)
 	require.NoError(t, workers[0].cmd.Process.Signal(syscall.SIGKILL))
 	<-workers[0].done
@@ -182,7 +168,62 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 	require.Equal(t, 0, workers[1].cmd.ProcessState.ExitCode(), "a drained worker exits 0")
 
-	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	requireComputed(t, st, tenant, ids, 90*time.Second)
+	calls := map[string]int{}
+	for _, r := range model.Received() {
+		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
+	}
+	repeated := 0
+	for _, n := range calls {
+		repeated += n - 1
+	}
+	t.Logf("%d runs completed; %d model calls for %d turns (%d repeated: the killed worker's and the restart's interrupted calls)",
+		runs, len(model.Received()), 3*runs, repeated)
+}
+
+// waitDispatcherReady waits until the dispatcher at apiURL answers /readyz.
+func waitDispatcherReady(t *testing.T, apiURL string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+}
+
+// submitComputeRuns creates tenant acme on the dispatcher at apiURL and
+// submits n three-turn runs ("compute i", answered by threeTurns).
+func submitComputeRuns(t *testing.T, apiURL string, n int) (*client.Client, []string) {
+	t.Helper()
+	ctx := context.Background()
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	tenant := apiClient(t, apiURL, tv.APIKey)
+	ids := make([]string, n)
+	for i := range n {
+		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
+		require.NoError(t, err)
+		ids[i] = run.ID
+	}
+	return tenant, ids
+}
+
+func completedRuns(t *testing.T, st store.Store) int {
+	t.Helper()
+	c, err := st.RunCountByStatus(context.Background(), "acme")
+	require.NoError(t, err)
+	return c[agentfleet.StatusCompleted]
+}
+
+// requireComputed waits for the runs of submitComputeRuns and checks each
+// completed with its answer and committed each turn once.
+func requireComputed(t *testing.T, st store.Store, tenant *client.Client, ids []string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for i, id := range ids {
 		run, err := tenant.Wait(waitCtx, id)
@@ -195,16 +236,6 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		require.JSONEq(t, strconv.Quote(fmt.Sprintf("result %d", 2*i+1)), string(run.Answer))
 		requireCommittedOnce(t, st, run)
 	}
-	calls := map[string]int{}
-	for _, r := range model.Received() {
-		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
-	}
-	repeated := 0
-	for _, n := range calls {
-		repeated += n - 1
-	}
-	t.Logf("%d runs completed; %d model calls for %d turns (%d repeated: the killed worker's and the restart's interrupted calls)",
-		runs, len(model.Received()), 3*runs, repeated)
 }
 
 // requireCommittedOnce checks a run's trace holds each turn exactly once.
@@ -334,10 +365,10 @@ func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet
 	f.first = f.startWorker("worker0")
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	waitReady(t, apiURL)
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	waitDispatcherReady(t, apiURL)
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	f.tenant = client.New(apiURL, tv.APIKey)
+	f.tenant = apiClient(t, apiURL, tv.APIKey)
 	return f
 }
 
@@ -345,15 +376,3 @@ func (f *workerFleet) startWorker(name string) *proc {
 	return startProc(f.t, name, f.workerBin, f.workerEnv)
 }
 
-// waitReady waits for a dispatcher's /readyz.
-func waitReady(t *testing.T, apiURL string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-}

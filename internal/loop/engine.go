@@ -286,6 +286,9 @@ type TurnInput struct {
 	// Children are the runs Run waited for (Run.WaitIDs), as they are
 	// now: this turn's args gets their results.
 	Children []agentfleet.Run
+	// Approval looks up the approvals of the calls the agent's approve
+	// rules cover; nil makes such a call throw.
+	Approval agentfleet.ApprovalFunc
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after
@@ -306,6 +309,11 @@ const (
 	// the model call (Budget says what was needed and left). The run
 	// parks or fails, by the tenant's policy.
 	OutcomeNoBudget
+	// OutcomeApproval: nothing to commit; the script stopped at a call
+	// that waits for a person's approval (Approval says which). The run
+	// parks until it is decided, then the turn runs again: its recorded
+	// reply, the same script, the call approved or throwing.
+	OutcomeApproval
 )
 
 func (o Outcome) String() string {
@@ -316,6 +324,8 @@ func (o Outcome) String() string {
 		return "finished"
 	case OutcomeNoBudget:
 		return "no_budget"
+	case OutcomeApproval:
+		return "approval"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -341,8 +351,9 @@ type TurnResult struct {
 	// Events are the turn's events, in order, without seq (the store
 	// assigns it on commit).
 	Events []agentfleet.Event
-	// Budget is set with OutcomeNoBudget.
-	Budget *agentfleet.BudgetExhaustedError
+	// Budget is set with OutcomeNoBudget, Approval with OutcomeApproval.
+	Budget   *agentfleet.BudgetExhaustedError
+	Approval *agentfleet.ApprovalCall
 	// Spawned counts the children the turn's script spawned. With
 	// Status waiting_children, the run waits for WaitIDs until
 	// WaitUntil (zero: until they end).
@@ -654,7 +665,8 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	} else {
 		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
 		if cfg.Journal != nil {
 			t.journal = &turnJournal{t: t, pending: map[int]pendingCharge{}}
@@ -682,6 +694,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	t.res.Usage = t.res.Usage.Add(exec.AIUsage)
 	t.res.Spawned = t.spawned
 	t.mu.Unlock()
+	if exec.Approval != nil {
+		return TurnResult{Turn: t.n, Outcome: OutcomeApproval, Status: run.Status, Usage: t.res.Usage, Approval: exec.Approval}, nil
+	}
 	if exec.Wait != nil && exec.Err == nil && exec.Answered {
 		exec.Answered, exec.Answer = false, nil
 		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException,
