@@ -38,9 +38,9 @@ func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
 }
 
 const insertBatchRunHead = `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
-	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id) VALUES `
+	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id, agent_version) VALUES `
 
-var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 17)
+var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 18)
 
 func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
 	p, err := rules.BatchAdmit(p)
@@ -59,8 +59,18 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 		}
 	}
 	now := rules.Now()
+	var version int
 	err = s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
+		// Every run of the batch is admitted under its agent's version
+		// of now.
+		err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Agent).Scan(&version)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", p.Agent, store.ErrUnknownAgent)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
 				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			textArg(rules.EncodeMetadata(p.Metadata)), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now.UnixMicro())
@@ -69,7 +79,7 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 	if err != nil {
 		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
 	}
-	return store.BatchAdmitResult{Admission: &admission{s: s, p: p}}, nil
+	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, agentVersion: version}}, nil
 }
 
 // admission is one batch's admission in chunks.
@@ -78,6 +88,8 @@ type admission struct {
 	p     store.BatchAdmitParams
 	next  int
 	ended bool
+	// agentVersion is the version of the batch's agent its runs use.
+	agentVersion int
 }
 
 func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
@@ -99,11 +111,11 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 		if err := a.checkKeys(ctx, tx, rows); err != nil {
 			return err
 		}
-		err := insertRows(ctx, tx, insertBatchRunSQL, 17, len(rows), func(args []any, i int) []any {
+		err := insertRows(ctx, tx, insertBatchRunSQL, 18, len(rows), func(args []any, i int) []any {
 			r := rows[i]
 			return append(args, r.ID, r.Tenant, r.Agent, r.SessionID, rules.BatchAdmitting, r.Message, blobArg(r.Context),
 				textArg(rules.EncodeMetadata(r.Metadata)), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
-				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID)
+				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID, a.agentVersion)
 		})
 		if err != nil {
 			return fmt.Errorf("insert %d runs: %w", len(rows), err)
