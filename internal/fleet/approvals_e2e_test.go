@@ -239,7 +239,7 @@ func approvals(t *testing.T, f *testFleet, pay *payee) {
 	// Another tenant sees none of it.
 	other, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "umbrella"})
 	require.NoError(t, err)
-	oc := client.New(f.dispatcher.URL(), other.APIKey)
+	oc := apiClient(t, f.dispatcher.URL(), other.APIKey)
 	list, err := oc.ListApprovals(f.ctx, client.ListApprovalsParams{})
 	require.NoError(t, err)
 	require.Empty(t, list.Approvals)
