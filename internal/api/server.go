@@ -103,6 +103,8 @@ type Config struct {
 	Console http.Handler
 	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
 	RunsDeleted prometheus.Counter
+	// NATSCreds, when set, serves /v1/tenants/{id}/nats-creds.
+	NATSCreds NATSCreds
 }
 
 // Server serves the API.
@@ -235,6 +237,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	s.mux.HandleFunc("GET /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsGet))
+	s.mux.HandleFunc("DELETE /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsRevoke))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))

@@ -108,12 +108,7 @@ func Connect(ctx context.Context, cfg Config, opts ...Option) (*Bus, error) {
 	if cfg.CredsFile != "" {
 		nopts = append(nopts, nats.UserCredentials(cfg.CredsFile))
 	}
-	url := cfg.URL
-	if co.embedded != nil {
-		nopts = append(nopts, nats.InProcessServer(inProcess{co.embedded}))
-		url = ""
-	}
-	nc, err := nats.Connect(url, nopts...)
+	nc, url, err := co.dial(cfg, nopts)
 	if err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)

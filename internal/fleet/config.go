@@ -57,6 +57,14 @@ type Config struct {
 	DatabaseURL string
 	// NATSURL is the NATS server; empty means an embedded server.
 	NATSURL string
+	// NATSCreds (AGENTFLEET_NATS_CREDS) is the fleet's NATS creds file;
+	// NATSSigningKey (AGENTFLEET_NATS_SIGNING_KEY) the issuer bundle a
+	// dispatcher signs and revokes tenants' subscriber creds with. Both
+	// are written by `agentctl nats-auth`; dev mode makes its own.
+	NATSCreds      string
+	NATSSigningKey string
+	// natsAuthDir holds the embedded server's auth (dev mode).
+	natsAuthDir string
 	// NATSListen is where dev mode's embedded server also listens, so
 	// `nats sub` works from another terminal. Empty: in-process only.
 	NATSListen string
@@ -141,19 +149,21 @@ type Config struct {
 // ConfigFromEnv reads the environment, applying defaults.
 func ConfigFromEnv() (Config, error) {
 	c := Config{
-		Listen:        envOr("AGENTFLEET_LISTEN", ListenDefault),
-		AdminToken:    os.Getenv("AGENTFLEET_ADMIN_TOKEN"),
-		DatabaseURL:   os.Getenv("AGENTFLEET_DATABASE_URL"),
-		NATSURL:       os.Getenv("AGENTFLEET_NATS_URL"),
-		NATSListen:    envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
-		DataDir:       envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
-		MetricsListen: os.Getenv("AGENTFLEET_METRICS_LISTEN"),
-		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
-		DrainTimeout:  DrainTimeoutDefault,
-		Model:         llm.ConfigFromEnv(),
-		SecretsKey:    os.Getenv(secrets.EnvKey),
-		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
-		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
+		Listen:         envOr("AGENTFLEET_LISTEN", ListenDefault),
+		AdminToken:     os.Getenv("AGENTFLEET_ADMIN_TOKEN"),
+		DatabaseURL:    os.Getenv("AGENTFLEET_DATABASE_URL"),
+		NATSURL:        os.Getenv("AGENTFLEET_NATS_URL"),
+		NATSListen:     envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
+		NATSCreds:      os.Getenv("AGENTFLEET_NATS_CREDS"),
+		NATSSigningKey: os.Getenv("AGENTFLEET_NATS_SIGNING_KEY"),
+		DataDir:        envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
+		MetricsListen:  os.Getenv("AGENTFLEET_METRICS_LISTEN"),
+		Prefix:         os.Getenv("AGENTFLEET_NATS_PREFIX"),
+		DrainTimeout:   DrainTimeoutDefault,
+		Model:          llm.ConfigFromEnv(),
+		SecretsKey:     os.Getenv(secrets.EnvKey),
+		PublicURL:      strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
+		EgressAllow:    os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
@@ -211,6 +221,11 @@ func (c Config) Validate() error {
 	if c.NATSListen != "" {
 		if _, _, err := net.SplitHostPort(c.NATSListen); err != nil {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_LISTEN=%q must be host:port, e.g. %s", c.NATSListen, NATSListenDefault))
+		}
+	}
+	for env, path := range map[string]string{"AGENTFLEET_NATS_CREDS": c.NATSCreds, "AGENTFLEET_NATS_SIGNING_KEY": c.NATSSigningKey} {
+		if _, err := os.Stat(path); path != "" && err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %v (write it with: agentctl nats-auth DIR)", env, path, err))
 		}
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {

@@ -63,7 +63,7 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
 	bcfg := bus.Config{
 		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
-		EventsMaxAge: cfg.EventsMaxAge, Logger: logger,
+		EventsMaxAge: cfg.EventsMaxAge, Logger: logger, CredsFile: cfg.NATSCreds,
 	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
@@ -75,7 +75,11 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	if err := os.MkdirAll(cfg.NATSStoreDir(), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create NATS store dir: %w", err)
 	}
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger})
+	authConf, err := cfg.embeddedAuthConf()
+	if err != nil {
+		return nil, nil, err
+	}
+	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger, AuthConf: authConf})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded NATS: %w", err)
 	}
@@ -147,6 +151,9 @@ type DispatcherConfig struct {
 	RetentionInterval time.Duration
 	RetentionBatch    int
 	RetentionPause    time.Duration
+	// NATSCreds issues tenants' NATS subscriber creds (nil: the
+	// endpoints answer 503).
+	NATSCreds api.NATSCreds
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -237,6 +244,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
 		Tracer:         d.tracer,
+		NATSCreds:      cfg.NATSCreds,
 	})
 	if err != nil {
 		return nil, err
