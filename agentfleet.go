@@ -12,6 +12,7 @@ package agentfleet
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -99,9 +100,13 @@ func (u Usage) Add(o Usage) Usage {
 // Run is one agent working one task. Turn counts committed turns: the next
 // turn to execute is Turn+1.
 type Run struct {
-	ID             string            `json:"id"`
-	Tenant         string            `json:"tenant"`
-	Agent          string            `json:"agent"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	Agent  string `json:"agent"`
+	// AgentVersion is the version of the agent the run was admitted
+	// under, which it uses to its end (0: a run admitted before agents
+	// had versions, which uses the agent's current one).
+	AgentVersion   int               `json:"agent_version,omitempty"`
 	SessionID      string            `json:"session_id,omitempty"`
 	Status         RunStatus         `json:"status"`
 	Message        string            `json:"message"`
@@ -266,21 +271,82 @@ type Tenant struct {
 	UpdatedAt     time.Time       `json:"updated_at"`
 }
 
-// Agent is a profile a run executes under: persona, model and the
-// primitives its scripts may call. Every tenant has one named "default".
+// Agent is a profile a run executes under, as one version of it: a
+// tenant's agent is replaced whole (PUT /v1/agents/{name}) and each
+// replacement is a new Version, which a run admitted under it keeps to its
+// end. Every tenant has one named "default".
 type Agent struct {
-	Tenant              string   `json:"tenant"`
-	Name                string   `json:"name"`
-	Persona             string   `json:"persona"`
-	Model               string   `json:"model,omitempty"`
-	Primitives          []string `json:"primitives,omitempty"`
-	MaxCompletionTokens int      `json:"max_completion_tokens,omitempty"`
-	MaxTurns            int      `json:"max_turns,omitempty"`
+	Tenant  string `json:"tenant"`
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+	AgentSpec
+	// CreatedAt is when the agent was first defined, UpdatedAt when this
+	// version was.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// AgentSpec is what a tenant defines of an agent. It is stored as one
+// JSON document per version, so a new field is one line here (and its
+// validation). Zero fields take the fleet's defaults.
+type AgentSpec struct {
+	// Persona is the agent's system text ("system" on the wire), placed
+	// after the turn protocol and before the sandbox API in the prompt.
+	Persona string `json:"system,omitempty"`
+	// Model overrides the worker's default model.
+	Model string `json:"model,omitempty"`
+	// Primitives allow-lists the sandbox primitives its scripts may call
+	// (the prompt declares only those); nil means all, empty none but
+	// the turn protocol's own (log, answer, ...).
+	Primitives []string `json:"primitives"`
+	// MaxTurns and MaxTokens apply to a run that sets none of its own.
+	MaxTurns  int   `json:"max_turns,omitempty"`
+	MaxTokens int64 `json:"max_tokens,omitempty"`
+	// MaxCompletionTokens caps each turn's reply.
+	MaxCompletionTokens int `json:"max_completion_tokens,omitempty"`
 	// MaxModelCallsPerTurn caps a turn's model calls, its own and its
-	// script's ai() sub-calls; zero means the fleet's default.
-	MaxModelCallsPerTurn int       `json:"max_model_calls_per_turn,omitempty"`
-	CreatedAt            time.Time `json:"created_at"`
-	UpdatedAt            time.Time `json:"updated_at"`
+	// script's ai() sub-calls.
+	MaxModelCallsPerTurn int `json:"max_model_calls_per_turn,omitempty"`
+	// TurnTimeout bounds one turn's script in wall time, host calls
+	// included; it can only shorten the worker's limit.
+	TurnTimeout Duration `json:"turn_timeout,omitempty"`
+	// Egress names hosts, IP addresses and CIDRs its scripts may reach
+	// past the private-address block.
+	Egress []string `json:"egress,omitempty"`
+	// Approve lists the primitive calls that need a person's yes
+	// ("http.post", "fetch:POST", "spawn", "*"); ApprovalTimeout is how
+	// long such a request waits (default ApprovalTimeoutDefault), and
+	// ApprovalCallbackURL is told of each.
+	Approve             []string `json:"approve,omitempty"`
+	ApprovalTimeout     Duration `json:"approval_timeout,omitempty"`
+	ApprovalCallbackURL string   `json:"approval_callback_url,omitempty"`
+}
+
+// ApprovalTimeoutDefault is an agent's approval_timeout when it sets none.
+const ApprovalTimeoutDefault = Duration(24 * time.Hour)
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("90s", "24h0m0s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string like \"90s\" or \"24h\", not %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration like \"90s\" or \"24h\"", s)
+	}
+	*d = Duration(v)
+	return nil
 }
 
 // DefaultAgent is the name of the agent every tenant has.

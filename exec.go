@@ -3,6 +3,8 @@ package agentfleet
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -29,6 +31,10 @@ type ExecRequest struct {
 	// Secrets are values to redact from logs and results. The sandbox
 	// redacts in the caller's process; they never reach the script's.
 	Secrets []string
+	// Journal, when set, records the script's side-effecting calls and
+	// replays those an earlier attempt of the turn recorded; the HTTP
+	// ones carry an Idempotency-Key (JournalEntry.IdempotencyKey).
+	Journal Journal
 }
 
 // ScriptErrorKind classifies why a script failed.
@@ -87,8 +93,9 @@ type SpawnRequest struct {
 	MaxTokens int64             `json:"max_tokens,omitempty"`
 }
 
-// SpawnFunc starts a child run for a script's spawn(); index counts the
-// script's spawn() calls from 0. An error is thrown to the script.
+// SpawnFunc starts a child run for a script's spawn(); index is the
+// call's journal index (JournalEntry.Index), counted the same way when the
+// turn has no journal. An error is thrown to the script.
 type SpawnFunc func(ctx context.Context, index int, req SpawnRequest) (id string, err error)
 
 // WaitRequest is a script's wait(ids, {timeout}).
@@ -113,3 +120,63 @@ type ChildResult struct {
 
 // ChildAnswerMaxBytes bounds a child's answer in its parent's args.
 const ChildAnswerMaxBytes = 64 << 10
+
+// JournalEntry is one side-effecting call of a script (fetch or http with
+// a method other than GET and HEAD, ai, aiJSON, spawn), recorded under
+// (run, turn, index) with what it returned before the script saw it, so
+// that a turn executed again replays it instead of making it again.
+type JournalEntry struct {
+	RunID string `json:"run_id"`
+	Turn  int    `json:"turn"`
+	// Index counts the turn's journaled calls from 0, in call order.
+	Index     int    `json:"index"`
+	Primitive string `json:"primitive"`
+	// Method and URL are the request's (fetch and http).
+	Method string `json:"method,omitempty"`
+	URL    string `json:"url,omitempty"`
+	// Result is what the call returned to the script (JSON); Error,
+	// when set, is the message thrown to it instead.
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// Usage is an ai() call's tokens (charged once, when recorded).
+	Usage     Usage     `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// IdempotencyKey is the Idempotency-Key header of a journaled HTTP call:
+// the same on every attempt of its turn, so a receiver can drop a repeat.
+func (e JournalEntry) IdempotencyKey() string {
+	return e.RunID + "/" + strconv.Itoa(e.Turn) + "/" + strconv.Itoa(e.Index)
+}
+
+// Journal records a turn's side-effecting calls for ExecRequest.Journal.
+// The sandbox numbers the calls and fills Index, Primitive, Method and URL.
+type Journal interface {
+	// Replay returns the entry an earlier attempt of the turn recorded
+	// for call.Index, if any. An entry of another call (the script does
+	// not call in the same order) is a *JournalMismatchError.
+	Replay(ctx context.Context, call JournalEntry) (JournalEntry, bool, error)
+	// Record records call's outcome (Result or Error). The script sees
+	// the outcome only when Record returned nil; an error means it could
+	// not be recorded and the turn must not go on.
+	Record(ctx context.Context, call JournalEntry) error
+}
+
+// JournalMismatchError is a turn executed again that makes another call
+// at an index than the one recorded there.
+type JournalMismatchError struct {
+	Recorded, Call JournalEntry
+}
+
+func (e *JournalMismatchError) Error() string {
+	return fmt.Sprintf("the script is not deterministic: on this turn's earlier attempt its side-effecting call #%d was %s, now it is %s; "+
+		"recorded calls are replayed in order, so make the same fetch/http/ai/spawn calls in the same order on every attempt (no Date.now() or Math.random() deciding them)",
+		e.Call.Index, describeCall(e.Recorded), describeCall(e.Call))
+}
+
+func describeCall(e JournalEntry) string {
+	if e.Method == "" && e.URL == "" {
+		return e.Primitive + "()"
+	}
+	return e.Primitive + " " + e.Method + " " + e.URL
+}

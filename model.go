@@ -1,6 +1,9 @@
 package agentfleet
 
-import "context"
+import (
+	"context"
+	"strconv"
+)
 
 // Chat roles.
 const (
@@ -41,6 +44,18 @@ type ModelResponse struct {
 	FinishReason string `json:"finish_reason,omitempty"`
 }
 
+// ModelUnavailableError is a model client's refusal of a model it cannot
+// serve: an agent names a model the worker has no route to. Trying again
+// cannot help, so the turn fails with it.
+type ModelUnavailableError struct {
+	Model  string
+	Reason string
+}
+
+func (e *ModelUnavailableError) Error() string {
+	return "model " + strconv.Quote(e.Model) + " is not served by this worker: " + e.Reason
+}
+
 // ModelChunk is one piece of a streamed reply. The last chunk has Done set
 // and carries the whole response with usage.
 type ModelChunk struct {
@@ -55,6 +70,8 @@ type AIRequest struct {
 	// Schema, when set, asks for a JSON value of this JSON Schema.
 	Schema []byte
 	JSON   bool
+	// Index is the call's journal index (JournalEntry.Index).
+	Index int
 }
 
 // AIResponse is the reply to an AIRequest.

@@ -149,7 +149,7 @@ func TestLookupCacheUnknownAgent(t *testing.T) {
 		require.EqualValues(t, i+1, agents, "an unknown agent is asked for every time")
 	}
 
-	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Persona: "You research."})
+	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Spec: agentfleet.AgentSpec{Persona: "You research."}})
 	require.NoError(t, err)
 	r := e.createRun(key, body)
 	require.Equal(t, "researcher", r.Agent, "an agent created after a rejection is accepted at once")

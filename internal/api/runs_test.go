@@ -77,7 +77,7 @@ func TestRunCreateAllFields(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	key := e.tenant("acme")
-	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Persona: "You research."})
+	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Spec: agentfleet.AgentSpec{Persona: "You research."}})
 	require.NoError(t, err)
 
 	before := time.Now()
@@ -334,7 +334,7 @@ func TestRunList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	key := e.tenant("acme")
-	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Persona: "p"})
+	_, err := e.store.AgentUpsert(e.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "researcher", Spec: agentfleet.AgentSpec{Persona: "p"}})
 	require.NoError(t, err)
 
 	// Empty is an empty list, not null.

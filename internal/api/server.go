@@ -111,7 +111,7 @@ type Config struct {
 type Server struct {
 	cfg Config
 	log *slog.Logger
-	mux *http.ServeMux
+	mux *routeMux
 	// http times the requests (httpmetrics.go).
 	http *httpMetrics
 
@@ -167,7 +167,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.UnknownKeyTTL = UnknownKeyTTLDefault
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, mux: http.NewServeMux(),
+		cfg: cfg, log: cfg.Logger, mux: &routeMux{ServeMux: http.NewServeMux()},
 		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
@@ -253,6 +253,7 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.HandleFunc("GET /v1/openapi.json", s.handleOpenAPI)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errNotFound("no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

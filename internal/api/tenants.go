@@ -124,10 +124,10 @@ func (s *Server) handleTenantCreate(w http.ResponseWriter, r *http.Request, _ pr
 // CreateTenant creates a tenant with its default agent and a fresh API
 // key, returned once (only its hash is stored).
 func CreateTenant(ctx context.Context, st store.Store, p store.TenantCreateParams) (apiKey string, err error) {
-	if _, err := st.TenantCreate(ctx, p); err != nil {
-		return "", err
+	if p.DefaultAgent.Persona == "" {
+		p.DefaultAgent.Persona = DefaultPersona
 	}
-	if _, err := st.AgentUpsert(ctx, store.AgentUpsertParams{Tenant: p.ID, Name: agentfleet.DefaultAgent, Persona: DefaultPersona}); err != nil {
+	if _, err := st.TenantCreate(ctx, p); err != nil {
 		return "", err
 	}
 	key := NewAPIKey()

@@ -37,6 +37,9 @@ type Demo struct {
 
 // Complete returns the demo's reply to the conversation in req.
 func (d Demo) Complete(ctx context.Context, req agentfleet.ModelRequest) (agentfleet.ModelResponse, error) {
+	if err := demoServes(req.Model); err != nil {
+		return agentfleet.ModelResponse{}, err
+	}
 	if err := d.wait(ctx); err != nil {
 		return agentfleet.ModelResponse{}, err
 	}
@@ -45,10 +48,23 @@ func (d Demo) Complete(ctx context.Context, req agentfleet.ModelRequest) (agentf
 
 // Stream delivers the demo's reply line by line, then Done.
 func (d Demo) Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error) {
+	if err := demoServes(req.Model); err != nil {
+		return agentfleet.ModelResponse{}, err
+	}
 	if err := d.wait(ctx); err != nil {
 		return agentfleet.ModelResponse{}, err
 	}
 	return streamText(ctx, demoResponse(req), fn)
+}
+
+// demoServes refuses a model other than the demo: an agent that names a
+// real model needs a worker configured for it.
+func demoServes(model string) error {
+	if model == "" || strings.EqualFold(model, DemoModelName) {
+		return nil
+	}
+	return &agentfleet.ModelUnavailableError{Model: model,
+		Reason: "this worker runs the offline demo model; set AGENTFLEET_MODEL and OPENAI_BASE_URL for a real one"}
 }
 
 func (d Demo) wait(ctx context.Context) error {

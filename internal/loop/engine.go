@@ -356,6 +356,10 @@ type turn struct {
 // to the script — exceptions, timeouts, limits — is in the result and
 // shown to the model on the next turn.
 func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
+	if in.Run.MaxTokens == 0 {
+		// The agent's cap holds for a run that sets none.
+		in.Run.MaxTokens = in.Agent.MaxTokens
+	}
 	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
 	t.res.Turn = t.n
 	if len(in.Secrets) > 0 {
@@ -471,6 +475,11 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 		return Reply{}, nil, err
 	}
 	resp, err := t.e.call(ctx, run, req, res)
+	var unavailable *agentfleet.ModelUnavailableError
+	if errors.As(err, &unavailable) {
+		r := t.fail(fmt.Sprintf("agent %s: %v", t.in.Agent.Name, unavailable))
+		return Reply{}, &r, nil
+	}
 	if err != nil {
 		return Reply{}, nil, err
 	}

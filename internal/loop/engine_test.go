@@ -517,7 +517,7 @@ func TestSystemPromptFitsItsBudget(t *testing.T) {
 	t.Parallel()
 	eng, err := loop.New(loop.Config{Model: llm.NewScripted(), Sandbox: pool(t)})
 	require.NoError(t, err)
-	prompt := eng.SystemPrompt(agentfleet.Agent{Persona: "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."})
+	prompt := eng.SystemPrompt(agentfleet.Agent{AgentSpec: agentfleet.AgentSpec{Persona: "You are a careful general-purpose agent. Work in small steps, check intermediate results with log(), and answer plainly."}})
 	tokens := len(prompt) / 4
 	t.Logf("default system prompt: %d bytes, %d tokens (bytes/4)", len(prompt), tokens)
 	require.LessOrEqual(t, tokens, 1500)
@@ -611,7 +611,7 @@ func TestStepAILoopStopsAtTheRunsMaxTokens(t *testing.T) {
 		replies = append(replies, sub)
 	}
 	b := setup(t, replies...)
-	out := b.drive(t, agentfleet.Run{Message: "t", MaxTokens: 3000}, agentfleet.Agent{MaxModelCallsPerTurn: 1000})
+	out := b.drive(t, agentfleet.Run{Message: "t", MaxTokens: 3000}, agentfleet.Agent{AgentSpec: agentfleet.AgentSpec{MaxModelCallsPerTurn: 1000}})
 	require.JSONEq(t, `{"n":6}`, string(out.results[0].Args), "110 + 6 x 500 tokens: the seventh call has no room")
 	require.Contains(t, out.results[0].Steps[1].Content, "max_tokens (3000) leaves no room")
 	reqs := b.model.Requests()
@@ -632,7 +632,7 @@ func TestStepModelCallsPerTurnAreCapped(t *testing.T) {
 		calls int
 	}{
 		{agentfleet.Agent{}, loop.MaxModelCallsPerTurnDefault},
-		{agentfleet.Agent{MaxModelCallsPerTurn: 3}, 3},
+		{agentfleet.Agent{AgentSpec: agentfleet.AgentSpec{MaxModelCallsPerTurn: 3}}, 3},
 	} {
 		replies := []llm.Reply{{Content: js(`function run(){
 			var n = 0;

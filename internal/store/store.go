@@ -1,7 +1,7 @@
 // Package store declares the store of record: tenants, API keys, agents,
-// runs, the step trace, carried state, events (the outbox every published
-// RunEvent comes from), the budget ledger, approvals, batches, triggers and
-// skills.
+// runs, the step trace and the side-effect journal, carried state, events
+// (the outbox every published RunEvent comes from), the budget ledger,
+// approvals, batches, triggers and skills.
 //
 // There are two backends behind the one Store interface: store/postgres
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
@@ -41,6 +41,9 @@ var (
 	// ErrInvalid: the parameters are malformed (unknown status, illegal
 	// transition, negative tokens).
 	ErrInvalid = errors.New("invalid")
+	// ErrUnknownAgent: a run names an agent its tenant does not have
+	// (never defined, or deleted). It is also ErrInvalid.
+	ErrUnknownAgent = fmt.Errorf("unknown agent (%w)", ErrInvalid)
 )
 
 // MaxQueuedRunsDefault is a tenant's max_queued_runs when none is given:
@@ -98,11 +101,27 @@ type Store interface {
 	// not writes.
 	TenantGetByAPIKey(ctx context.Context, p TenantGetByAPIKeyParams) (TenantGetByAPIKeyResult, error)
 
+	// AgentUpsert defines an agent or replaces it whole. A spec unlike
+	// the current one becomes the agent's next version (numbered on
+	// from the versions it had before a delete, from 1); the current
+	// spec again changes nothing. An unknown tenant is ErrNotFound.
 	AgentUpsert(ctx context.Context, p AgentUpsertParams) (agentfleet.Agent, error)
+	// AgentGetByName reads an agent's current version, or with Version
+	// set that version, which outlives replacements and the agent's
+	// delete: a run admitted under it uses it to its end.
 	AgentGetByName(ctx context.Context, p AgentGetByNameParams) (agentfleet.Agent, error)
-	AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error)
+	// AgentList pages a tenant's agents (current versions), newest
+	// first.
+	AgentList(ctx context.Context, p AgentListParams) (AgentListResult, error)
+	// AgentDelete deletes an agent: no new run can name it, while runs
+	// admitted under one of its versions keep it. The tenant's default
+	// agent cannot be deleted (ErrInvalid); an unknown one is
+	// ErrNotFound.
+	AgentDelete(ctx context.Context, p AgentDeleteParams) error
 
-	// RunCreate creates a run in status queued, or returns the existing
+	// RunCreate creates a run in status queued, under the current
+	// version of its agent (an agent the tenant does not have is
+	// ErrUnknownAgent), or returns the existing
 	// run when (tenant, idempotency key) was seen before (Created false),
 	// even when the tenant is at its cap. A new run that would take the
 	// tenant's unfinished runs past its max_queued_runs is a
@@ -134,8 +153,9 @@ type Store interface {
 	// repeat: its parent, waiting for it, resumes (running, its wake
 	// counted) once every child it waits for has ended; its unfinished
 	// children are cancelled: at once when queued or waiting (and theirs
-	// in turn), at their next turn boundary when running. A run that has
-	// not ended owes nothing.
+	// in turn), at their next turn boundary when running; a batch run's
+	// batch releases its next held runs while below its max_concurrent.
+	// A run that has not ended owes nothing.
 	RunEnded(ctx context.Context, p RunEndedParams) (RunEndedResult, error)
 	// RunChildrenDue settles what RunEnded's callers missed (a process
 	// that died in between, a wait that timed out): it wakes up to Limit
@@ -178,6 +198,17 @@ type Store interface {
 	ModelReplyRecord(ctx context.Context, p ModelReplyRecordParams) (ModelReplyRecordResult, error)
 	// ModelReplyGet returns the recorded reply of a turn, or ErrNotFound.
 	ModelReplyGet(ctx context.Context, runID string, turn int) (ModelReply, error)
+
+	// JournalRecord records a side-effecting call of a turn's script
+	// before the script sees its outcome (docs/ARCHITECTURE.md §4).
+	// Fenced like ModelReplyRecord: the run must have committed exactly
+	// Turn-1 turns and not have ended, else ErrConflict. An entry
+	// already recorded under (run, turn, index) is returned with Existed
+	// set and nothing changes. Charge settles an ai() call's budget in
+	// the same transaction, exactly as ModelReplyRecord's does.
+	JournalRecord(ctx context.Context, p JournalRecordParams) (JournalRecordResult, error)
+	// JournalListByRun returns a run's journal in (turn, index) order.
+	JournalListByRun(ctx context.Context, p JournalListByRunParams) ([]agentfleet.JournalEntry, error)
 
 	// TurnCommit commits one turn in one transaction: appends its steps
 	// and events, stores the new carried state and advances the run.
@@ -252,8 +283,34 @@ type Store interface {
 	// ErrConflict.
 	ApprovalResolve(ctx context.Context, p ApprovalResolveParams) (Approval, error)
 
-	BatchCreate(ctx context.Context, p BatchCreateParams) (Batch, error)
+	// BatchAdmit starts admitting a batch: the batch and its runs stay
+	// invisible (BatchGetByID, BatchList and RunList do not see them)
+	// until the admission commits, and leave nothing behind when it is
+	// aborted. A batch whose (tenant, idempotency key) was admitted
+	// before is returned as Existing instead, with no admission.
+	BatchAdmit(ctx context.Context, p BatchAdmitParams) (BatchAdmitResult, error)
+	// BatchGetByID reads a batch with its runs counted by status and
+	// their usage summed.
 	BatchGetByID(ctx context.Context, p BatchGetByIDParams) (Batch, error)
+	// BatchList pages a tenant's batches, newest first (without counts).
+	BatchList(ctx context.Context, p BatchListParams) (BatchListResult, error)
+	// BatchRuns reads a batch's runs in input order, from AfterIndex+1.
+	BatchRuns(ctx context.Context, p BatchRunsParams) ([]BatchRun, error)
+	// BatchCancel marks a batch cancelled (it stays so: repeating is a
+	// no-op) and cancels up to Limit of its runs not yet ended or asked
+	// to stop, as RunCancel would; More says some may be left.
+	BatchCancel(ctx context.Context, p BatchCancelParams) (BatchCancelResult, error)
+	// BatchRunHeld reports whether a queued batch run is held back by its
+	// batch's max_concurrent (not released yet): no turn of it is due.
+	BatchRunHeld(ctx context.Context, runID string) (bool, error)
+	// BatchSweep settles what runs' ends owe their batches that RunEnded's
+	// callers missed: it releases held runs of batches below their
+	// max_concurrent, and finishes batches whose runs have all ended
+	// (finished_at set; running becomes completed).
+	BatchSweep(ctx context.Context, p BatchSweepParams) (BatchSweepResult, error)
+	// BatchUnfinished lists batches not finished yet, oldest first, for
+	// their progress events.
+	BatchUnfinished(ctx context.Context, limit int) ([]Batch, error)
 
 	// TriggerCreate stores a trigger; a duplicate ID is ErrConflict.
 	TriggerCreate(ctx context.Context, p TriggerCreateParams) (Trigger, error)
@@ -329,6 +386,9 @@ type TenantCreateParams struct {
 	MaxQueuedRuns int
 	Weight        int // zero means 1
 	Exhausted     agentfleet.ExhaustedPolicy
+	// DefaultAgent is the spec of the tenant's "default" agent (its
+	// version 1).
+	DefaultAgent agentfleet.AgentSpec
 }
 
 // TenantUpdateParams changes the set fields of a tenant. Changing the
@@ -415,19 +475,31 @@ type TenantGetByAPIKeyResult struct {
 }
 
 type AgentUpsertParams struct {
-	Tenant              string
-	Name                string
-	Persona             string
-	Model               string
-	Primitives          []string
-	MaxCompletionTokens int
-	MaxTurns            int
-	// MaxModelCallsPerTurn caps a turn's model calls; 0 is the fleet's
-	// default.
-	MaxModelCallsPerTurn int
+	Tenant string
+	Name   string
+	Spec   agentfleet.AgentSpec
 }
 
+// AgentGetByNameParams reads an agent; Version zero means its current
+// version.
 type AgentGetByNameParams struct {
+	Tenant  string
+	Name    string
+	Version int
+}
+
+type AgentListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type AgentListResult struct {
+	Agents     []agentfleet.Agent
+	NextCursor string // empty on the last page
+}
+
+type AgentDeleteParams struct {
 	Tenant string
 	Name   string
 }
@@ -566,6 +638,9 @@ type RunEndedResult struct {
 	// Stopping are running children asked to stop at their next turn
 	// boundary (a worker running one stops it sooner when told).
 	Stopping []agentfleet.Run
+	// Released are queued runs of the ended run's batch released now
+	// (its max_concurrent has room): their first turn is due.
+	Released []agentfleet.Run
 }
 
 // Add appends o to r.
@@ -573,6 +648,7 @@ func (r *RunEndedResult) Add(o RunEndedResult) {
 	r.Changes = append(r.Changes, o.Changes...)
 	r.Woken = append(r.Woken, o.Woken...)
 	r.Stopping = append(r.Stopping, o.Stopping...)
+	r.Released = append(r.Released, o.Released...)
 }
 
 type RunChildrenDueParams struct {
@@ -626,6 +702,28 @@ type ModelReplyRecordResult struct {
 	// caller charges by other means. Nil when charged, when Charge was
 	// nil, and when Existed.
 	ChargeErr error
+}
+
+type JournalRecordParams struct {
+	agentfleet.JournalEntry
+	// Charge, when set, settles the ai() call's reservation in the same
+	// transaction as the insert (see JournalRecord).
+	Charge *BudgetSettleParams
+}
+
+// JournalRecordResult is ModelReplyRecordResult's counterpart: the charge
+// happened exactly when err == nil, !Existed and ChargeErr == nil.
+type JournalRecordResult struct {
+	Entry     agentfleet.JournalEntry
+	Existed   bool
+	Settled   BudgetSettleResult
+	ChargeErr error
+}
+
+type JournalListByRunParams struct {
+	RunID string
+	// Turn, when positive, lists that turn's entries only.
+	Turn int
 }
 
 // TurnCommitParams is one committed turn. Usage and DataBytesCarried are
@@ -745,26 +843,173 @@ type ApprovalResolveParams struct {
 	DecidedBy string
 }
 
+// BatchStatus is where a batch stands. A batch being admitted is
+// invisible; it runs until every run has ended (completed), or was
+// cancelled.
+type BatchStatus string
+
+const (
+	BatchRunning   BatchStatus = "running"
+	BatchCompleted BatchStatus = "completed"
+	BatchCancelled BatchStatus = "cancelled"
+)
+
+// Batch is many runs admitted at once, one per input, their results
+// gathered in input order.
 type Batch struct {
-	ID        string
-	Tenant    string
-	Agent     string
-	Total     int
-	Metadata  map[string]string
-	CreatedAt time.Time
+	ID     string
+	Tenant string
+	Agent  string
+	Status BatchStatus
+	Total  int
+	// MaxConcurrent caps the batch's runs in flight (0: no cap);
+	// Released is how many of its runs, in input order, may have started.
+	MaxConcurrent  int
+	Released       int
+	MaxTurns       int
+	MaxTokens      int64
+	Metadata       map[string]string
+	IdempotencyKey string
+	CallbackURL    string
+	// RetryOf is the batch whose failed inputs this one submits again.
+	RetryOf    string
+	CreatedAt  time.Time
+	FinishedAt time.Time // zero until every run has ended
+	// Counts and Usage are filled by BatchGetByID: the runs by status
+	// and their summed usage.
+	Counts map[agentfleet.RunStatus]int
+	Usage  agentfleet.Usage
 }
 
-type BatchCreateParams struct {
-	ID       string
-	Tenant   string
-	Agent    string
-	Total    int
-	Metadata map[string]string
+// BatchAdmitParams starts a batch's admission. ID is generated (UUIDv7)
+// when empty. Agent, MaxTurns and MaxTokens apply to every input.
+type BatchAdmitParams struct {
+	ID             string
+	Tenant         string
+	Agent          string
+	MaxConcurrent  int
+	MaxTurns       int
+	MaxTokens      int64
+	Metadata       map[string]string
+	IdempotencyKey string
+	CallbackURL    string
+	RetryOf        string
+}
+
+type BatchAdmitResult struct {
+	// Admission is the batch being admitted; nil with Existing.
+	Admission BatchAdmission
+	// Existing is the batch admitted before with the same idempotency
+	// key.
+	Existing *Batch
+}
+
+// BatchInput is one input of a batch: one run. Index is its 0-based
+// position; inputs are appended in order.
+type BatchInput struct {
+	Index          int
+	CustomID       string
+	Message        string
+	Context        json.RawMessage
+	Metadata       map[string]string
+	SessionID      string
+	IdempotencyKey string
+}
+
+// BatchInputError is an input the store refused: Err is ErrInvalid, or
+// ErrConflict for an idempotency key of another run (or of an earlier
+// input of the batch).
+type BatchInputError struct {
+	Index int
+	Err   error
+	Msg   string
+}
+
+func (e *BatchInputError) Error() string { return fmt.Sprintf("input %d: %s", e.Index, e.Msg) }
+func (e *BatchInputError) Unwrap() error { return e.Err }
+
+// BatchAdmission is one batch's admission in progress. It is not safe
+// for concurrent use; Commit or Abort ends it.
+type BatchAdmission interface {
+	// Append stores inputs (at most BatchChunkMax) as runs of the batch.
+	// A refused input is a *BatchInputError; the caller then aborts.
+	Append(ctx context.Context, inputs []BatchInput) error
+	// Commit makes the batch and its runs visible, all queued, the first
+	// min(total, MaxConcurrent) released (all without a cap), with each
+	// run's queued event (seq 1) stored. The batch-wide settings known
+	// only after the inputs are given here.
+	Commit(ctx context.Context, p BatchCommitParams) (Batch, error)
+	// Abort removes what was written. It is safe after a failed Commit
+	// and a no-op after a successful one.
+	Abort(ctx context.Context) error
+}
+
+// BatchChunkMax bounds one Append: on SQLite one chunk is one write
+// transaction, so the one writer is never held for long.
+const BatchChunkMax = 2000
+
+type BatchCommitParams struct {
+	MaxConcurrent int
+	Metadata      map[string]string
+	CallbackURL   string
 }
 
 type BatchGetByIDParams struct {
 	ID     string
 	Tenant string
+}
+
+type BatchListParams struct {
+	Tenant string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type BatchListResult struct {
+	Batches    []Batch
+	NextCursor string // empty on the last page
+}
+
+type BatchRunsParams struct {
+	ID         string
+	AfterIndex int // -1: from the first input
+	Limit      int // zero: 1,000
+	// Status, when set, reads only runs in these statuses.
+	Status []agentfleet.RunStatus
+}
+
+// BatchRun is one input's run, with its position.
+type BatchRun struct {
+	Index    int
+	CustomID string
+	Run      agentfleet.Run
+}
+
+type BatchCancelParams struct {
+	ID     string
+	Tenant string
+	Limit  int // zero: 500
+}
+
+type BatchCancelResult struct {
+	Batch Batch
+	// Cancelled are the runs cancelled at once, with their events;
+	// Stopping the running ones asked to stop at their next turn.
+	Cancelled []RunCancelResult
+	Stopping  []agentfleet.Run
+	More      bool
+}
+
+type BatchSweepParams struct {
+	Now   time.Time
+	Limit int // zero: 100 batches
+}
+
+type BatchSweepResult struct {
+	// Released are queued runs released now: their first turn is due.
+	Released []agentfleet.Run
+	// Finished are the batches that finished now.
+	Finished []Batch
 }
 
 // Trigger turns signed webhook deliveries into runs. Message and

@@ -42,11 +42,6 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 	if agent == "" {
 		agent = parent.Agent
 	}
-	if _, err := w.agents.get(ctx, parent.Tenant, agent); errors.Is(err, store.ErrNotFound) {
-		return "", fmt.Errorf("no agent %q: spawn one of the tenant's agents (or leave agent out for this run's)", agent)
-	} else if err != nil {
-		return "", fmt.Errorf("look up agent %q: %w", agent, err)
-	}
 	queued := agentfleet.Event{V: agentfleet.EventVersion, Type: agentfleet.EventQueued, Summary: "child of " + parent.ID}
 	res, err := w.cfg.Store.RunCreate(ctx, store.RunCreateParams{
 		ID: id, Tenant: parent.Tenant, Agent: agent, Message: req.Message, Context: req.Context, Metadata: req.Metadata,
@@ -57,6 +52,8 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 	switch {
 	case errors.As(err, &full):
 		return "", fmt.Errorf("the tenant has %d runs not finished, its most (max_queued_runs %d): wait for children to end before spawning more", full.Unfinished, full.Limit)
+	case errors.Is(err, store.ErrUnknownAgent):
+		return "", fmt.Errorf("no agent %q: spawn one of the tenant's agents (or leave agent out for this run's)", agent)
 	case errors.Is(err, store.ErrInvalid):
 		return "", err
 	case err != nil:

@@ -104,9 +104,9 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) verdict {
 // execute runs the loaded turn through the engine.
 func (w *Worker) execute(a *attempt) *execFacts {
 	run := a.ld.Run
-	agent, err := w.agents.get(a.ctx, run.Tenant, run.Agent)
+	agent, err := w.agents.get(a.ctx, run.Tenant, run.Agent, run.AgentVersion)
 	if err != nil {
-		return &execFacts{err: fmt.Errorf("load agent %q: %w", run.Agent, err)}
+		return &execFacts{err: fmt.Errorf("load agent %q version %d: %w", run.Agent, run.AgentVersion, err)}
 	}
 	var children []agentfleet.Run
 	if len(run.WaitIDs) > 0 {

@@ -89,6 +89,8 @@ const (
 	lockExpire  int32 = 0x61660003
 	// lockDeliveries is a trigger's delivery log (trigger.go).
 	lockDeliveries int32 = 0x61660007
+	// lockAgent is one agent's name, while it gets a version (agent.go).
+	lockAgent int32 = 0x61660011
 )
 
 // Config configures Open.

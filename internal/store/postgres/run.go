@@ -18,7 +18,7 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until, agent_version`
 
 var (
 	terminalList   = rules.SQLList(rules.Terminal)
@@ -33,7 +33,7 @@ func scanRun(sc scanner, extra ...any) (rules.RunRow, error) {
 	dest := append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)
+		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil, &r.AgentVersion)
 	if err := sc.Scan(dest...); err != nil {
 		return r, err
 	}
@@ -155,8 +155,8 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, run.ParentRunID, run.Depth, string(agentfleet.StepUser)}, evArgs(evs)...)
 	var res store.RunCreateResult
 	created := false
-	// One round trip, one transaction: the session lock, the run with
-	// its first step and events, and (under the lock) whether an earlier
+	// One round trip, one transaction: the session lock, the run (under
+	// its agent's current version) with its first step and events, and (under the lock) whether an earlier
 	// run of the session is unfinished.
 	queue := func(b *pgx.Batch) {
 		if run.SessionID != "" {
@@ -164,8 +164,10 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		}
 		b.Queue(`WITH r AS (
 				INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
-					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15, $16, $17)
+					batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth, agent_version)
+				SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::bytea, $8::jsonb, $9::text,
+					$10::text, $11::integer, $12::bigint, $13::timestamptz, $14::bigint, $15::timestamptz, $15::timestamptz, $16::text, $17::integer, a.version
+				FROM agents a WHERE a.tenant = $2::text AND a.name = $3::text
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
 				RETURNING `+runCols+`
 			), s AS (
@@ -228,7 +230,17 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		admitted = 1
 		return res, nil
 	}
-	return s.runByIdempotency(ctx, p)
+	// No row: the idempotency key was seen before, or the agent is
+	// not the tenant's (the insert selects its version).
+	unknownAgent := fmt.Errorf("create run for tenant %s: agent %q: %w", p.Tenant, p.Agent, store.ErrUnknownAgent)
+	if p.IdempotencyKey == "" {
+		return store.RunCreateResult{}, unknownAgent
+	}
+	res, err = s.runByIdempotency(ctx, p)
+	if isNotFound(err) {
+		return res, unknownAgent
+	}
+	return res, err
 }
 
 // runByIdempotency is RunCreate's answer when the idempotency key was seen
@@ -663,20 +675,21 @@ func insertReplyCTE(first int) string {
 	)`
 }
 
-// recordChargeSQL records a reply and, only if it did, settles its
-// charge, in one statement (one round trip, one transaction). It returns
-// the reply and the charge (NULL when there was nothing to charge), or
-// no row when the reply was not inserted. The reply's parameters follow
-// the charge's.
-func recordChargeSQL(p store.BudgetSettleParams) string {
-	return `WITH ` + insertReplyCTE(len(settleArgs(p))+1) + `, ` + settleCTEs(p, `EXISTS (SELECT 1 FROM m)`) + `
-		SELECT ` + replyCols + `, (SELECT charged FROM c) FROM m`
+// recordChargeSQL records a reply (or a journal entry: insert is its
+// CTE m, cols its columns) and, only if it did, settles its charge, in
+// one statement (one round trip, one transaction). It returns the record
+// and the charge (NULL when there was nothing to charge), or no row when
+// the record was not inserted. The record's parameters follow the
+// charge's.
+func recordChargeSQL(p store.BudgetSettleParams, insert func(first int) string, cols string) string {
+	return `WITH ` + insert(len(settleArgs(p))+1) + `, ` + settleCTEs(p, `EXISTS (SELECT 1 FROM m)`) + `
+		SELECT ` + cols + `, (SELECT charged FROM c) FROM m`
 }
 
 var (
 	recordSQL                 = `WITH ` + insertReplyCTE(1) + ` SELECT ` + replyCols + `, NULL::bigint FROM m`
-	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"})
-	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{})
+	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"}, insertReplyCTE, replyCols)
+	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertReplyCTE, replyCols)
 )
 
 // ModelReplyRecord is one statement in the common case: the fenced insert

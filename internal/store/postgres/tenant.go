@@ -35,8 +35,8 @@ func prefixCols(prefix, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// TenantCreate creates a tenant and its "default" agent (empty persona and
-// model: the fleet's defaults), so every tenant has one.
+// TenantCreate creates a tenant and its "default" agent (version 1 is
+// p.DefaultAgent), so every tenant has one.
 func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
 	p, w, err := rules.TenantCreate(p)
 	if err != nil {
@@ -47,11 +47,13 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 			INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $11) RETURNING `+tenantCols+`
 		), a AS (
-			INSERT INTO agents (tenant, name, created_at, updated_at) SELECT id, $10, created_at, created_at FROM t
+			INSERT INTO agents (tenant, name, version, created_at) SELECT id, $10, 1, created_at FROM t
+		), v AS (
+			INSERT INTO agent_versions (tenant, name, version, spec, created_at) SELECT id, $10, 1, $12, created_at FROM t
 		)
 		SELECT `+tenantCols+` FROM t`, scanTenant,
 		p.ID, p.TokenLimit, string(p.Window), w.Every.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
-		string(p.Exhausted), now, agentfleet.DefaultAgent, p.MaxQueuedRuns)
+		string(p.Exhausted), now, agentfleet.DefaultAgent, p.MaxQueuedRuns, rules.EncodeAgentSpec(p.DefaultAgent))
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
 	}
@@ -261,52 +263,6 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
-
-func scanAgent(sc scanner) (agentfleet.Agent, error) {
-	var a agentfleet.Agent
-	var prims []byte
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &a.CreatedAt, &a.UpdatedAt); err != nil {
-		return a, err
-	}
-	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
-	var err error
-	a.Primitives, err = rules.DecodeStrings(prims)
-	return a, err
-}
-
-func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (agentfleet.Agent, error) {
-	if err := rules.AgentUpsert(p); err != nil {
-		return agentfleet.Agent{}, err
-	}
-	a, err := queryOne(ctx, s, `INSERT INTO agents (`+agentCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
-		ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
-			primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-			max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
-		RETURNING `+agentCols, scanAgent,
-		p.Tenant, p.Name, p.Persona, p.Model, rules.EncodeStrings(p.Primitives), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, rules.Now())
-	if err != nil {
-		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return a, nil
-}
-
-func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
-	a, err := queryOne(ctx, s, `SELECT `+agentCols+` FROM agents WHERE tenant = $1 AND name = $2`, scanAgent, p.Tenant, p.Name)
-	if err != nil {
-		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return a, nil
-}
-
-func (s *Store) AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error) {
-	as, err := queryAll(ctx, s, `SELECT `+agentCols+` FROM agents WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanAgent, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list agents of %s: %w", tenant, err)
-	}
-	return as, nil
-}
-
 const approvalCols = `id, tenant, run_id, turn, primitive, args, status, decided_by, created_at, decided_at`
 
 func scanApproval(sc scanner) (store.Approval, error) {
@@ -369,41 +325,6 @@ func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolvePara
 		return store.Approval{}, fmt.Errorf("resolve approval %s: %w", p.ID, gerr)
 	}
 	return store.Approval{}, fmt.Errorf("resolve approval %s: %w: already %s by %q", p.ID, store.ErrConflict, cur.Status, cur.DecidedBy)
-}
-
-const batchCols = `id, tenant, agent, total, metadata, created_at`
-
-func scanBatch(sc scanner) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &b.CreatedAt); err != nil {
-		return b, err
-	}
-	b.CreatedAt = b.CreatedAt.UTC()
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
-func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
-	p, err := rules.BatchCreate(p)
-	if err != nil {
-		return store.Batch{}, err
-	}
-	b, err := queryOne(ctx, s, `INSERT INTO batches (`+batchCols+`) VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+batchCols, scanBatch,
-		p.ID, p.Tenant, p.Agent, p.Total, rules.EncodeMetadata(p.Metadata), rules.Now())
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
-	}
-	return b, nil
-}
-
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanBatch, p.ID, p.Tenant)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
-	}
-	return b, nil
 }
 
 const skillCols = `tenant, name, description, code, created_at, updated_at`

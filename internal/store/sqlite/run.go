@@ -15,7 +15,7 @@ import (
 
 const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
 	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until`
+	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until, agent_version`
 
 var (
 	terminalList   = rules.SQLList(rules.Terminal)
@@ -31,7 +31,7 @@ func scanRun(sc interface{ Scan(...any) error }, extra ...any) (rules.RunRow, er
 	err := sc.Scan(append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
 		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
 		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &created, &updated, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil)...)
+		&r.CancelReason, &r.Wake, &created, &updated, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil, &r.AgentVersion)...)
 	if err != nil {
 		return r, err
 	}
@@ -124,12 +124,17 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		}
 		run := rules.NewRun(p, now)
 		run.EventSeq = int64(len(evs))
+		if err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, run.Tenant, run.Agent).Scan(&run.AgentVersion); errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", run.Agent, store.ErrUnknownAgent)
+		} else if err != nil {
+			return err
+		}
 		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
-				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth, agent_version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
 			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
 			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
-			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth))
+			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth, run.AgentVersion))
 		if err != nil {
 			return err
 		}
@@ -401,21 +406,27 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 			return err
 		}
 		res.Reply = m
-		if p.Charge == nil {
-			return nil
-		}
-		res.Settled, err = settle(ctx, tx, *p.Charge)
-		if errors.Is(err, store.ErrNotFound) {
-			// settle wrote nothing: keep the reply, report the charge.
-			res.Settled, res.ChargeErr = store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*p.Charge), err)
-			return nil
-		}
+		res.Settled, res.ChargeErr, err = chargeRecorded(ctx, tx, p.Charge)
 		return err
 	})
 	if err != nil {
 		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
 	}
 	return res, nil
+}
+
+// chargeRecorded settles the charge of a record just inserted in tx, if
+// it has one. A reservation gone (ErrNotFound) is reported as the charge's
+// error and keeps the record: settle wrote nothing.
+func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettleParams) (_ store.BudgetSettleResult, chargeErr, err error) {
+	if charge == nil {
+		return store.BudgetSettleResult{}, nil, nil
+	}
+	settled, err := settle(ctx, tx, *charge)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*charge), err), nil
+	}
+	return settled, nil, err
 }
 
 // replyNotInserted says why the fenced insert of r did nothing: the run

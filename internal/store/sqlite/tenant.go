@@ -30,8 +30,8 @@ func scanTenantThen(sc interface{ Scan(...any) error }, extra ...any) (agentflee
 	return t, err
 }
 
-// TenantCreate creates a tenant and its "default" agent (empty persona and
-// model: the fleet's defaults), so every tenant has one.
+// TenantCreate creates a tenant and its "default" agent (version 1 is
+// p.DefaultAgent), so every tenant has one.
 func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
 	p, _, err := rules.TenantCreate(p)
 	if err != nil {
@@ -47,9 +47,7 @@ func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (a
 		if t, err = scanTenant(row); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO agents (tenant, name, created_at, updated_at) VALUES (?, ?, ?, ?)`,
-			p.ID, agentfleet.DefaultAgent, now.UnixMicro(), now.UnixMicro())
-		return err
+		return insertAgentVersion(ctx, tx, p.ID, agentfleet.DefaultAgent, 1, p.DefaultAgent, now.UnixMicro(), true)
 	})
 	if err != nil {
 		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
@@ -267,59 +265,6 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	return res, nil
 }
 
-const agentCols = `tenant, name, persona, model, primitives, max_completion_tokens, max_turns, max_model_calls_per_turn, created_at, updated_at`
-
-func scanAgent(sc interface{ Scan(...any) error }) (agentfleet.Agent, error) {
-	var a agentfleet.Agent
-	var prims []byte
-	var created, updated int64
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Persona, &a.Model, &prims, &a.MaxCompletionTokens, &a.MaxTurns, &a.MaxModelCallsPerTurn, &created, &updated); err != nil {
-		return a, err
-	}
-	a.CreatedAt, a.UpdatedAt = fromMicros(created), fromMicros(updated)
-	var err error
-	a.Primitives, err = rules.DecodeStrings(prims)
-	return a, err
-}
-
-func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (agentfleet.Agent, error) {
-	if err := rules.AgentUpsert(p); err != nil {
-		return agentfleet.Agent{}, err
-	}
-	now := rules.Now().UnixMicro()
-	var a agentfleet.Agent
-	err := s.write(ctx, func(tx *wtx) error {
-		var err error
-		a, err = scanAgent(tx.QueryRowContext(ctx, `INSERT INTO agents (`+agentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, name) DO UPDATE SET persona = excluded.persona, model = excluded.model,
-				primitives = excluded.primitives, max_completion_tokens = excluded.max_completion_tokens,
-				max_turns = excluded.max_turns, max_model_calls_per_turn = excluded.max_model_calls_per_turn, updated_at = excluded.updated_at
-			RETURNING `+agentCols,
-			p.Tenant, p.Name, p.Persona, p.Model, textArg(rules.EncodeStrings(p.Primitives)), p.MaxCompletionTokens, p.MaxTurns, p.MaxModelCallsPerTurn, now, now))
-		return err
-	})
-	if err != nil {
-		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return a, nil
-}
-
-func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
-	a, err := scanAgent(s.rd.QueryRowContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Name))
-	if err != nil {
-		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, mapErr(err))
-	}
-	return a, nil
-}
-
-func (s *Store) AgentList(ctx context.Context, tenant string) ([]agentfleet.Agent, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+agentCols+` FROM agents WHERE tenant = ? ORDER BY name`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list agents of %s: %w", tenant, err)
-	}
-	return collect(rows, scanAgent)
-}
-
 const approvalCols = `id, tenant, run_id, turn, primitive, args, status, decided_by, created_at, decided_at`
 
 func scanApproval(sc interface{ Scan(...any) error }) (store.Approval, error) {
@@ -396,47 +341,6 @@ func (s *Store) ApprovalResolve(ctx context.Context, p store.ApprovalResolvePara
 		return store.Approval{}, fmt.Errorf("resolve approval %s: %w", p.ID, err)
 	}
 	return a, nil
-}
-
-const batchCols = `id, tenant, agent, total, metadata, created_at`
-
-func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	var created int64
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Total, &meta, &created); err != nil {
-		return b, err
-	}
-	b.CreatedAt = fromMicros(created)
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
-func (s *Store) BatchCreate(ctx context.Context, p store.BatchCreateParams) (store.Batch, error) {
-	p, err := rules.BatchCreate(p)
-	if err != nil {
-		return store.Batch{}, err
-	}
-	var b store.Batch
-	err = s.write(ctx, func(tx *wtx) error {
-		var err error
-		b, err = scanBatch(tx.QueryRowContext(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+batchCols,
-			p.ID, p.Tenant, p.Agent, p.Total, textArg(rules.EncodeMetadata(p.Metadata)), rules.Now().UnixMicro()))
-		return err
-	})
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("create batch %s: %w", p.ID, err)
-	}
-	return b, nil
-}
-
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
-	}
-	return b, nil
 }
 
 const skillCols = `tenant, name, description, code, created_at, updated_at`

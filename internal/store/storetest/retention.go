@@ -193,7 +193,7 @@ func testRetention(t *testing.T, newStore NewStore) {
 
 // traced makes a run of tenant with a trace of every kind that belongs to
 // it (steps and events of two turns, model replies charged to the usage
-// ledger, an approval, kept in b.approvals) and leaves it in status to.
+// ledger, journal entries, an approval, kept in b.approvals) and leaves it in status to.
 func (b retentionBundle) traced(t *testing.T, tenant string, to agentfleet.RunStatus) agentfleet.Run {
 	t.Helper()
 	r := b.started(t, tenant)
@@ -202,6 +202,9 @@ func (b retentionBundle) traced(t *testing.T, tenant string, to agentfleet.RunSt
 			ModelReply: store.ModelReply{RunID: r.ID, Turn: turn, Content: "reply", Model: "m1", Usage: agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}},
 			Charge:     &store.BudgetSettleParams{Tenant: tenant, RunID: r.ID, Usage: agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}, Model: "m1"},
 		})
+		require.NoError(t, err)
+		_, err = b.s.JournalRecord(b.ctx, store.JournalRecordParams{JournalEntry: agentfleet.JournalEntry{
+			RunID: r.ID, Turn: turn, Primitive: "http", Method: "POST", URL: "https://example.com/", Result: json.RawMessage(`{"status":200}`)}})
 		require.NoError(t, err)
 		status := agentfleet.StatusRunning
 		if turn == 2 && (to == agentfleet.StatusCompleted || to == agentfleet.StatusMaxTurns) {
@@ -251,6 +254,9 @@ func (b retentionBundle) requireGone(t *testing.T, r agentfleet.Run) {
 		_, err = b.s.ModelReplyGet(b.ctx, r.ID, turn)
 		require.ErrorIs(t, err, store.ErrNotFound, "reply %d of %s", turn, r.ID)
 	}
+	journal, err := b.s.JournalListByRun(b.ctx, store.JournalListByRunParams{RunID: r.ID})
+	require.NoError(t, err)
+	require.Empty(t, journal, "journal of %s", r.ID)
 	if id, ok := b.approvals[r.ID]; ok {
 		_, err = b.s.ApprovalGetByID(b.ctx, id)
 		require.ErrorIs(t, err, store.ErrNotFound, "approval of %s", r.ID)

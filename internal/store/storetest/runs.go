@@ -18,6 +18,8 @@ func testRunCreate(t *testing.T, newStore NewStore) {
 	t.Run("Fields", func(t *testing.T) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
+		_, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer"})
+		require.NoError(t, err)
 		deadline := time.Date(2030, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600))
 		res, err := b.s.RunCreate(b.ctx, store.RunCreateParams{
 			Tenant: ten.ID, Agent: "writer", SessionID: "", Message: "write a haiku",
@@ -33,7 +35,7 @@ func testRunCreate(t *testing.T, newStore NewStore) {
 		require.NoError(t, err, "generated ids are UUIDs")
 		require.Equal(t, uuid.Version(7), id.Version(), "generated ids are time-ordered UUIDv7")
 		require.Equal(t, agentfleet.Run{
-			ID: r.ID, Tenant: ten.ID, Agent: "writer", Status: agentfleet.StatusQueued, Message: "write a haiku",
+			ID: r.ID, Tenant: ten.ID, Agent: "writer", AgentVersion: 1, Status: agentfleet.StatusQueued, Message: "write a haiku",
 			Context:  json.RawMessage(`{"lang": "en",  "n": 1}`), // byte for byte
 			Metadata: map[string]string{"k": "v"}, BatchID: "batch-1", MaxTurns: 7, MaxTokens: 9000,
 			Deadline: deadline.UTC().Truncate(time.Microsecond), EventSeq: 2, CreatedAt: r.CreatedAt, UpdatedAt: r.CreatedAt,
@@ -163,6 +165,10 @@ func testRunList(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		other := b.tenant(t, store.TenantCreateParams{})
+		for _, n := range []string{"a", "b"} {
+			_, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: n})
+			require.NoError(t, err)
+		}
 		var ids []string // creation order
 		for i := range 7 {
 			agent := "a"

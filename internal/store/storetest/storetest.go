@@ -60,8 +60,10 @@
 //     reply: not when the reply existed, not when the fence fails (the
 //     reservation stays for the caller), and when the reservation is gone
 //     the reply is still recorded and ChargeErr is ErrNotFound.
+//   - JournalRecord records once per (run, turn, index) and charges as
+//     ModelReplyRecord does; an entry with an error has no Result.
 //   - Retention: a run is deleted only once it ended, with its steps,
-//     events, model replies and approvals; the usage ledger keeps its
+//     events, model replies, journal and approvals; the usage ledger keeps its
 //     rows. Deleting a session's ended runs never changes which run is
 //     its head.
 //   - Steps and events of a commit, a batch of commits, a run's creation
@@ -131,6 +133,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"RunCancel", testRunCancel},
 		{"TurnLoad", testTurnLoad},
 		{"ModelReply", testModelReply},
+		{"Journal", testJournal},
 		{"TurnCommit", testTurnCommit},
 		{"TurnCommitMany", testTurnCommitMany},
 		{"TurnCommitSizes", testTurnCommitSizes},

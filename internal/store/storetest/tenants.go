@@ -282,52 +282,6 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 	})
 }
 
-func testAgent(t *testing.T, newStore NewStore) {
-	t.Run("UpsertGetList", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		a, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1",
-			Primitives: []string{"fetch", "ai"}, MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4})
-		require.NoError(t, err)
-		require.Equal(t, agentfleet.Agent{Tenant: ten.ID, Name: "writer", Persona: "You write.", Model: "m1", Primitives: []string{"fetch", "ai"},
-			MaxCompletionTokens: 512, MaxTurns: 9, MaxModelCallsPerTurn: 4, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}, a)
-		got, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "writer"})
-		require.NoError(t, err)
-		require.Equal(t, a, got)
-
-		// An upsert of an existing agent replaces its profile and keeps
-		// its creation time. Nil primitives (the default set) and empty
-		// primitives (none) stay apart.
-		a2, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "writer", Persona: "You edit.", Primitives: []string{}})
-		require.NoError(t, err)
-		require.Equal(t, a.CreatedAt, a2.CreatedAt)
-		require.Equal(t, "You edit.", a2.Persona)
-		require.NotNil(t, a2.Primitives)
-		require.Empty(t, a2.Primitives)
-		a3, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "reader"})
-		require.NoError(t, err)
-		require.Nil(t, a3.Primitives)
-
-		list, err := b.s.AgentList(b.ctx, ten.ID)
-		require.NoError(t, err)
-		require.Len(t, list, 3)
-		require.Equal(t, []string{agentfleet.DefaultAgent, "reader", "writer"}, []string{list[0].Name, list[1].Name, list[2].Name})
-		require.Equal(t, a2, list[2])
-	})
-	t.Run("Errors", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		_, err := b.s.AgentGetByName(b.ctx, store.AgentGetByNameParams{Tenant: ten.ID, Name: "ghost"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: "nobody", Name: "x"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID})
-		require.ErrorIs(t, err, store.ErrInvalid)
-		_, err = b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "x", MaxTurns: -1})
-		require.ErrorIs(t, err, store.ErrInvalid)
-	})
-}
-
 func testApproval(t *testing.T, newStore NewStore) {
 	t.Run("CreateResolve", func(t *testing.T) {
 		b := setup(t, newStore)
@@ -379,50 +333,6 @@ func testApproval(t *testing.T, newStore NewStore) {
 		_, err = b.s.ApprovalGetByID(b.ctx, "nope")
 		require.ErrorIs(t, err, store.ErrNotFound)
 		_, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: "nope", Approve: true})
-		require.ErrorIs(t, err, store.ErrNotFound)
-	})
-}
-
-func testBatch(t *testing.T, newStore NewStore) {
-	t.Run("CreateGet", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		other := b.tenant(t, store.TenantCreateParams{})
-		bt, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: 3, Metadata: map[string]string{"source": "csv"}})
-		require.NoError(t, err)
-		require.NotEmpty(t, bt.ID)
-		require.Equal(t, agentfleet.DefaultAgent, bt.Agent)
-		require.Equal(t, map[string]string{"source": "csv"}, bt.Metadata)
-		got, err := b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: ten.ID})
-		require.NoError(t, err)
-		require.Equal(t, bt, got)
-		got, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID})
-		require.NoError(t, err)
-		require.Equal(t, bt, got)
-		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: bt.ID, Tenant: other.ID})
-		require.ErrorIs(t, err, store.ErrNotFound)
-
-		// Runs name their batch, and list by it.
-		for range 3 {
-			b.run(t, store.RunCreateParams{Tenant: ten.ID, BatchID: bt.ID})
-		}
-		b.run(t, store.RunCreateParams{Tenant: ten.ID})
-		list, err := b.s.RunList(b.ctx, store.RunListParams{Tenant: ten.ID, BatchID: bt.ID})
-		require.NoError(t, err)
-		require.Len(t, list.Runs, 3)
-	})
-	t.Run("Errors", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		_, err := b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
-		require.NoError(t, err)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{ID: "b1", Tenant: ten.ID})
-		require.ErrorIs(t, err, store.ErrConflict)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: "nobody"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.BatchCreate(b.ctx, store.BatchCreateParams{Tenant: ten.ID, Total: -1})
-		require.ErrorIs(t, err, store.ErrInvalid)
-		_, err = b.s.BatchGetByID(b.ctx, store.BatchGetByIDParams{ID: "nope"})
 		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }

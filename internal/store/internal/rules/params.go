@@ -1,6 +1,8 @@
 package rules
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -20,6 +22,9 @@ func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window,
 	}
 	if p.Weight < 0 {
 		return p, Window{}, Invalidf("tenant %s: weight must not be negative (zero means 1)", p.ID)
+	}
+	if err := AgentUpsert(store.AgentUpsertParams{Tenant: p.ID, Name: agentfleet.DefaultAgent, Spec: p.DefaultAgent}); err != nil {
+		return p, Window{}, err
 	}
 	if p.Weight == 0 {
 		p.Weight = 1
@@ -126,13 +131,10 @@ func APIKeyList(p store.APIKeyListParams) (store.APIKeyListParams, int64, error)
 	if p.Tenant == "" {
 		return p, 0, Invalidf("api key list: tenant is empty")
 	}
-	if p.Limit < 0 {
-		return p, 0, Invalidf("api key list: limit must not be negative")
+	var err error
+	if p.Limit, err = PageLimit("api key list", p.Limit); err != nil {
+		return p, 0, err
 	}
-	if p.Limit == 0 {
-		p.Limit = RunListLimitDefault
-	}
-	p.Limit = min(p.Limit, RunListLimitMax)
 	if p.Cursor == "" {
 		return p, 0, nil
 	}
@@ -155,13 +157,10 @@ func APIKeyPage(keys []store.APIKey, seqs []int64, p store.APIKeyListParams) sto
 // TenantList validates p and fills its defaults; it returns the position
 // the cursor continues after (nil: from the newest).
 func TenantList(p store.TenantListParams) (store.TenantListParams, *TenantPos, error) {
-	if p.Limit < 0 {
-		return p, nil, Invalidf("tenant list: limit must not be negative")
+	var err error
+	if p.Limit, err = PageLimit("tenant list", p.Limit); err != nil {
+		return p, nil, err
 	}
-	if p.Limit == 0 {
-		p.Limit = RunListLimitDefault
-	}
-	p.Limit = min(p.Limit, RunListLimitMax)
 	if p.Cursor == "" {
 		return p, nil, nil
 	}
@@ -179,25 +178,6 @@ func TenantPage(ts []agentfleet.Tenant, p store.TenantListParams) store.TenantLi
 	}
 	res.Tenants = ts
 	return res
-}
-
-// AgentUpsert validates p.
-func AgentUpsert(p store.AgentUpsertParams) error {
-	if p.Tenant == "" || p.Name == "" {
-		return Invalidf("agent: tenant and name are required")
-	}
-	if p.MaxCompletionTokens < 0 || p.MaxTurns < 0 || p.MaxModelCallsPerTurn < 0 {
-		return Invalidf("agent %s: limits must not be negative (zero means the default)", p.Name)
-	}
-	if err := checkTexts("agent name", p.Name, "agent persona", p.Persona, "agent model", p.Model); err != nil {
-		return err
-	}
-	for _, prim := range p.Primitives {
-		if err := CheckText("agent primitive", prim); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // RunCreate validates p and fills its defaults: a fresh id, the default
@@ -378,14 +358,60 @@ func ModelReplyRecord(p store.ModelReplyRecordParams, now time.Time) (store.Mode
 	if p.ModelReply, err = ModelReply(p.ModelReply, now); err != nil {
 		return p, err
 	}
-	if p.Charge != nil {
-		c, err := BudgetSettle(*p.Charge)
-		if err != nil {
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// recordCharge validates the charge of a record, if it has one.
+func recordCharge(c *store.BudgetSettleParams) (*store.BudgetSettleParams, error) {
+	if c == nil {
+		return nil, nil
+	}
+	v, err := BudgetSettle(*c)
+	return &v, err
+}
+
+// JournalPrimitives are the primitives whose calls are journaled.
+var JournalPrimitives = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
+
+// JournalRecord validates p, its charge included, and fills its
+// timestamp. What a script produced (its URL, result, error) is cleaned,
+// not refused.
+func JournalRecord(p store.JournalRecordParams, now time.Time) (store.JournalRecordParams, error) {
+	e := &p.JournalEntry
+	if e.RunID == "" || e.Turn < 1 || e.Index < 0 {
+		return p, Invalidf("journal entry: run id, a turn from 1 and an index from 0 are required")
+	}
+	if !slices.Contains(JournalPrimitives, e.Primitive) {
+		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s)",
+			e.RunID, e.Turn, e.Primitive, strings.Join(JournalPrimitives, ", "))
+	}
+	if e.Usage.PromptTokens < 0 || e.Usage.CompletionTokens < 0 {
+		return p, Invalidf("journal entry of run %s turn %d: usage must not be negative", e.RunID, e.Turn)
+	}
+	if len(e.Result) > 0 {
+		if err := CheckJSON("journal entry result", e.Result); err != nil {
 			return p, err
 		}
-		p.Charge = &c
+		e.Result = CleanJSON(e.Result)
 	}
-	return p, nil
+	e.Method, e.URL, e.Error = Clean(e.Method), Clean(e.URL), Clean(e.Error)
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = now
+	} else {
+		e.CreatedAt = Time(e.CreatedAt)
+	}
+	var err error
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// JournalListByRun validates p.
+func JournalListByRun(p store.JournalListByRunParams) error {
+	if p.RunID == "" {
+		return Invalidf("journal list: run id is empty")
+	}
+	return nil
 }
 
 // ModelReply validates a reply to record and fills its timestamp.
@@ -533,31 +559,6 @@ func ApprovalResolve(p store.ApprovalResolveParams) error {
 	return CheckText("approval decided by", p.DecidedBy)
 }
 
-// BatchCreate validates p and fills its id.
-func BatchCreate(p store.BatchCreateParams) (store.BatchCreateParams, error) {
-	if p.ID == "" {
-		p.ID = NewID()
-	} else if err := CheckID("batch id", p.ID); err != nil {
-		return p, err
-	}
-	if p.Tenant == "" {
-		return p, Invalidf("batch: tenant is required")
-	}
-	if p.Agent == "" {
-		p.Agent = agentfleet.DefaultAgent
-	}
-	if p.Total < 0 {
-		return p, Invalidf("batch %s: total must not be negative", p.ID)
-	}
-	if err := CheckText("batch agent", p.Agent); err != nil {
-		return p, err
-	}
-	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
-		return p, err
-	}
-	return p, nil
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {
@@ -588,4 +589,16 @@ func TurnLoad(p store.TurnLoadParams) error {
 		return Invalidf("turn load of run %s: history from turn %d is negative", p.RunID, p.HistoryFrom)
 	}
 	return nil
+}
+
+// PageLimit is a list's page size: RunListLimitDefault for zero, at most
+// RunListLimitMax.
+func PageLimit(what string, limit int) (int, error) {
+	if limit < 0 {
+		return 0, Invalidf("%s: limit must not be negative", what)
+	}
+	if limit == 0 {
+		return RunListLimitDefault, nil
+	}
+	return min(limit, RunListLimitMax), nil
 }

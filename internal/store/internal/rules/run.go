@@ -192,6 +192,8 @@ func RunListQuery(cols string, p store.RunListParams, after int64, statusArray b
 			ph[i], ss[i] = "?", string(st)
 		}
 		add("status IN ("+strings.Join(ph, ", ")+")", ss...)
+	default:
+		where = append(where, "status <> '"+BatchAdmitting+"'") // a batch's runs, until it is admitted
 	}
 	if p.Agent != "" {
 		add("agent = ?", p.Agent)
@@ -309,9 +311,11 @@ func WaitDue(r agentfleet.Run, statuses map[string]agentfleet.RunStatus, now tim
 	return true
 }
 
-// ChildTx is a RunTx that also reads a run's family, for RunEnded.
+// ChildTx is a RunTx that also reads a run's family and batch, for
+// RunEnded.
 type ChildTx interface {
 	RunTx
+	BatchTx
 	// ReadRun reads run id without locking it; a missing run is
 	// store.ErrNotFound.
 	ReadRun(ctx context.Context, id string) (RunRow, error)
@@ -366,7 +370,17 @@ func ApplyRunEnded(ctx context.Context, tx ChildTx, id string, now time.Time) (s
 			res.Woken = append(res.Woken, ch.Run)
 		}
 	}
-	return res, cancelChildren(ctx, tx, ended.Run, now, &res)
+	if err := cancelChildren(ctx, tx, ended.Run, now, &res); err != nil {
+		return res, err
+	}
+	if ended.BatchID != "" {
+		released, err := ApplyBatchRelease(ctx, tx, ended.BatchID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return res, err
+		}
+		res.Released = released
+	}
+	return res, nil
 }
 
 // cancelChildren cancels parent's unfinished children, and the children

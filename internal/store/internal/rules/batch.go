@@ -1,0 +1,364 @@
+package rules
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+)
+
+// BatchAdmitting is the status of a batch being admitted, and on SQLite
+// of its runs: no reader sees either until the admission commits.
+const BatchAdmitting = "admitting"
+
+// OpenBatchSQL repeats runs_open_batch's predicate (a batch's runs not
+// ended) for the runs table under alias a ("" for none), so the index
+// serves the queries.
+func OpenBatchSQL(a string) string {
+	return a + `batch_id <> '' AND ` + a + `status NOT IN ('completed','failed','cancelled','max_turns')`
+}
+
+// BatchAdmit validates p and fills its defaults.
+func BatchAdmit(p store.BatchAdmitParams) (store.BatchAdmitParams, error) {
+	if p.ID == "" {
+		p.ID = NewID()
+	} else if err := CheckID("batch id", p.ID); err != nil {
+		return p, err
+	}
+	if err := CheckID("tenant id", p.Tenant); err != nil {
+		return p, err
+	}
+	if p.Agent == "" {
+		p.Agent = agentfleet.DefaultAgent
+	}
+	if p.MaxConcurrent < 0 || p.MaxTurns < 0 || p.MaxTokens < 0 {
+		return p, Invalidf("batch %s: max concurrent, max turns and max tokens must not be negative (zero means none or the default)", p.ID)
+	}
+	if err := checkTexts("batch agent", p.Agent, "batch idempotency key", p.IdempotencyKey, "batch callback url", p.CallbackURL,
+		"batch retry of", p.RetryOf); err != nil {
+		return p, err
+	}
+	if err := CheckMetadata("batch metadata", p.Metadata); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// BatchCommit validates p.
+func BatchCommit(p store.BatchCommitParams) error {
+	if p.MaxConcurrent < 0 {
+		return Invalidf("batch max concurrent must not be negative (zero means no cap)")
+	}
+	if err := CheckText("batch callback url", p.CallbackURL); err != nil {
+		return err
+	}
+	return CheckMetadata("batch metadata", p.Metadata)
+}
+
+// BatchRunRow is one input made a run of batch b, ready to insert.
+type BatchRunRow struct {
+	RunRow
+	Index    int
+	CustomID string
+}
+
+// BatchRows validates a chunk of b's inputs, which must continue at index
+// next, and makes them runs created at now (status queued; a backend that
+// admits in chunks stores them as BatchAdmitting until the commit). An
+// input refused is a *store.BatchInputError; so is an idempotency key
+// repeated within the chunk (the backend checks it against other runs).
+func BatchRows(b store.BatchAdmitParams, inputs []store.BatchInput, next int, now time.Time) ([]BatchRunRow, error) {
+	if len(inputs) > store.BatchChunkMax {
+		return nil, Invalidf("batch %s: %d inputs in one chunk; at most %d", b.ID, len(inputs), store.BatchChunkMax)
+	}
+	rows := make([]BatchRunRow, len(inputs))
+	keys := map[string]int{}
+	for i, in := range inputs {
+		if in.Index != next+i {
+			return nil, Invalidf("batch %s: input %d appended where input %d is due: append inputs in order", b.ID, in.Index, next+i)
+		}
+		p, err := RunCreate(store.RunCreateParams{
+			Tenant: b.Tenant, Agent: b.Agent, SessionID: in.SessionID, Message: in.Message, Context: in.Context,
+			Metadata: in.Metadata, IdempotencyKey: in.IdempotencyKey, MaxTurns: b.MaxTurns, MaxTokens: b.MaxTokens, BatchID: b.ID,
+		})
+		if err == nil {
+			err = CheckText("custom id", in.CustomID)
+		}
+		if err != nil {
+			return nil, &store.BatchInputError{Index: in.Index, Err: store.ErrInvalid, Msg: err.Error()}
+		}
+		if k := in.IdempotencyKey; k != "" {
+			if first, dup := keys[k]; dup {
+				return nil, BatchKeyRepeated(in.Index, first)
+			}
+			keys[k] = in.Index
+		}
+		run := NewRun(p, now)
+		run.EventSeq = 1
+		rows[i] = BatchRunRow{RunRow: RunRow{Run: run}, Index: in.Index, CustomID: in.CustomID}
+	}
+	return rows, nil
+}
+
+// BatchKeyRepeated is the refusal of input index, whose idempotency key
+// input first of the same batch has.
+func BatchKeyRepeated(index, first int) error {
+	return &store.BatchInputError{Index: index, Err: store.ErrConflict,
+		Msg: fmt.Sprintf("idempotency_key repeats that of input %d of the same batch", first)}
+}
+
+// BatchKeyTaken is the refusal of input index, whose idempotency key is
+// run's.
+func BatchKeyTaken(index int, key, run string) error {
+	return &store.BatchInputError{Index: index, Err: store.ErrConflict,
+		Msg: fmt.Sprintf("idempotency_key %q is that of run %s, which exists already", key, run)}
+}
+
+// BatchQueuedEvent is a batch run's queued event (seq 1), the same when
+// it is stored and when it is published again.
+func BatchQueuedEvent(r agentfleet.Run) agentfleet.Event {
+	return agentfleet.Event{V: agentfleet.EventVersion, RunID: r.ID, Tenant: r.Tenant, SessionID: r.SessionID, Seq: 1,
+		Type: agentfleet.EventQueued, TS: r.CreatedAt, Content: r.Message, Summary: "agent " + r.Agent + ", batch " + r.BatchID}
+}
+
+// BatchReleasedAtCommit is how many of a batch's total runs are released
+// when its admission commits.
+func BatchReleasedAtCommit(total, maxConcurrent int) int {
+	if maxConcurrent == 0 {
+		return total
+	}
+	return min(total, maxConcurrent)
+}
+
+// BatchTx is what ApplyBatchRelease needs of a backend's transaction.
+type BatchTx interface {
+	// LockBatch reads batch id and holds it for the rest of the
+	// transaction; a missing batch is store.ErrNotFound.
+	LockBatch(ctx context.Context, id string) (store.Batch, error)
+	// BatchInFlight counts the batch's released runs (index below
+	// released) not ended.
+	BatchInFlight(ctx context.Context, id string, released int) (int, error)
+	// BatchNextOpen lists up to limit of the batch's runs not ended from
+	// index from on, in input order.
+	BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error)
+	// BatchSetReleased stores the batch's released count.
+	BatchSetReleased(ctx context.Context, id string, released int) error
+	// RunStartable reports whether a queued run may start now: no earlier
+	// run of its session is unfinished.
+	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
+	// BatchHasOpen reports whether any run of the batch has not ended.
+	BatchHasOpen(ctx context.Context, id string) (bool, error)
+	// BatchFinish sets the batch's status and finished_at.
+	BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error)
+}
+
+// ApplyBatchSweep is BatchSweep of batch id in tx at now: its held runs
+// released while below max_concurrent, and the batch finished once none
+// of its runs is unfinished.
+func ApplyBatchSweep(ctx context.Context, tx BatchTx, id string, now time.Time) (store.BatchSweepResult, error) {
+	var res store.BatchSweepResult
+	released, err := ApplyBatchRelease(ctx, tx, id)
+	if err != nil {
+		return res, err
+	}
+	res.Released = released
+	b, err := tx.LockBatch(ctx, id)
+	if err != nil || !b.FinishedAt.IsZero() {
+		return res, err
+	}
+	open, err := tx.BatchHasOpen(ctx, id)
+	if err != nil || open {
+		return res, err
+	}
+	fin, err := tx.BatchFinish(ctx, id, BatchFinishedStatus(b.Status), now)
+	if err != nil {
+		return res, err
+	}
+	res.Finished = []store.Batch{fin}
+	return res, nil
+}
+
+// BatchSweepLimit is BatchSweep's limit: n, or 100.
+func BatchSweepLimit(n int) int {
+	if n <= 0 {
+		return 100
+	}
+	return n
+}
+
+// ApplyBatchRelease releases the next runs of batch id, in input order,
+// while it has fewer than max_concurrent in flight, and returns those
+// whose first turn is due now (a run of a session that is not its head
+// starts when the head ends, as any session run).
+func ApplyBatchRelease(ctx context.Context, tx BatchTx, id string) ([]agentfleet.Run, error) {
+	b, err := tx.LockBatch(ctx, id)
+	if err != nil || b.Status != store.BatchRunning || b.MaxConcurrent == 0 || b.Released >= b.Total {
+		return nil, err
+	}
+	inFlight, err := tx.BatchInFlight(ctx, id, b.Released)
+	if err != nil || inFlight >= b.MaxConcurrent {
+		return nil, err
+	}
+	next, err := tx.BatchNextOpen(ctx, id, b.Released, b.MaxConcurrent-inFlight)
+	if err != nil {
+		return nil, err
+	}
+	released := b.Total // nothing left to release
+	if len(next) > 0 {
+		released = next[len(next)-1].Index + 1
+	}
+	if err := tx.BatchSetReleased(ctx, id, released); err != nil {
+		return nil, err
+	}
+	var due []agentfleet.Run
+	for _, br := range next {
+		if br.Run.Status != agentfleet.StatusQueued || br.Run.Turn != 0 {
+			continue
+		}
+		ok, err := tx.RunStartable(ctx, br.Run)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			due = append(due, br.Run)
+		}
+	}
+	return due, nil
+}
+
+// BatchFinishedStatus is the status of a batch whose runs have all ended.
+func BatchFinishedStatus(cur store.BatchStatus) store.BatchStatus {
+	if cur == store.BatchCancelled {
+		return cur
+	}
+	return store.BatchCompleted
+}
+
+// BatchRunsLimit is BatchRuns' page: n, or 1,000.
+func BatchRunsLimit(n int) int {
+	if n <= 0 || n > 10_000 {
+		return 1000
+	}
+	return n
+}
+
+// BatchCancelLimit is BatchCancel's chunk: n, or 500.
+func BatchCancelLimit(n int) int {
+	if n <= 0 || n > store.BatchChunkMax {
+		return 500
+	}
+	return n
+}
+
+// BatchCancelReason is the error of a run cancelled with its batch.
+func BatchCancelReason(batch string) string { return "batch " + batch + " was cancelled" }
+
+// BatchCancelEvents are the events of a batch run cancelled at once.
+func BatchCancelEvents(cur agentfleet.Run, batch string, now time.Time) ([]agentfleet.Event, error) {
+	return Events([]agentfleet.Event{
+		{Type: agentfleet.EventCancelled, Turn: cur.Turn, Summary: BatchCancelReason(batch)},
+		{Type: agentfleet.EventDone, Turn: cur.Turn, Summary: string(agentfleet.StatusCancelled)},
+	}, 0, now)
+}
+
+// EncodeBatchCursor is the cursor that continues a batch listing after
+// batch id (ids are time-ordered: newest first is id descending).
+func EncodeBatchCursor(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("b" + id))
+}
+
+// DecodeBatchCursor is the batch id a cursor continues after ("" for
+// none).
+func DecodeBatchCursor(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(raw) < 2 || raw[0] != 'b' || CheckID("batch cursor", string(raw[1:])) != nil {
+		return "", Invalidf("batch cursor %q is malformed: pass the NextCursor of the previous page", cursor)
+	}
+	return string(raw[1:]), nil
+}
+
+// BatchListLimit is BatchList's page: n, or 50.
+func BatchListLimit(n int) int {
+	if n <= 0 {
+		return 50
+	}
+	return n
+}
+
+// ApplyBatchCancel cancels batch's runs ids in tx at now, as RunCancel
+// would, into res: at once when queued or waiting, at their next turn
+// boundary when running. A run that ended meanwhile is skipped.
+func ApplyBatchCancel(ctx context.Context, tx RunTx, batch string, ids []string, now time.Time, res *store.BatchCancelResult) error {
+	reason := BatchCancelReason(batch)
+	for _, id := range ids {
+		cur, err := tx.LockRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		evs, err := BatchCancelEvents(cur.Run, batch, now)
+		if err != nil {
+			return err
+		}
+		c, err := ApplyCancel(ctx, tx, store.RunCancelParams{ID: id, Reason: reason}, evs, now)
+		switch {
+		case errors.Is(err, store.ErrConflict):
+			continue
+		case err != nil:
+			return err
+		case c.Immediate:
+			res.Cancelled = append(res.Cancelled, c)
+		default:
+			res.Stopping = append(res.Stopping, c.Run)
+		}
+	}
+	return nil
+}
+
+// BatchKeys are the idempotency keys of rows, for a backend to look up.
+func BatchKeys(rows []BatchRunRow) []string {
+	var keys []string
+	for _, r := range rows {
+		if r.IdempotencyKey != "" {
+			keys = append(keys, r.IdempotencyKey)
+		}
+	}
+	return keys
+}
+
+// BatchKeyHolder is a run found holding one of BatchKeys.
+type BatchKeyHolder struct {
+	Key, RunID, BatchID string
+	Index               int
+}
+
+// BatchKeysRefusal is the refusal of the first of rows (of batch) whose
+// idempotency key a holder has, or nil.
+func BatchKeysRefusal(batch string, rows []BatchRunRow, holders []BatchKeyHolder) error {
+	at := map[string]int{}
+	for _, r := range rows {
+		if r.IdempotencyKey != "" {
+			at[r.IdempotencyKey] = r.Index
+		}
+	}
+	var refusal error
+	first := -1
+	for _, h := range holders {
+		i, ok := at[h.Key]
+		if !ok || (first != -1 && i >= first) {
+			continue
+		}
+		first = i
+		refusal = BatchKeyTaken(i, h.Key, h.RunID)
+		if h.BatchID == batch {
+			refusal = BatchKeyRepeated(i, h.Index)
+		}
+	}
+	return refusal
+}

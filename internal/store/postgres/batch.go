@@ -1,0 +1,384 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+// A batch is admitted in one transaction, held from BatchAdmit to the
+// commit: its runs, their first steps and queued events go in with COPY,
+// a chunk at a time, and no other transaction sees any of them until the
+// commit (an abort rolls them all back).
+
+const batchCols = `id, tenant, agent, status, total, max_concurrent, released, max_turns, max_tokens, metadata,
+	idempotency_key, callback_url, retry_of, created_at, finished_at`
+
+func scanBatch(sc scanner) (store.Batch, error) {
+	var b store.Batch
+	var meta []byte
+	var finished *time.Time
+	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Status, &b.Total, &b.MaxConcurrent, &b.Released, &b.MaxTurns, &b.MaxTokens,
+		&meta, &b.IdempotencyKey, &b.CallbackURL, &b.RetryOf, &b.CreatedAt, &finished); err != nil {
+		return b, err
+	}
+	b.CreatedAt, b.FinishedAt = b.CreatedAt.UTC(), tsVal(finished)
+	var err error
+	b.Metadata, err = rules.DecodeMetadata(meta)
+	return b, err
+}
+
+const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
+
+func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
+	p, err := rules.BatchAdmit(p)
+	if err != nil {
+		return store.BatchAdmitResult{}, err
+	}
+	if p.IdempotencyKey != "" {
+		b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND idempotency_key = $2
+			AND idempotency_key <> '' AND `+visibleBatch, scanBatch, p.Tenant, p.IdempotencyKey)
+		if err == nil {
+			return store.BatchAdmitResult{Existing: &b}, nil
+		}
+		if !isNotFound(err) {
+			return store.BatchAdmitResult{}, fmt.Errorf("look up batch by idempotency key: %w", err)
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
+			metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
+		p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+		rules.EncodeMetadata(p.Metadata), p.IdempotencyKey, p.CallbackURL, p.RetryOf, rules.Now())
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+	}
+	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, tx: tx}}, nil
+}
+
+// admission is one batch's admission: one transaction.
+type admission struct {
+	s     *Store
+	p     store.BatchAdmitParams
+	tx    pgx.Tx
+	next  int
+	ended bool
+}
+
+var (
+	batchRunCopyCols = []string{"id", "tenant", "agent", "session_id", "status", "message", "context", "metadata", "idempotency_key",
+		"batch_id", "max_turns", "max_tokens", "event_seq", "created_at", "updated_at", "batch_index", "custom_id"}
+	stepCopyCols  = []string{"run_id", "turn", "idx", "kind", "content", "created_at"}
+	eventCopyCols = []string{"run_id", "seq", "v", "turn", "type", "ts", "content", "summary"}
+)
+
+func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
+	if a.ended {
+		return rules.Invalidf("batch %s: admission ended", a.p.ID)
+	}
+	rows, err := rules.BatchRows(a.p, inputs, a.next, rules.Now())
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	s := a.s
+	done, err := s.queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
+	if err != nil {
+		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
+	}
+	created := 0
+	defer func() { done(created) }()
+	if err := a.checkKeys(ctx, rows); err != nil {
+		return err
+	}
+	runRows := make([][]any, len(rows))
+	stepRows := make([][]any, len(rows))
+	eventRows := make([][]any, len(rows))
+	for i, r := range rows {
+		runRows[i] = []any{r.ID, r.Tenant, r.Agent, r.SessionID, string(r.Status), r.Message, bytesArg(r.Context),
+			rules.EncodeMetadata(r.Metadata), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
+			r.CreatedAt, r.CreatedAt, r.Index, r.CustomID}
+		st := rules.UserStep(r.Run)
+		stepRows[i] = []any{st.RunID, st.Turn, st.Index, string(st.Kind), st.Content, st.CreatedAt}
+		ev := rules.BatchQueuedEvent(r.Run)
+		eventRows[i] = []any{ev.RunID, ev.Seq, int16(ev.V), ev.Turn, string(ev.Type), ev.TS, ev.Content, ev.Summary}
+	}
+	for _, c := range []struct {
+		table string
+		cols  []string
+		rows  [][]any
+	}{{"runs", batchRunCopyCols, runRows}, {"steps", stepCopyCols, stepRows}, {"events", eventCopyCols, eventRows}} {
+		if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
+			return fmt.Errorf("admit inputs %d to %d of batch %s: copy %s: %w", a.next, a.next+len(rows)-1, a.p.ID, c.table, mapErr(err))
+		}
+	}
+	created = len(rows)
+	a.next += len(rows)
+	return nil
+}
+
+// checkKeys refuses an input whose idempotency key another run has (an
+// earlier input of this batch included).
+func (a *admission) checkKeys(ctx context.Context, rows []rules.BatchRunRow) error {
+	keys := rules.BatchKeys(rows)
+	if len(keys) == 0 {
+		return nil
+	}
+	holders, err := collect(ctx, a.tx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
+		WHERE tenant = $1 AND idempotency_key <> '' AND idempotency_key = ANY($2)`, func(sc scanner) (rules.BatchKeyHolder, error) {
+		var h rules.BatchKeyHolder
+		err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
+		return h, err
+	}, a.p.Tenant, keys)
+	if err != nil {
+		return fmt.Errorf("check the idempotency keys of batch %s: %w", a.p.ID, mapErr(err))
+	}
+	return rules.BatchKeysRefusal(a.p.ID, rows, holders)
+}
+
+func (a *admission) Commit(ctx context.Context, p store.BatchCommitParams) (store.Batch, error) {
+	if a.ended {
+		return store.Batch{}, rules.Invalidf("batch %s: admission ended", a.p.ID)
+	}
+	if err := rules.BatchCommit(p); err != nil {
+		return store.Batch{}, err
+	}
+	total, now := a.next, rules.Now()
+	var finished *time.Time
+	status := store.BatchRunning
+	if total == 0 {
+		finished, status = &now, store.BatchCompleted
+	}
+	b, err := scanBatch(a.tx.QueryRow(ctx, `UPDATE batches SET status = $2, total = $3, released = $4, max_concurrent = $5,
+			metadata = $6, callback_url = $7, finished_at = $8 WHERE id = $1 RETURNING `+batchCols,
+		a.p.ID, string(status), total, rules.BatchReleasedAtCommit(total, p.MaxConcurrent), p.MaxConcurrent,
+		rules.EncodeMetadata(p.Metadata), p.CallbackURL, finished))
+	if err == nil {
+		err = a.tx.Commit(ctx)
+	}
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("commit batch %s: %w", a.p.ID, mapErr(err))
+	}
+	a.ended = true
+	return b, nil
+}
+
+func (a *admission) Abort(ctx context.Context) error {
+	if a.ended {
+		return nil
+	}
+	a.ended = true
+	if err := a.tx.Rollback(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("abort batch %s: %w", a.p.ID, err)
+	}
+	return nil
+}
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch,
+		scanBatch, p.ID, p.Tenant)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
+	}
+	type count struct {
+		status agentfleet.RunStatus
+		n      int
+		u      agentfleet.Usage
+	}
+	cs, err := queryAll(ctx, s, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
+		FROM runs WHERE batch_id = $1 AND batch_id <> '' GROUP BY status`, func(sc scanner) (count, error) {
+		var c count
+		err := sc.Scan(&c.status, &c.n, &c.u.PromptTokens, &c.u.CompletionTokens)
+		return c, err
+	}, b.ID)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, err)
+	}
+	b.Counts = map[agentfleet.RunStatus]int{}
+	for _, c := range cs {
+		b.Counts[c.status] = c.n
+		b.Usage.PromptTokens += c.u.PromptTokens
+		b.Usage.CompletionTokens += c.u.CompletionTokens
+	}
+	return b, nil
+}
+
+func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
+	after, err := rules.DecodeBatchCursor(p.Cursor)
+	if err != nil {
+		return store.BatchListResult{}, err
+	}
+	limit := rules.BatchListLimit(p.Limit)
+	bs, err := queryAll(ctx, s, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND `+visibleBatch+`
+		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scanBatch, p.Tenant, after, limit+1)
+	if err != nil {
+		return store.BatchListResult{}, fmt.Errorf("list batches: %w", err)
+	}
+	var res store.BatchListResult
+	if len(bs) > limit {
+		bs = bs[:limit]
+		res.NextCursor = rules.EncodeBatchCursor(bs[limit-1].ID)
+	}
+	res.Batches = bs
+	return res, nil
+}
+
+func scanBatchRun(sc scanner) (store.BatchRun, error) {
+	var br store.BatchRun
+	row, err := scanRun(sc, &br.Index, &br.CustomID)
+	br.Run = row.Run
+	return br, err
+}
+
+func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+	var statuses []string
+	for _, st := range p.Status {
+		statuses = append(statuses, string(st))
+	}
+	out, err := queryAll(ctx, s, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND batch_id <> ''
+		AND batch_index > $2 AND (coalesce(cardinality($3::text[]), 0) = 0 OR status = ANY($3)) ORDER BY batch_index LIMIT $4`,
+		scanBatchRun, p.ID, p.AfterIndex, statuses, rules.BatchRunsLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
+	limit := rules.BatchCancelLimit(p.Limit)
+	now := rules.Now()
+	var res store.BatchCancelResult
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		res = store.BatchCancelResult{}
+		b, err := scanBatch(tx.QueryRow(ctx, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
+			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch+` RETURNING `+batchCols, p.ID, p.Tenant))
+		if err != nil {
+			return err
+		}
+		res.Batch = b
+		ids, err := collect(ctx, tx, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
+			AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, scanString, p.ID, limit+1)
+		if err != nil {
+			return err
+		}
+		if len(ids) > limit {
+			ids, res.More = ids[:limit], true
+		}
+		return rules.ApplyBatchCancel(ctx, runTx{tx}, b.ID, ids, now, &res)
+	})
+	if err != nil {
+		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
+	}
+	return res, nil
+}
+
+func scanString(sc scanner) (string, error) {
+	var v string
+	err := sc.Scan(&v)
+	return v, err
+}
+
+func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	held, err := queryOne(ctx, s, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
+		WHERE r.id = $1 AND r.batch_id <> ''`, func(sc scanner) (bool, error) {
+		var v bool
+		err := sc.Scan(&v)
+		return v, err
+	}, runID)
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("is run %s held by its batch: %w", runID, err)
+	}
+	return held, nil
+}
+
+func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	bs, err := queryAll(ctx, s, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT $1`,
+		scanBatch, rules.BatchSweepLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished batches: %w", err)
+	}
+	return bs, nil
+}
+
+func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
+	now := rules.NowOr(p.Now)
+	bs, err := s.BatchUnfinished(ctx, p.Limit)
+	if err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	var res store.BatchSweepResult
+	for _, b := range bs {
+		var r store.BatchSweepResult
+		err := s.withTx(ctx, func(tx pgx.Tx) (err error) {
+			r, err = rules.ApplyBatchSweep(ctx, runTx{tx}, b.ID, now)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sweep batch %s: %w", b.ID, err)
+		}
+		res.Released = append(res.Released, r.Released...)
+		res.Finished = append(res.Finished, r.Finished...)
+	}
+	return res, nil
+}
+
+// The BatchTx methods of runTx.
+
+func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
+	b, err := scanBatch(t.tx.QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
+	}
+	return b, err
+}
+
+func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+	var n int
+	err := t.tx.QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
+		id, released).Scan(&n)
+	return n, err
+}
+
+func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+	return collect(ctx, t.tx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
+		AND batch_index >= $2 ORDER BY batch_index LIMIT $3`, scanBatchRun, id, from, limit)
+}
+
+func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
+	_, err := t.tx.Exec(ctx, `UPDATE batches SET released = $2 WHERE id = $1`, id, released)
+	return err
+}
+
+func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+	if r.SessionID == "" {
+		return true, nil
+	}
+	var ok bool
+	err := t.tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
+		AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
+	return ok, err
+}
+
+func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+	var open bool
+	err := t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
+	return open, err
+}
+
+func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+	return scanBatch(t.tx.QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+batchCols,
+		id, string(status), at))
+}

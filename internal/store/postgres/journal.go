@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const journalCols = `run_id, turn, idx, primitive, method, url, result, error, prompt_tokens, completion_tokens, created_at`
+
+// scanJournal scans journalCols, then any extra trailing columns.
+func scanJournal(sc scanner, extra ...any) (agentfleet.JournalEntry, error) {
+	var e agentfleet.JournalEntry
+	var result *string
+	dest := append([]any{&e.RunID, &e.Turn, &e.Index, &e.Primitive, &e.Method, &e.URL, &result, &e.Error,
+		&e.Usage.PromptTokens, &e.Usage.CompletionTokens, &e.CreatedAt}, extra...)
+	err := sc.Scan(dest...)
+	if result != nil {
+		e.Result = []byte(*result)
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	return e, err
+}
+
+// insertJournalCTE inserts the entry of 11 parameters from $first (in
+// journalCols' order), fenced as insertReplyCTE is.
+func insertJournalCTE(first int) string {
+	ps := make([]string, 11)
+	for i := range ps {
+		ps[i] = "$" + strconv.Itoa(first+i)
+	}
+	return `m AS (
+		INSERT INTO journal (` + journalCols + `)
+		SELECT id, ` + strings.Join(ps[1:], ", ") + ` FROM runs
+		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + terminalList + `)
+		ON CONFLICT (run_id, turn, idx) DO NOTHING RETURNING ` + journalCols + `
+	)`
+}
+
+var (
+	journalSQL                 = `WITH ` + insertJournalCTE(1) + ` SELECT ` + journalCols + `, NULL::bigint FROM m`
+	journalChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"}, insertJournalCTE, journalCols)
+	journalChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertJournalCTE, journalCols)
+)
+
+// JournalRecord is one statement through the shared pipeline in the
+// common case, so the records of concurrent turns share a round trip and
+// a commit. An entry not inserted (there already, or a lost fence) is
+// sorted out after, and charges nothing.
+func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, error) {
+	p, err := rules.JournalRecord(p, rules.Now())
+	if err != nil {
+		return store.JournalRecordResult{}, err
+	}
+	e := p.JournalEntry
+	wrap := func(err error) error {
+		return fmt.Errorf("record journal entry %d of run %s turn %d: %w", e.Index, e.RunID, e.Turn, err)
+	}
+	q, args := journalSQL, []any(nil)
+	if p.Charge != nil {
+		q = journalChargeReservedSQL
+		if p.Charge.ReservationID == "" {
+			q = journalChargeUnreservedSQL
+		}
+		args = settleArgs(*p.Charge)
+	}
+	var result *string
+	if len(e.Result) > 0 {
+		r := string(e.Result)
+		result = &r
+	}
+	args = append(args, e.RunID, e.Turn, e.Index, e.Primitive, e.Method, e.URL, result, e.Error,
+		e.Usage.PromptTokens, e.Usage.CompletionTokens, e.CreatedAt)
+	order := pipeOrderRun + e.RunID
+	if p.Charge != nil {
+		order = pipeOrderTenant + p.Charge.Tenant
+	}
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		var (
+			got      agentfleet.JournalEntry
+			charged  *int64
+			inserted bool
+		)
+		err := s.pipelined(ctx, order, func(b *pgx.Batch) { b.Queue(q, args...) }, func(br pgx.BatchResults) error {
+			var err error
+			got, err = scanJournal(br.QueryRow(), &charged)
+			inserted = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return store.JournalRecordResult{}, wrap(err)
+		}
+		if inserted {
+			res := store.JournalRecordResult{Entry: got}
+			switch {
+			case p.Charge == nil:
+			case charged == nil:
+				res.ChargeErr = fmt.Errorf("charge %s: %w", settleName(*p.Charge), settleNotFound(*p.Charge))
+			default:
+				res.Settled = store.BudgetSettleResult{Charged: *charged, Overage: p.Charge.Usage.Total() - *charged}
+			}
+			return res, nil
+		}
+		cur, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1`, scanRunRow, e.RunID)
+		if err != nil {
+			return store.JournalRecordResult{}, wrap(err)
+		}
+		if err := rules.CheckCommitFence(cur.Run, e.Turn, ""); err != nil {
+			return store.JournalRecordResult{}, wrap(err)
+		}
+		old, err := queryOne(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 AND idx = $3`,
+			func(sc scanner) (agentfleet.JournalEntry, error) { return scanJournal(sc) }, e.RunID, e.Turn, e.Index)
+		if err == nil {
+			return store.JournalRecordResult{Entry: old, Existed: true}, nil
+		}
+		if !isNotFound(err) {
+			return store.JournalRecordResult{}, wrap(err)
+		}
+		// The fence passes now and there is no entry: the run moved
+		// under us between the statements. Try again.
+	}
+	return store.JournalRecordResult{}, wrap(fmt.Errorf("%w: the run kept changing", store.ErrConflict))
+}
+
+func (s *Store) JournalListByRun(ctx context.Context, p store.JournalListByRunParams) ([]agentfleet.JournalEntry, error) {
+	if err := rules.JournalListByRun(p); err != nil {
+		return nil, err
+	}
+	scan := func(sc scanner) (agentfleet.JournalEntry, error) { return scanJournal(sc) }
+	var (
+		out []agentfleet.JournalEntry
+		err error
+	)
+	if p.Turn > 0 {
+		out, err = queryAll(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 ORDER BY idx`, scan, p.RunID, p.Turn)
+	} else {
+		out, err = queryAll(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 ORDER BY turn, idx`, scan, p.RunID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list the journal of run %s: %w", p.RunID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,472 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+// A batch is admitted in chunks, each its own short write transaction
+// (SQLite has one writer: one transaction of 100,000 runs would stall
+// every turn commit meanwhile). Its runs are stored with status
+// 'admitting', which no reader lists, and become queued at the commit,
+// again chunk by chunk; an abort deletes them the same way.
+
+const batchCols = `id, tenant, agent, status, total, max_concurrent, released, max_turns, max_tokens, metadata,
+	idempotency_key, callback_url, retry_of, created_at, finished_at`
+
+func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
+	var b store.Batch
+	var meta []byte
+	var created int64
+	var finished sql.NullInt64
+	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Status, &b.Total, &b.MaxConcurrent, &b.Released, &b.MaxTurns, &b.MaxTokens,
+		&meta, &b.IdempotencyKey, &b.CallbackURL, &b.RetryOf, &created, &finished); err != nil {
+		return b, err
+	}
+	b.CreatedAt, b.FinishedAt = fromMicros(created), tsVal(finished)
+	var err error
+	b.Metadata, err = rules.DecodeMetadata(meta)
+	return b, err
+}
+
+const insertBatchRunHead = `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
+	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id) VALUES `
+
+var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 17)
+
+func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
+	p, err := rules.BatchAdmit(p)
+	if err != nil {
+		return store.BatchAdmitResult{}, err
+	}
+	if p.IdempotencyKey != "" {
+		b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches
+			WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> '' AND status <> '`+rules.BatchAdmitting+`'`,
+			p.Tenant, p.IdempotencyKey))
+		if err == nil {
+			return store.BatchAdmitResult{Existing: &b}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return store.BatchAdmitResult{}, fmt.Errorf("look up batch by idempotency key: %w", mapErr(err))
+		}
+	}
+	now := rules.Now()
+	err = s.write(ctx, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
+				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+			textArg(rules.EncodeMetadata(p.Metadata)), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now.UnixMicro())
+		return err
+	})
+	if err != nil {
+		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+	}
+	return store.BatchAdmitResult{Admission: &admission{s: s, p: p}}, nil
+}
+
+// admission is one batch's admission in chunks.
+type admission struct {
+	s     *Store
+	p     store.BatchAdmitParams
+	next  int
+	ended bool
+}
+
+func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
+	if a.ended {
+		return rules.Invalidf("batch %s: admission ended", a.p.ID)
+	}
+	rows, err := rules.BatchRows(a.p, inputs, a.next, rules.Now())
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	s := a.s
+	done, err := s.queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
+	if err != nil {
+		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
+	}
+	created := 0
+	defer func() { done(created) }()
+	err = s.write(ctx, func(tx *wtx) error {
+		if err := a.checkKeys(ctx, tx, rows); err != nil {
+			return err
+		}
+		err := insertRows(ctx, tx, insertBatchRunSQL, 17, len(rows), func(args []any, i int) []any {
+			r := rows[i]
+			return append(args, r.ID, r.Tenant, r.Agent, r.SessionID, rules.BatchAdmitting, r.Message, blobArg(r.Context),
+				textArg(rules.EncodeMetadata(r.Metadata)), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
+				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID)
+		})
+		if err != nil {
+			return fmt.Errorf("insert %d runs: %w", len(rows), err)
+		}
+		steps := make([]agentfleet.Step, len(rows))
+		evs := make([]agentfleet.Event, len(rows))
+		for i, r := range rows {
+			steps[i], evs[i] = rules.UserStep(r.Run), rules.BatchQueuedEvent(r.Run)
+		}
+		if err := s.insertSteps(ctx, tx, steps); err != nil {
+			return err
+		}
+		return s.insertEvents(ctx, tx, evs)
+	})
+	if err != nil {
+		var ie *store.BatchInputError
+		if errors.As(err, &ie) {
+			return err
+		}
+		return fmt.Errorf("admit inputs %d to %d of batch %s: %w", a.next, a.next+len(rows)-1, a.p.ID, mapErr(err))
+	}
+	created = len(rows)
+	a.next += len(rows)
+	return nil
+}
+
+// checkKeys refuses an input whose idempotency key another run has (an
+// earlier input of this batch included).
+func (a *admission) checkKeys(ctx context.Context, tx *wtx, rows []rules.BatchRunRow) error {
+	keys := rules.BatchKeys(rows)
+	if len(keys) == 0 {
+		return nil
+	}
+	q, err := tx.QueryContext(ctx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
+		WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (SELECT value FROM json_each(?))`,
+		a.p.Tenant, string(rules.EncodeStrings(keys)))
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	var holders []rules.BatchKeyHolder
+	for q.Next() {
+		var h rules.BatchKeyHolder
+		if err := q.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index); err != nil {
+			return err
+		}
+		holders = append(holders, h)
+	}
+	if err := q.Err(); err != nil {
+		return err
+	}
+	return rules.BatchKeysRefusal(a.p.ID, rows, holders)
+}
+
+// inChunks runs fn over the batch's input indexes in ranges of
+// BatchChunkMax, each in a write transaction of its own; last runs in the
+// last one.
+func (a *admission) inChunks(ctx context.Context, total int, fn func(tx *wtx, from, to int) error, last func(tx *wtx) error) error {
+	for from := 0; from < total || from == 0; from += store.BatchChunkMax {
+		to := from + store.BatchChunkMax
+		err := a.s.write(ctx, func(tx *wtx) error {
+			if err := fn(tx, from, to); err != nil {
+				return err
+			}
+			if to >= total {
+				return last(tx)
+			}
+			return nil
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+	}
+	return nil
+}
+
+func (a *admission) Commit(ctx context.Context, p store.BatchCommitParams) (store.Batch, error) {
+	if a.ended {
+		return store.Batch{}, rules.Invalidf("batch %s: admission ended", a.p.ID)
+	}
+	if err := rules.BatchCommit(p); err != nil {
+		return store.Batch{}, err
+	}
+	total, now := a.next, rules.Now()
+	var b store.Batch
+	err := a.inChunks(ctx, total, func(tx *wtx, from, to int) error {
+		_, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'queued' WHERE batch_id = ? AND batch_id <> ''
+			AND batch_index >= ? AND batch_index < ? AND status = '`+rules.BatchAdmitting+`'`, a.p.ID, from, to)
+		return err
+	}, func(tx *wtx) error {
+		var finished any
+		if total == 0 {
+			finished = now.UnixMicro()
+		}
+		var err error
+		b, err = scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, total = ?, released = ?, max_concurrent = ?,
+				metadata = ?, callback_url = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
+			string(store.BatchRunning), total, rules.BatchReleasedAtCommit(total, p.MaxConcurrent), p.MaxConcurrent,
+			textArg(rules.EncodeMetadata(p.Metadata)), p.CallbackURL, finished, a.p.ID))
+		return err
+	})
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("commit batch %s: %w", a.p.ID, err)
+	}
+	if total == 0 {
+		b.Status = store.BatchCompleted
+	}
+	a.ended = true
+	return b, nil
+}
+
+func (a *admission) Abort(ctx context.Context) error {
+	if a.ended {
+		return nil
+	}
+	err := a.inChunks(ctx, a.next, func(tx *wtx, from, to int) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index >= ? AND batch_index < ?`,
+			a.p.ID, from, to)
+		return err
+	}, func(tx *wtx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM batches WHERE id = ?`, a.p.ID)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("abort batch %s: %w", a.p.ID, err)
+	}
+	a.ended = true
+	return nil
+}
+
+const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
+		p.ID, p.Tenant, p.Tenant))
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
+	}
+	rows, err := s.rd.QueryContext(ctx, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
+		FROM runs WHERE batch_id = ? AND batch_id <> '' GROUP BY status`, b.ID)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, mapErr(err))
+	}
+	defer rows.Close()
+	b.Counts = map[agentfleet.RunStatus]int{}
+	for rows.Next() {
+		var st agentfleet.RunStatus
+		var n int
+		var u agentfleet.Usage
+		if err := rows.Scan(&st, &n, &u.PromptTokens, &u.CompletionTokens); err != nil {
+			return store.Batch{}, err
+		}
+		b.Counts[st] = n
+		b.Usage.PromptTokens += u.PromptTokens
+		b.Usage.CompletionTokens += u.CompletionTokens
+	}
+	return b, mapErr(rows.Err())
+}
+
+func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
+	after, err := rules.DecodeBatchCursor(p.Cursor)
+	if err != nil {
+		return store.BatchListResult{}, err
+	}
+	limit := rules.BatchListLimit(p.Limit)
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND `+visibleBatch+`
+		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, p.Tenant, after, after, limit+1)
+	if err != nil {
+		return store.BatchListResult{}, fmt.Errorf("list batches: %w", mapErr(err))
+	}
+	bs, err := collectBatches(rows)
+	if err != nil {
+		return store.BatchListResult{}, fmt.Errorf("list batches: %w", mapErr(err))
+	}
+	var res store.BatchListResult
+	if len(bs) > limit {
+		bs = bs[:limit]
+		res.NextCursor = rules.EncodeBatchCursor(bs[limit-1].ID)
+	}
+	res.Batches = bs
+	return res, nil
+}
+
+func collectBatches(rows *sql.Rows) ([]store.Batch, error) {
+	defer rows.Close()
+	var out []store.Batch
+	for rows.Next() {
+		b, err := scanBatch(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+	return batchRuns(ctx, s.rd, p)
+}
+
+func batchRuns(ctx context.Context, q queryer, p store.BatchRunsParams) ([]store.BatchRun, error) {
+	query := `SELECT batch_index, custom_id, ` + runCols + ` FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index > ?
+		AND status <> '` + rules.BatchAdmitting + `'`
+	args := []any{p.ID, p.AfterIndex}
+	if len(p.Status) > 0 {
+		query += ` AND status IN (?` + strings.Repeat(", ?", len(p.Status)-1) + `)`
+		for _, st := range p.Status {
+			args = append(args, string(st))
+		}
+	}
+	query += ` ORDER BY batch_index LIMIT ?`
+	args = append(args, rules.BatchRunsLimit(p.Limit))
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, mapErr(err))
+	}
+	out, err := collectBatchRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, mapErr(err))
+	}
+	return out, nil
+}
+
+// collectBatchRuns reads rows of batch_index, custom_id and runCols, and
+// closes them.
+func collectBatchRuns(rows *sql.Rows) ([]store.BatchRun, error) {
+	defer rows.Close()
+	var out []store.BatchRun
+	for rows.Next() {
+		var br store.BatchRun
+		row, err := scanRun(rows, &br.Index, &br.CustomID)
+		if err != nil {
+			return nil, err
+		}
+		br.Run = row.Run
+		out = append(out, br)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
+	limit := rules.BatchCancelLimit(p.Limit)
+	now := rules.Now()
+	var res store.BatchCancelResult
+	err := s.write(ctx, func(tx *wtx) error {
+		res = store.BatchCancelResult{}
+		b, err := scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
+			WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch+` RETURNING `+batchCols, p.ID, p.Tenant, p.Tenant))
+		if err != nil {
+			return err
+		}
+		res.Batch = b
+		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
+			AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, p.ID, limit+1)
+		if err != nil {
+			return err
+		}
+		ids, err := collectStrings(rows)
+		if err != nil {
+			return err
+		}
+		if len(ids) > limit {
+			ids, res.More = ids[:limit], true
+		}
+		return rules.ApplyBatchCancel(ctx, runTx{s: s, tx: tx}, b.ID, ids, now, &res)
+	})
+	if err != nil {
+		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
+	}
+	return res, nil
+}
+
+func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	var held bool
+	err := s.rd.QueryRowContext(ctx, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
+		WHERE r.id = ? AND r.batch_id <> ''`, runID).Scan(&held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("is run %s held by its batch: %w", runID, mapErr(err))
+	}
+	return held, nil
+}
+
+func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	rows, err := s.rd.QueryContext(ctx, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT ?`,
+		rules.BatchSweepLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished batches: %w", mapErr(err))
+	}
+	bs, err := collectBatches(rows)
+	return bs, mapErr(err)
+}
+
+func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
+	now := rules.NowOr(p.Now)
+	bs, err := s.BatchUnfinished(ctx, p.Limit)
+	if err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	var res store.BatchSweepResult
+	for _, b := range bs {
+		var r store.BatchSweepResult
+		err := s.write(ctx, func(tx *wtx) (err error) {
+			r, err = rules.ApplyBatchSweep(ctx, runTx{s: s, tx: tx}, b.ID, now)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sweep batch %s: %w", b.ID, mapErr(err))
+		}
+		res.Released = append(res.Released, r.Released...)
+		res.Finished = append(res.Finished, r.Finished...)
+	}
+	return res, nil
+}
+
+// The BatchTx methods of runTx.
+
+func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
+	b, err := scanBatch(t.tx.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
+	}
+	return b, err
+}
+
+func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+	var n int
+	err := t.tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
+		id, released).Scan(&n)
+	return n, err
+}
+
+func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
+		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, id, from, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collectBatchRuns(rows)
+}
+
+func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
+	_, err := t.tx.ExecContext(ctx, `UPDATE batches SET released = ? WHERE id = ?`, released, id)
+	return err
+}
+
+func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+	row, err := t.s.runByID(ctx, t.tx, r.ID)
+	if err != nil {
+		return false, err
+	}
+	return startable(ctx, t.tx, row)
+}
+
+func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+	var open bool
+	err := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
+	return open, err
+}
+
+func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+	return scanBatch(t.tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
+		string(status), at.UnixMicro(), id))
+}

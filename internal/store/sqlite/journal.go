@@ -1,0 +1,101 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+const journalCols = `run_id, turn, idx, primitive, method, url, result, error, prompt_tokens, completion_tokens, created_at`
+
+// insertJournalSQL records an entry, fenced as insertReplySQL is.
+var insertJournalSQL = `INSERT INTO journal (` + journalCols + `)
+	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
+	ON CONFLICT (run_id, turn, idx) DO NOTHING RETURNING ` + journalCols
+
+func scanJournal(sc interface{ Scan(...any) error }) (agentfleet.JournalEntry, error) {
+	var e agentfleet.JournalEntry
+	var result sql.NullString
+	var created int64
+	err := sc.Scan(&e.RunID, &e.Turn, &e.Index, &e.Primitive, &e.Method, &e.URL, &result, &e.Error,
+		&e.Usage.PromptTokens, &e.Usage.CompletionTokens, &created)
+	if result.Valid {
+		e.Result = []byte(result.String)
+	}
+	e.CreatedAt = fromMicros(created)
+	return e, err
+}
+
+// JournalRecord records the entry with one fenced insert in the group
+// commit and, with a Charge, settles in the same transaction.
+func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, error) {
+	p, err := rules.JournalRecord(p, rules.Now())
+	if err != nil {
+		return store.JournalRecordResult{}, err
+	}
+	e := p.JournalEntry
+	var result any
+	if len(e.Result) > 0 {
+		result = string(e.Result)
+	}
+	var res store.JournalRecordResult
+	err = s.write(ctx, func(tx *wtx) error {
+		res = store.JournalRecordResult{}
+		got, err := scanJournal(tx.QueryRowContext(ctx, insertJournalSQL, e.RunID, e.Turn, e.Index, e.Primitive, e.Method, e.URL,
+			result, e.Error, e.Usage.PromptTokens, e.Usage.CompletionTokens, e.CreatedAt.UnixMicro()))
+		if errors.Is(err, sql.ErrNoRows) {
+			return s.journalNotInserted(ctx, tx, e, &res)
+		}
+		if err != nil {
+			return err
+		}
+		res.Entry = got
+		res.Settled, res.ChargeErr, err = chargeRecorded(ctx, tx, p.Charge)
+		return err
+	})
+	if err != nil {
+		return store.JournalRecordResult{}, fmt.Errorf("record journal entry %d of run %s turn %d: %w", e.Index, e.RunID, e.Turn, err)
+	}
+	return res, nil
+}
+
+// journalNotInserted says why the fenced insert of e did nothing: the run
+// is missing or fenced off, or the entry is there already (Existed).
+func (s *Store) journalNotInserted(ctx context.Context, tx *wtx, e agentfleet.JournalEntry, res *store.JournalRecordResult) error {
+	cur, err := s.runByID(ctx, tx, e.RunID)
+	if err != nil {
+		return err
+	}
+	if err := rules.CheckCommitFence(cur.Run, e.Turn, ""); err != nil {
+		return err
+	}
+	old, err := scanJournal(tx.QueryRowContext(ctx, `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? AND idx = ?`, e.RunID, e.Turn, e.Index))
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: the entry was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
+	}
+	if err != nil {
+		return err
+	}
+	*res = store.JournalRecordResult{Entry: old, Existed: true}
+	return nil
+}
+
+func (s *Store) JournalListByRun(ctx context.Context, p store.JournalListByRunParams) ([]agentfleet.JournalEntry, error) {
+	if err := rules.JournalListByRun(p); err != nil {
+		return nil, err
+	}
+	q, args := `SELECT `+journalCols+` FROM journal WHERE run_id = ? ORDER BY turn, idx`, []any{p.RunID}
+	if p.Turn > 0 {
+		q, args = `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? ORDER BY idx`, []any{p.RunID, p.Turn}
+	}
+	rows, err := s.rd.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list the journal of run %s: %w", p.RunID, err)
+	}
+	return collect(rows, scanJournal)
+}
