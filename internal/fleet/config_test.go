@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -204,4 +205,22 @@ func TestWebhookSettingsFromEnv(t *testing.T) {
 	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
 	_, err = ConfigFromEnv()
 	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
+}
+
+func TestNATSAuthFilesFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	creds, key := filepath.Join(dir, "fleet.creds"), filepath.Join(dir, "signing.nk")
+	require.NoError(t, os.WriteFile(creds, []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(key, []byte("x"), 0o600))
+	t.Setenv("AGENTFLEET_NATS_CREDS", creds)
+	t.Setenv("AGENTFLEET_NATS_SIGNING_KEY", key)
+	c, err := ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, creds, c.NATSCreds)
+	require.Equal(t, key, c.NATSSigningKey)
+
+	t.Setenv("AGENTFLEET_NATS_SIGNING_KEY", filepath.Join(dir, "missing.nk"))
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_NATS_SIGNING_KEY")
+	require.ErrorContains(t, err, "agentctl nats-auth")
 }

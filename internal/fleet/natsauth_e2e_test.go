@@ -17,31 +17,53 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/fleet"
+	"github.com/agentfleet/agentfleet/internal/natsauth"
 	"github.com/agentfleet/agentfleet/wire"
 )
 
-// authFleet is dev mode with its NATS auth, and two tenants.
+// authFleet is a fleet on a NATS server in JWT mode, with two tenants.
 type authFleet struct {
-	dev   *fleet.Dev
-	admin *client.Client
-	keys  map[string]string // tenant -> API key
-	dir   string
+	dev     *fleet.Dev
+	admin   *client.Client
+	keys    map[string]string // tenant -> API key
+	dir     string
+	natsURL string
 }
 
-func setupAuthFleet(t *testing.T) *authFleet {
+// setupAuthFleet starts dev mode with the NATS auth it makes itself or,
+// with external, on a server secured by the files agentctl nats-auth
+// writes, reached by URL as a production fleet reaches its cluster.
+func setupAuthFleet(t *testing.T, external bool) *authFleet {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	dev, err := fleet.StartDev(ctx, fleet.Config{
+	cfg := fleet.Config{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		Workers: 1, WorkerSlots: 2, DrainTimeout: 5 * time.Second,
-	}, fleet.DevOptions{Logger: slog.New(slog.DiscardHandler)})
+	}
+	if external {
+		dir := t.TempDir()
+		setup, err := natsauth.Generate(natsauth.GenerateConfig{ResolverDir: filepath.Join(dir, "jwt")})
+		require.NoError(t, err)
+		require.NoError(t, setup.WriteDir(dir, false))
+		emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", AuthConf: string(setup.ServerConf)})
+		require.NoError(t, err)
+		t.Cleanup(emb.Shutdown)
+		cfg.NATSURL = emb.ClientURL()
+		cfg.NATSCreds = filepath.Join(dir, natsauth.FileFleetCreds)
+		cfg.NATSSigningKey = filepath.Join(dir, natsauth.FileSigningKey)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dev, err := fleet.StartDev(ctx, cfg, fleet.DevOptions{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- dev.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	f := &authFleet{dev: dev, admin: client.New(dev.URL(), dev.AdminToken), keys: map[string]string{}, dir: t.TempDir()}
+	f := &authFleet{dev: dev, admin: client.New(dev.URL(), dev.AdminToken), keys: map[string]string{}, dir: t.TempDir(), natsURL: cfg.NATSURL}
+	if !external {
+		f.natsURL = dev.Embedded.ClientURL()
+	}
 	for _, id := range []string{"acme", "globex"} {
 		tv, err := f.admin.CreateTenant(ctx, wire.TenantRequest{ID: id})
 		require.NoError(t, err)
@@ -88,7 +110,7 @@ func (f *authFleet) tenantConn(t *testing.T, credsFile, tenant string, extra ...
 			}
 		}),
 	}, extra...)
-	nc, err := nats.Connect(f.dev.Embedded.ClientURL(), opts...)
+	nc, err := nats.Connect(f.natsURL, opts...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	return nc, errs
@@ -110,7 +132,7 @@ func requirePermissionError(t *testing.T, errs chan error, subject string) {
 // subscribe to its events on core NATS; another tenant's events, the
 // turn queue and control subjects are refused.
 func TestTenantNATSCredsReadOnlyTheirOwnEvents(t *testing.T) {
-	f := setupAuthFleet(t)
+	f := setupAuthFleet(t, false)
 	past := f.runOf(t, "acme")
 	other := f.runOf(t, "globex")
 
@@ -205,10 +227,15 @@ func readUntilDone(ctx context.Context, t *testing.T, cons jetstream.Consumer) [
 }
 
 // Without creds, with creds that expired, and with creds revoked, the
-// server refuses the connection; revoking closes a live one.
+// server refuses the connection; revoking closes a live one. Both in dev
+// mode and on a server set up with agentctl nats-auth's files.
 func TestTenantNATSCredsExpireAndRevoke(t *testing.T) {
-	f := setupAuthFleet(t)
-	url := f.dev.Embedded.ClientURL()
+	t.Run("dev", func(t *testing.T) { testExpireAndRevoke(t, setupAuthFleet(t, false)) })
+	t.Run("nats-auth files", func(t *testing.T) { testExpireAndRevoke(t, setupAuthFleet(t, true)) })
+}
+
+func testExpireAndRevoke(t *testing.T, f *authFleet) {
+	url := f.natsURL
 
 	_, err := nats.Connect(url, nats.MaxReconnects(0))
 	require.Error(t, err, "no creds")
