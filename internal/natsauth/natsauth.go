@@ -1,7 +1,7 @@
 // Package natsauth owns the fleet's NATS trust chain in decentralised JWT
 // mode: an operator, a system account, the fleet's named account, the
 // fleet's own user, and the tenant subscriber users the dispatcher issues
-// and revokes (docs/ARCHITECTURE.md §9, DESIGN §13).
+// and revokes (docs/ARCHITECTURE.md §10, DESIGN §13).
 //
 // It is the only importer of nats-io/jwt and nats-io/nkeys. It makes and
 // reads keys, JWTs, creds files and the servers' configuration fragment;
@@ -86,28 +86,31 @@ func Generate(cfg GenerateConfig) (*Setup, error) {
 	if strings.ContainsAny(cfg.ResolverDir, "\"\n") {
 		return nil, fmt.Errorf("resolver dir %q: must not contain quotes or newlines", cfg.ResolverDir)
 	}
-	op, opSign, sysAcc, acc, accSign := mustKey(nkeys.CreateOperator), mustKey(nkeys.CreateOperator),
-		mustKey(nkeys.CreateAccount), mustKey(nkeys.CreateAccount), mustKey(nkeys.CreateAccount)
-	for _, k := range []keyOrErr{op, opSign, sysAcc, acc, accSign} {
-		if k.err != nil {
-			return nil, fmt.Errorf("generate nkeys: %w", k.err)
+	var keys [5]nkeys.KeyPair
+	for i, create := range []func() (nkeys.KeyPair, error){
+		nkeys.CreateOperator, nkeys.CreateOperator, nkeys.CreateAccount, nkeys.CreateAccount, nkeys.CreateAccount,
+	} {
+		var err error
+		if keys[i], err = create(); err != nil {
+			return nil, fmt.Errorf("generate nkeys: %w", err)
 		}
 	}
-	opPub, opSignPub := pub(op.kp), pub(opSign.kp)
-	sysPub, accPub, accSignPub := pub(sysAcc.kp), pub(acc.kp), pub(accSign.kp)
+	op, opSign, sysAcc, acc, accSign := keys[0], keys[1], keys[2], keys[3], keys[4]
+	opPub, opSignPub := pub(op), pub(opSign)
+	sysPub, accPub, accSignPub := pub(sysAcc), pub(acc), pub(accSign)
 
 	oc := jwt.NewOperatorClaims(opPub)
 	oc.Name = "agentfleet"
 	oc.SigningKeys.Add(opSignPub)
 	oc.SystemAccount = sysPub
-	opJWT, err := oc.Encode(op.kp)
+	opJWT, err := oc.Encode(op)
 	if err != nil {
 		return nil, fmt.Errorf("operator jwt: %w", err)
 	}
 
 	sc := jwt.NewAccountClaims(sysPub)
 	sc.Name = "SYS"
-	sysJWT, err := sc.Encode(opSign.kp)
+	sysJWT, err := sc.Encode(opSign)
 	if err != nil {
 		return nil, fmt.Errorf("system account jwt: %w", err)
 	}
@@ -116,23 +119,23 @@ func Generate(cfg GenerateConfig) (*Setup, error) {
 	ac.Name = cfg.AccountName
 	ac.SigningKeys.Add(accSignPub)
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	accJWT, err := ac.Encode(opSign.kp)
+	accJWT, err := ac.Encode(opSign)
 	if err != nil {
 		return nil, fmt.Errorf("fleet account jwt: %w", err)
 	}
 
-	sysCreds, sysUserJWT, sysUserSeed, err := newUser("sys", sysAcc.kp, sysPub, nil)
+	sysCreds, sysUserJWT, sysUserSeed, err := newUser("sys", sysAcc, sysPub)
 	if err != nil {
 		return nil, fmt.Errorf("system user: %w", err)
 	}
-	fleetCreds, _, _, err := newUser("fleet", accSign.kp, accPub, nil)
+	fleetCreds, _, _, err := newUser("fleet", accSign, accPub)
 	if err != nil {
 		return nil, fmt.Errorf("fleet user: %w", err)
 	}
 
-	opSeed, _ := op.kp.Seed()
-	opSignSeed, _ := opSign.kp.Seed()
-	accSignSeed, _ := accSign.kp.Seed()
+	opSeed, _ := op.Seed()
+	opSignSeed, _ := opSign.Seed()
+	accSignSeed, _ := accSign.Seed()
 	var bundle bytes.Buffer
 	bundle.WriteString("# agentfleet NATS issuer (AGENTFLEET_NATS_SIGNING_KEY): the fleet account's\n" +
 		"# signing key (tenant users), an operator signing key (the account JWT with\n" +
@@ -192,16 +195,6 @@ func (s *Setup) WriteDir(dir string, force bool) error {
 	return nil
 }
 
-type keyOrErr struct {
-	kp  nkeys.KeyPair
-	err error
-}
-
-func mustKey(fn func() (nkeys.KeyPair, error)) keyOrErr {
-	kp, err := fn()
-	return keyOrErr{kp, err}
-}
-
 func pub(kp nkeys.KeyPair) string {
 	p, _ := kp.PublicKey()
 	return p
@@ -209,7 +202,7 @@ func pub(kp nkeys.KeyPair) string {
 
 // newUser makes a user key and its JWT signed by signer for account,
 // returning the creds file, the JWT and the seed.
-func newUser(name string, signer nkeys.KeyPair, account string, fill func(*jwt.UserClaims)) (creds []byte, userJWT, seed string, err error) {
+func newUser(name string, signer nkeys.KeyPair, account string) (creds []byte, userJWT, seed string, err error) {
 	u, err := nkeys.CreateUser()
 	if err != nil {
 		return nil, "", "", err
@@ -218,9 +211,6 @@ func newUser(name string, signer nkeys.KeyPair, account string, fill func(*jwt.U
 	uc.Name = name
 	if pub(signer) != account {
 		uc.IssuerAccount = account
-	}
-	if fill != nil {
-		fill(uc)
 	}
 	if userJWT, err = uc.Encode(signer); err != nil {
 		return nil, "", "", err
