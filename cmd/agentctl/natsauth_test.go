@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,9 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/api"
-	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/natsauth"
-	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 )
 
 // issuerCreds serves GET .../nats-creds from a real issuer; revocation
@@ -54,18 +50,7 @@ func TestNATSAuthCommands(t *testing.T) {
 	// The dispatcher's side: creds of a tenant through the CLI.
 	iss, err := natsauth.LoadIssuer(filepath.Join(dir, natsauth.FileSigningKey), natsauth.Subjects{})
 	require.NoError(t, err)
-	emb := bustest.StartServer(t)
-	b := bustest.Connect(t, emb)
-	st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "cli.db")})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	srv, err := api.New(api.Config{Store: st, Bus: b, AdminToken: "admin", NATSCreds: issuerCreds{iss}, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	t.Setenv("AGENTFLEET_URL", hs.URL)
-	t.Setenv("AGENTFLEET_TOKEN", "admin")
+	newCLI(t, func(cfg *api.Config) { cfg.NATSCreds = issuerCreds{iss} })
 	code, _, stderr = c.run("tenants", "create", "acme")
 	require.Equal(t, exitOK, code, stderr)
 
