@@ -12,7 +12,8 @@ package agentfleet
 
 import (
 	"encoding/json"
-	"fmt"
+	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -336,14 +337,17 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
+// UnmarshalJSON reads a Go duration string. What is not one is a
+// *json.UnmarshalTypeError, which encoding/json completes with the
+// field's name.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("a duration is a string like \"90s\" or \"24h\", not %s", b)
+		return &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[Duration]()}
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a duration like \"90s\" or \"24h\"", s)
+		return &json.UnmarshalTypeError{Value: "string " + strconv.Quote(s), Type: reflect.TypeFor[Duration]()}
 	}
 	*d = Duration(v)
 	return nil

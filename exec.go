@@ -24,6 +24,10 @@ type ExecRequest struct {
 	// Primitives lists the primitives enabled for this run's agent; nil
 	// means the sandbox's default set.
 	Primitives []string
+	// Egress names hosts, IP addresses and CIDRs the run's fetch and
+	// http may reach past the private-address block (its agent's
+	// egress), on top of what the sandbox's own configuration allows.
+	Egress []string
 	// AI performs ai()/aiJSON() sub-calls. Nil disables them.
 	AI AIFunc
 	// Spawn starts a child run and returns its id. Nil disables spawn().
@@ -35,6 +39,12 @@ type ExecRequest struct {
 	// replays those an earlier attempt of the turn recorded; the HTTP
 	// ones carry an Idempotency-Key (JournalEntry.IdempotencyKey).
 	Journal Journal
+
+	// Approve is the agent's approve rules: a host call matching one
+	// needs a person's yes, which Approval looks up. A match with a nil
+	// Approval throws a PolicyError.
+	Approve  []string
+	Approval ApprovalFunc
 }
 
 // ScriptErrorKind classifies why a script failed.
@@ -76,6 +86,10 @@ type ExecResult struct {
 	// Wait is set when the script called wait(): the run waits for
 	// these children once the turn is committed.
 	Wait *WaitRequest
+	// Approval is set when the script was stopped at a call that waits
+	// for a person's approval: the turn is not over and nothing of it
+	// is to be committed; Return, Answer and Err are empty.
+	Approval *ApprovalCall
 	// Duration is the wall time of the execution.
 	Duration time.Duration
 }
@@ -180,3 +194,30 @@ func describeCall(e JournalEntry) string {
 	}
 	return e.Primitive + " " + e.Method + " " + e.URL
 }
+
+// ApprovalCall is a host call that needs a person's approval, as the
+// approval shows it: Index counts the turn's host calls from 0, so the
+// same (deterministic) script makes the same call at the same index when
+// the turn runs again. Preview is the start of the call's body (fetch,
+// http), prompt (ai) or message (spawn), cut and redacted.
+type ApprovalCall struct {
+	Index     int    `json:"call_index"`
+	Primitive string `json:"primitive"`
+	Method    string `json:"method,omitempty"`
+	URL       string `json:"url,omitempty"`
+	Preview   string `json:"preview,omitempty"`
+}
+
+// ApprovalState is where a call's approval stands.
+type ApprovalState string
+
+const (
+	ApprovalPending  ApprovalState = "pending"
+	ApprovalApproved ApprovalState = "approved"
+	ApprovalDenied   ApprovalState = "denied"
+)
+
+// ApprovalFunc says where the approval of a call stands: approved (the
+// call proceeds), denied (the call throws, with reason), or pending (none
+// asked yet, or not decided: the turn ends waiting for it).
+type ApprovalFunc func(ctx context.Context, call ApprovalCall) (state ApprovalState, reason string, err error)

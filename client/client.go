@@ -126,6 +126,18 @@ func (c *Client) GetRun(ctx context.Context, id string) (agentfleet.Run, error) 
 	return run, err
 }
 
+// RunSteps reads a run's trace, its side-effect journal included; turn,
+// when not negative, narrows it to that turn (0: the run's message).
+func (c *Client) RunSteps(ctx context.Context, id string, turn int) (wire.RunSteps, error) {
+	path := "/v1/runs/" + url.PathEscape(id) + "/steps"
+	if turn >= 0 {
+		path += "?turn=" + strconv.Itoa(turn)
+	}
+	var out wire.RunSteps
+	err := c.do(ctx, http.MethodGet, path, nil, &out)
+	return out, err
+}
+
 // ListRunsParams filters GET /v1/runs.
 type ListRunsParams struct {
 	Status    []agentfleet.RunStatus

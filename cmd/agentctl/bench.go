@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [flags]
+const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch] [flags]
 
 Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
@@ -33,6 +33,8 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
   webhooks    5000 x 1, 0,      1 x 64  signed GitHub deliveries as a burst: accepted/s and
                                       request -> 202 percentiles (with --spawn the workers
                                       are stopped meanwhile), then the runs they started
+  batch     100000 x 2, 0,      1 x 64  one batch (JSONL, streamed): admission time, then
+                                      turns/s while it runs; peak RSS
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite
@@ -69,6 +71,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.URL, "url", "", "drive the existing fleet at this API URL")
 	fs.StringVar(&cfg.Token, "token", "", "the --url fleet's admin token")
 	fs.BoolVar(&cfg.Spawn, "spawn", false, "run the fleet as processes (NATS, dispatcher, workers) on --database-url")
+	fs.IntVar(&cfg.NATSCluster, "nats-cluster", 0, "with --spawn or chaos: run NATS as a JetStream cluster of this many nodes (3-5) with R3 streams; chaos then kills the nodes leading AF_WORK and AF_RUNQ")
 	fs.StringVar(&cfg.PGRestartCmd, "pg-restart-cmd", "", `chaos: shell command that restarts Postgres, e.g. "pg_ctlcluster --skip-systemctl-redirect 15 main restart"`)
 	fs.DurationVar(&cfg.AckWait, "ack-wait", 0, "AckWait of the fleet's turns (default 30s; chaos 5s)")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", 0, "MaxWaiting of the workers' consumer (default: sized from the slots)")
@@ -79,6 +82,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.FairnessSettle, "settle", 0, "fairness: how long A's backlog builds before B submits (default 500ms)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on the whole bench (default 30m)")
 	fs.DurationVar(&cfg.Stall, "stall", 0, "give up when no run finished for this long (default 60s; chaos 2m)")
+	fs.BoolVar(&cfg.SideEffects, "side-effects", false, "every turn's script POSTs once to a loopback target (counted by Idempotency-Key) and calls ai() once; always on for chaos")
 	fs.BoolVar(&cfg.TraceStub, "trace-stub", false, "turn the fleet's tracing on, exporting OTLP/HTTP to a stub collector in the bench that counts the spans")
 	fs.BoolVar(&cfg.KeepDir, "keep", false, "keep the bench's temporary directory (fleet data, process logs)")
 	verbose := fs.Bool("v", false, "fleet logs (info and up) to stderr")

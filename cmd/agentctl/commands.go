@@ -208,7 +208,7 @@ func answerText(raw json.RawMessage) string {
 
 func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("runs needs a subcommand: ls, show, cancel or rm")
+		return usagef("runs needs a subcommand: ls, show, steps, cancel or rm")
 	}
 	c := e.client()
 	switch args[0] {
@@ -264,6 +264,8 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 			return err
 		}
 		return writeJSON(e.stdout, run)
+	case "steps":
+		return e.runSteps(ctx, c, args[1:])
 	case "cancel":
 		if len(args) != 2 {
 			return usagef("runs cancel takes one RUN id")
@@ -288,7 +290,7 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 		fmt.Fprintf(e.stdout, "run %s deleted\n", args[1])
 		return nil
 	}
-	return usagef("unknown runs subcommand %q (ls, show, cancel, rm)", args[0])
+	return usagef("unknown runs subcommand %q (ls, show, steps, cancel, rm)", args[0])
 }
 
 func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {

@@ -1,5 +1,6 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, administer tenants and webhook triggers (and send signed
+// cancel them, submit batches and gather their results, administer tenants,
+// agents and webhook triggers (and send signed
 // deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //
@@ -42,6 +43,7 @@ Usage:
   agentctl watch [--json] RUN
   agentctl runs ls [--status S[,S]] [--agent A] [--session S] [--parent RUN] [--limit N] [--cursor C] [--json]
   agentctl runs show [--json] RUN
+  agentctl runs steps [--turn N] [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
@@ -63,11 +65,25 @@ Usage:
   agentctl triggers redeliver ID DELIVERY
   agentctl triggers test [--event E] [--file payload.json] ID
   agentctl triggers send [--secret S] [--event E] [--delivery D] [--scheme S] --file payload.json ID
+  agentctl agents apply -f agent.yaml|agent.json|- [NAME]
+  agentctl agents ls [--limit N] [--cursor C] [--json]
+  agentctl agents show [--version N] NAME
+  agentctl agents rm NAME
+  agentctl batch submit [--agent A] [--max-concurrent N] [--max-turns N] [--max-tokens N]
+                       [--idempotency-key K] [--callback-url U] [--wait] [--out results.jsonl] inputs.jsonl
+  agentctl batch ls [--limit N] [--cursor C] [--json]
+  agentctl batch show [--json] BATCH
+  agentctl batch results [--wait] [--after INDEX] [--out FILE] BATCH
+  agentctl batch cancel|retry BATCH
+  agentctl approvals ls [--status pending|approved|denied|all] [--run R] [--tenant T] [--json]
+  agentctl approvals show ID
+  agentctl approvals approve [--reason R] [--scope session] ID
+  agentctl approvals deny [--reason R] ID
   agentctl tenants keys create --name N ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
-  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks] [--runs N] [--turns T]
+  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
                  ('agentctl bench -h' for all flags)
 
@@ -79,6 +95,9 @@ Environment:
 
 'run --wait' prints events to stderr and the answer alone to stdout, and exits
 0 completed, 1 failed, 2 max turns, 3 usage error, 4 cancelled, 5 budget.
+'batch submit --wait' draws a progress bar on a terminal (plain lines on stderr
+otherwise, with the results as JSONL on stdout unless --out) and exits with the
+code of the worst status among the runs: failed, then cancelled, then max turns.
 `
 
 func main() {
@@ -128,6 +147,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdTenants(ctx, args[1:])
 	case "triggers":
 		err = env.cmdTriggers(ctx, args[1:])
+	case "agents":
+		err = env.cmdAgents(ctx, args[1:])
+	case "batch":
+		err = env.cmdBatch(ctx, args[1:])
+	case "approvals":
+		err = env.cmdApprovals(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "nats-auth":

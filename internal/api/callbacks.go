@@ -85,15 +85,21 @@ func (c *callbackState) init(cfg Config) error {
 
 // checkCallbackURL says what is wrong with a callback_url, or nil.
 func (s *Server) checkCallbackURL(raw string) error {
+	return s.checkCallbackURLField("callback_url", raw)
+}
+
+// checkCallbackURLField checks a URL the dispatcher is to call, in the
+// request's field.
+func (s *Server) checkCallbackURLField(field, raw string) error {
 	if len(raw) > maxCallbackURL {
-		return errUnprocessable("callback_url is longer than %d bytes", maxCallbackURL)
+		return errUnprocessable("%s is longer than %d bytes", field, maxCallbackURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return errUnprocessable("callback_url %q must be an absolute http:// or https:// URL", raw)
+		return errUnprocessable("%s %q must be an absolute http:// or https:// URL", field, raw)
 	}
 	if _, err := s.callbacks.guard.CheckURL(raw); err != nil {
-		return errUnprocessable("callback_url: %v (the operator can allow it in AGENTFLEET_EGRESS_ALLOW)", err)
+		return errUnprocessable("%s: %v (the operator can allow it in AGENTFLEET_EGRESS_ALLOW)", field, err)
 	}
 	return nil
 }
@@ -265,26 +271,37 @@ func (s *Server) postCallback(ctx context.Context, c store.RunCallback) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("read the run: %w", err)
 	}
-	sealed, err := s.cfg.Store.TenantCallbackSecretGet(ctx, c.Tenant)
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, fmt.Errorf("tenant %s has no callback secret: make one with POST /v1/tenants/%s/callback-secret", c.Tenant, c.Tenant)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read the tenant's callback secret: %w", err)
-	}
-	secret, err := s.cfg.Secrets.Open(sealed, callbackSecretAD(c.Tenant))
-	if err != nil {
-		return 0, fmt.Errorf("open the tenant's callback secret: %w", err)
-	}
 	body, err := json.Marshal(run)
 	if err != nil {
 		return 0, fmt.Errorf("encode the run: %w", err)
 	}
-	h, err := webhook.Sign(webhook.Standard, secret, body, callbackWebhookID(run.ID), "", time.Now())
+	return s.postSigned(ctx, c.Tenant, c.URL, callbackWebhookID(run.ID), body)
+}
+
+// postSigned POSTs body to url, signed (Standard Webhooks, message id
+// webhookID) with tenant's callback secret, through the egress guard. It
+// returns the receiver's status and, for anything but a 2xx, why the
+// attempt failed.
+func (s *Server) postSigned(ctx context.Context, tenant, url, webhookID string, body []byte) (int, error) {
+	if s.cfg.Secrets == nil {
+		return 0, errors.New("this dispatcher cannot sign callbacks: " + errNoSecretsKey)
+	}
+	sealed, err := s.cfg.Store.TenantCallbackSecretGet(ctx, tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, fmt.Errorf("tenant %s has no callback secret: make one with POST /v1/tenants/%s/callback-secret", tenant, tenant)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the tenant's callback secret: %w", err)
+	}
+	secret, err := s.cfg.Secrets.Open(sealed, callbackSecretAD(tenant))
+	if err != nil {
+		return 0, fmt.Errorf("open the tenant's callback secret: %w", err)
+	}
+	h, err := webhook.Sign(webhook.Standard, secret, body, webhookID, "", time.Now())
 	if err != nil {
 		return 0, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL, strings.NewReader(string(body)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
 		return 0, err
 	}

@@ -23,6 +23,18 @@ const ChildrenSweepIntervalDefault = time.Second
 // SweepChildren settles due families every interval until ctx ends,
 // while leading says this process schedules (nil: always).
 func (s *Server) SweepChildren(ctx context.Context, interval time.Duration, leading func() bool) {
+	whileLeading(ctx, interval, leading, func() {
+		res, err := s.cfg.Store.RunChildrenDue(ctx, store.RunChildrenDueParams{Now: time.Now()})
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("sweep of child runs", "err", err)
+		}
+		s.publishFamily(ctx, res)
+	})
+}
+
+// whileLeading calls pass every interval until ctx ends, while leading
+// says this process schedules (nil: always).
+func whileLeading(ctx context.Context, interval time.Duration, leading func() bool, pass func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -31,14 +43,9 @@ func (s *Server) SweepChildren(ctx context.Context, interval time.Duration, lead
 			return
 		case <-t.C:
 		}
-		if leading != nil && !leading() {
-			continue
+		if leading == nil || leading() {
+			pass()
 		}
-		res, err := s.cfg.Store.RunChildrenDue(ctx, store.RunChildrenDueParams{Now: time.Now()})
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("sweep of child runs", "err", err)
-		}
-		s.publishFamily(ctx, res)
 	}
 }
 
@@ -69,8 +76,10 @@ func (s *Server) publishFamily(ctx context.Context, res store.RunEndedResult) {
 			s.log.Warn("publish events of a child run's family", "run", ch.Run.ID, "err", err)
 		}
 	}
-	for _, p := range res.Woken {
-		if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: p.ID, Tenant: p.Tenant, Turn: p.Turn + 1, Wake: p.Wake}); err != nil {
+	// A woken parent's next turn, and a batch run's first (a released
+	// one is queued at turn 0).
+	for _, p := range append(res.Woken, res.Released...) {
+		if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: p.ID, Tenant: p.Tenant, Batch: p.BatchID != "", Turn: p.Turn + 1, Wake: p.Wake}); err != nil {
 			s.log.Warn("enqueue the turn of a run whose children ended", "run", p.ID, "err", err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/api/apitest"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -88,6 +89,8 @@ func newEnv(t *testing.T, mods ...func(*api.Config)) *env {
 	e.api = srv
 	e.srv = httptest.NewServer(srv)
 	t.Cleanup(e.srv.Close) // runs first: open streams end before the bus and the store close
+	// Every answer the tests read is held against the OpenAPI document.
+	e.srv.Client().Transport = apitest.Transport(t, e.srv.Client().Transport)
 	return e
 }
 

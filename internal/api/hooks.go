@@ -265,6 +265,12 @@ func (s *Server) admitDelivery(w http.ResponseWriter, r *http.Request, ht *hookT
 	}
 	ae := s.apiErrorOf(r, tooManyRuns(w, err))
 	line.Reason = bound(ae.msg)
+	if errors.Is(err, store.ErrUnknownAgent) {
+		// Not the sender's fault, and no retry of it can help.
+		line.Outcome = store.DeliveryRejected
+		line.Reason = bound(fmt.Sprintf("the trigger's agent %q does not exist (deleted?): define it again, or point the trigger at another agent", ht.Agent))
+		return failed(line, ae)
+	}
 	if ae.status == http.StatusTooManyRequests {
 		// The tenant has no room: the sender (GitHub) will not retry,
 		// so the payload is kept for a redelivery from the log.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
 )
@@ -57,6 +57,9 @@ type KeyRevocations interface {
 // keyEntry is a found key: its tenant, and its id for revocation.
 type keyEntry struct {
 	tenant, keyID string
+	// keyName is the key's name (its id when it has none): who acted,
+	// in what a request records (an approval's decided_by).
+	keyName string
 }
 
 // agentKey names an agent of a tenant.
@@ -103,28 +106,29 @@ func (c *keyCache) revoke(keyID string) {
 	c.found.DeleteFunc(func(_ [sha256.Size]byte, e keyEntry) bool { return e.keyID == keyID })
 }
 
-// tenantByAPIKey returns the id of the tenant whose API key token is, or
+// keyByToken returns the API key token is (its tenant, id and name), or
 // a 401 when there is none.
-func (s *Server) tenantByAPIKey(ctx context.Context, token string) (string, error) {
+func (s *Server) keyByToken(ctx context.Context, token string) (keyEntry, error) {
 	digest := sha256.Sum256([]byte(token))
 	if e, ok := s.keys.found.Get(digest); ok {
-		return e.tenant, nil
+		return e, nil
 	}
 	if _, ok := s.keys.unknown.Get(digest); ok {
-		return "", errUnauthorized("invalid API key")
+		return keyEntry{}, errUnauthorized("invalid API key")
 	}
 	res, err := s.cfg.Store.TenantGetByAPIKey(ctx, store.TenantGetByAPIKeyParams{Key: token})
 	if errors.Is(err, store.ErrNotFound) {
 		s.keys.unknown.Put(digest, struct{}{})
-		return "", errUnauthorized("invalid API key")
+		return keyEntry{}, errUnauthorized("invalid API key")
 	}
 	if err != nil {
-		return "", fmt.Errorf("look up API key: %w", err)
+		return keyEntry{}, fmt.Errorf("look up API key: %w", err)
 	}
-	if !s.keys.put(digest, keyEntry{tenant: res.Tenant.ID, keyID: res.Key.ID}) {
-		return "", errUnauthorized("invalid API key: it was revoked")
+	e := keyEntry{tenant: res.Tenant.ID, keyID: res.Key.ID, keyName: cmp.Or(res.Key.Name, res.Key.ID)}
+	if !s.keys.put(digest, e) {
+		return keyEntry{}, errUnauthorized("invalid API key: it was revoked")
 	}
-	return res.Tenant.ID, nil
+	return e, nil
 }
 
 // keyCreated forgets that a new key's token was ever unknown here.
@@ -142,7 +146,7 @@ func (s *Server) checkAgent(ctx context.Context, tenant, name string) error {
 	}
 	if _, err := s.cfg.Store.AgentGetByName(ctx, store.AgentGetByNameParams{Tenant: tenant, Name: name}); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return errUnprocessable("unknown agent %q (every tenant has %q)", name, agentfleet.DefaultAgent)
+			return errUnknownAgent(name)
 		}
 		return err
 	}

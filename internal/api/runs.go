@@ -85,6 +85,10 @@ func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admi
 		Args: a.queuedArgs,
 	}}
 	res, err := s.cfg.Store.RunCreate(ctx, params)
+	if errors.Is(err, store.ErrUnknownAgent) {
+		// Deleted since this server found it (checkAgent's cache).
+		return res, errUnknownAgent(params.Agent)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -129,7 +133,7 @@ func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs [
 		return fmt.Errorf("publish events: %w", err)
 	}
 	if startable && run.Status == agentfleet.StatusQueued && run.Turn == 0 {
-		t := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Traceparent: s.cfg.Tracer.Admitted(ctx, run)}
+		t := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: 1, Traceparent: s.cfg.Tracer.Admitted(ctx, run)}
 		if err := s.cfg.Bus.EnqueueTurn(ctx, t); err != nil {
 			return fmt.Errorf("enqueue first turn: %w", err)
 		}
@@ -286,7 +290,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 			s.log.Warn("publish cancel events", "run", run.ID, "err", err)
 		}
 		if next := res.SessionNext; next != nil {
-			if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: next.ID, Tenant: next.Tenant, Turn: 1}); err != nil {
+			if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: next.ID, Tenant: next.Tenant, Batch: next.BatchID != "", Turn: 1}); err != nil {
 				s.log.Warn("start next run of session", "run", next.ID, "err", err)
 			}
 		}

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/secrets"
@@ -103,6 +104,9 @@ type Config struct {
 	Console http.Handler
 	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
 	RunsDeleted prometheus.Counter
+	// BatchMaxBytes caps the body of POST /v1/batches
+	// (AGENTFLEET_BATCH_MAX_BYTES; zero: BatchMaxBytesDefault).
+	BatchMaxBytes int64
 	// NATSCreds, when set, serves /v1/tenants/{id}/nats-creds.
 	NATSCreds NATSCreds
 }
@@ -141,6 +145,7 @@ type Server struct {
 	// run callback sender's (callbacks.go).
 	hooks     hookState
 	callbacks callbackState
+	approvals approvalState
 }
 
 // New returns a Server.
@@ -156,6 +161,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if cfg.BatchMaxBytes <= 0 {
+		cfg.BatchMaxBytes = BatchMaxBytesDefault
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -190,6 +198,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.callbacks.init(cfg); err != nil {
 		return nil, err
 	}
+	if err := s.approvals.init(cfg); err != nil {
+		return nil, err
+	}
 	s.routes()
 	if cfg.KeyRevocations != nil {
 		stop, err := cfg.KeyRevocations.SubscribeKeyRevoked(s.keyRevoked)
@@ -217,6 +228,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
 	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("GET /v1/runs/{id}/steps", s.authed(s.handleRunSteps))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
 	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
 	s.mux.HandleFunc("POST /v1/tenants", s.adminOnly(s.handleTenantCreate))
@@ -233,12 +245,29 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/triggers/{id}/deliveries/{delivery}/redeliver", s.authed(s.tenantTrigger(s.handleRedeliver)))
 	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
 	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
+	// Batches (batches.go), with a body limit of their own.
+	s.mux.HandleFunc("POST /v1/batches", s.authedBody(s.cfg.BatchMaxBytes, s.tenantOnlyHandler(s.handleBatchCreate)))
+	s.mux.HandleFunc("GET /v1/batches", s.authed(s.handleBatchList))
+	s.mux.HandleFunc("GET /v1/batches/{id}", s.authed(s.handleBatchGet))
+	s.mux.HandleFunc("GET /v1/batches/{id}/results", s.authed(s.handleBatchResults))
+	s.mux.HandleFunc("POST /v1/batches/{id}/cancel", s.authed(s.handleBatchCancel))
+	s.mux.HandleFunc("POST /v1/batches/{id}/retry", s.authed(s.handleBatchRetry))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsGet))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsRevoke))
+	// Agents (agents.go).
+	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentPut)))
+	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
+	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
+	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
+	// Approvals (approvals.go).
+	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
+	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.handleApprovalApprove))
+	s.mux.HandleFunc("POST /v1/approvals/{id}/deny", s.authed(s.handleApprovalDeny))
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
@@ -263,6 +292,17 @@ func (s *Server) routes() {
 type principal struct {
 	admin  bool
 	tenant string
+	// key names the tenant's API key the request came with.
+	key string
+}
+
+// who names the principal in what it decides: "admin", or its key's
+// name.
+func (p principal) who() string {
+	if p.admin {
+		return "admin"
+	}
+	return p.key
 }
 
 // canSee reports whether the principal may see tenant's data.
@@ -280,21 +320,24 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AdminToken)) == 1 {
 		return principal{admin: true}, nil
 	}
-	tenant, err := s.tenantByAPIKey(r.Context(), token)
+	key, err := s.keyByToken(r.Context(), token)
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{tenant: tenant}, nil
+	return principal{tenant: key.tenant, key: key.keyName}, nil
 }
 
-func (s *Server) authed(h handler) http.HandlerFunc {
+func (s *Server) authed(h handler) http.HandlerFunc { return s.authedBody(s.cfg.MaxBodyBytes, h) }
+
+// authedBody is authed with a body limit of limit bytes.
+func (s *Server) authedBody(limit int64, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r, p)
 	}
 }
@@ -309,14 +352,17 @@ func (s *Server) adminOnly(h handler) http.HandlerFunc {
 	})
 }
 
-func (s *Server) tenantOnly(h handler) http.HandlerFunc {
-	return s.authed(func(w http.ResponseWriter, r *http.Request, p principal) {
+func (s *Server) tenantOnly(h handler) http.HandlerFunc { return s.authed(s.tenantOnlyHandler(h)) }
+
+// tenantOnlyHandler refuses the admin token: runs belong to a tenant.
+func (s *Server) tenantOnlyHandler(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
 		if p.tenant == "" {
 			s.fail(w, r, errUnprocessable("runs are submitted with a tenant's API key, not the admin token"))
 			return
 		}
 		h(w, r, p)
-	})
+	}
 }
 
 // apiError is an error with its HTTP mapping.
@@ -324,9 +370,12 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	// cause, when set, is the sentinel a caller may branch on.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.msg }
+func (e *apiError) Unwrap() error { return e.cause }
 
 func errBadRequest(format string, a ...any) error {
 	return &apiError{status: http.StatusBadRequest, code: "bad_request", msg: fmt.Sprintf(format, a...)}
@@ -432,6 +481,9 @@ func decodeBody(r *http.Request, v any) error {
 // must be, e.g., a string.
 func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string {
 	want := jsonKind(ute.Type.Kind())
+	if ute.Type == reflect.TypeFor[agentfleet.Duration]() {
+		want = `a duration like "90s" or "24h"`
+	}
 	if ft := fieldType(target, ute.Field); ft != nil && ft != ute.Type {
 		switch ft.Kind() {
 		case reflect.Map:
@@ -440,7 +492,30 @@ func typeErrorMessage(target reflect.Type, ute *json.UnmarshalTypeError) string 
 			want = "an array whose elements are each " + want
 		}
 	}
-	return fmt.Sprintf("field %q must be %s, not %s", ute.Field, want, ute.Value)
+	return fmt.Sprintf("field %q must be %s, not %s", jsonPath(target, ute.Field), want, ute.Value)
+}
+
+// jsonPath is a dotted field path as the JSON reads it: without the
+// names of embedded structs, whose fields encoding/json lifts into their
+// parent (wire.AgentRequest's AgentSpec).
+func jsonPath(t reflect.Type, path string) string {
+	var out []string
+	for _, name := range strings.Split(path, ".") {
+		for t != nil && t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		var next reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			if f, ok := t.FieldByName(name); ok && f.Anonymous {
+				t = f.Type
+				continue
+			}
+			next = fieldType(t, name)
+		}
+		out = append(out, name)
+		t = next
+	}
+	return strings.Join(out, ".")
 }
 
 // fieldType is the Go type of the field at a dotted JSON path in t, or

@@ -31,6 +31,10 @@ import (
 // run's admission, a running run's next turn. Publishing twice is
 // harmless: the messages carry ids the streams deduplicate, and a worker
 // drops a turn message for a run that is no longer due it.
+//
+// A batch run held back by its batch's max_concurrent is queued without
+// a message too, on purpose: it is not stranded, and the sweep leaves it
+// (store.BatchRunHeld); the batch releases it as its runs end.
 
 const (
 	// StrandedAfterDefault is how long a run must have been queued for
@@ -159,6 +163,14 @@ func (s *Server) requeueAdmission(ctx context.Context, run agentfleet.Run) (bool
 	if err != nil || !stranded {
 		return false, err
 	}
+	if run.BatchID != "" {
+		// Held back by its batch's max_concurrent, it has no turn yet on
+		// purpose: a batch run's end releases it.
+		held, err := s.cfg.Store.BatchRunHeld(ctx, run.ID)
+		if err != nil || held {
+			return false, err
+		}
+	}
 	if run.SessionID != "" {
 		next, err := store.SessionNext(ctx, s.cfg.Store, run.Tenant, run.SessionID)
 		if err != nil {
@@ -189,7 +201,7 @@ func (s *Server) requeueRunning(ctx context.Context, run agentfleet.Run) (bool, 
 	if err != nil || !stranded {
 		return false, err
 	}
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: true}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: true}
 	if err := s.cfg.Bus.ForwardTurn(ctx, next); err != nil {
 		return false, fmt.Errorf("requeue run %s: %w", run.ID, err)
 	}

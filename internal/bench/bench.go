@@ -29,10 +29,11 @@ const (
 	Chaos      = "chaos"
 	Fanout     = "fanout"
 	Webhooks   = "webhooks"
+	Batch      = "batch"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -48,6 +49,7 @@ var scenarioDefaults = map[string]defaults{
 	Chaos:      {runs: 300, turns: 3, workers: 3, slots: 8, latency: 20 * time.Millisecond},
 	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
+	Batch:      {runs: 100_000, turns: 2, workers: 1, slots: 64},
 }
 
 // Other defaults.
@@ -127,6 +129,10 @@ type Config struct {
 	// ReadyDepth is the scheduler's cushion of turns ready for the
 	// workers beyond their idle slots (zero: the fleet's default).
 	ReadyDepth int
+	// NATSCluster, with Spawn, runs NATS as a JetStream cluster of that
+	// many nodes (3 or 5) with R3 streams instead of one server; chaos
+	// then kills cluster nodes (clusterChaos) instead of its usual steps.
+	NATSCluster int
 	// PGRestartCmd restarts Postgres in the chaos scenario (run by
 	// sh -c); empty skips that step.
 	PGRestartCmd string
@@ -161,6 +167,12 @@ type Config struct {
 	// ProfileDir, for a fleet of processes, receives a CPU profile of
 	// each (<role>-<n>.cpu; read them with go tool pprof and the binary).
 	ProfileDir string
+	// SideEffects makes every turn's script POST once to a loopback
+	// side-effect target and call ai() once (on for chaos): the fleet's
+	// workers get AGENTFLEET_EGRESS_ALLOW=127.0.0.1, and the report says
+	// whether every POST arrived once and every model call was billed
+	// once (Figures.Effects).
+	SideEffects bool
 }
 
 // ConfigError is a Config that cannot run: a usage error.
@@ -176,6 +188,9 @@ func (c *Config) applyDefaults() error {
 	d, ok := scenarioDefaults[c.Scenario]
 	if !ok {
 		return &ConfigError{fmt.Errorf("unknown scenario %q: want one of %s", c.Scenario, strings.Join(Scenarios, ", "))}
+	}
+	if c.Scenario == Chaos {
+		c.SideEffects = true
 	}
 	if c.Runs == 0 {
 		c.Runs = d.runs
@@ -250,6 +265,9 @@ func (c *Config) applyDefaults() error {
 	if c.Spawn && c.NATSURL != "" {
 		errs = append(errs, fmt.Errorf("--spawn starts its own NATS server: drop --nats-url"))
 	}
+	if c.NATSCluster != 0 && (c.NATSCluster < 3 || c.NATSCluster > 5 || !c.Spawn) {
+		errs = append(errs, fmt.Errorf("--nats-cluster %d: a cluster of 3 to 5 nodes, for a fleet of processes (--spawn or chaos)", c.NATSCluster))
+	}
 	if c.ReadyDepth < 0 {
 		errs = append(errs, fmt.Errorf("--ready-depth must not be negative"))
 	}
@@ -269,6 +287,11 @@ func (c *Config) applyDefaults() error {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.applyDefaults(); err != nil {
 		return nil, err
+	}
+	if cfg.Progress != nil {
+		// The progress line and the scenario's own lines (say) come from
+		// two goroutines.
+		cfg.Progress = &lockedWriter{w: cfg.Progress}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -308,6 +331,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	e := &env{cfg: cfg, rep: rep, model: m, tag: newToken()[:8], http: apiHTTPClient(cfg.Submitters)}
 	defer e.http.CloseIdleConnections()
+	if cfg.SideEffects {
+		if e.effects, err = startEffectTarget(); err != nil {
+			return nil, err
+		}
+		defer e.effects.close()
+		m.setEffects(e.effects.URL())
+		rep.Parameters.SideEffects = true
+		if cfg.URL != "" {
+			rep.note("side effects: the fleet's workers must allow %s (AGENTFLEET_EGRESS_ALLOW=127.0.0.1)", e.effects.URL())
+		}
+	}
 	p := &rep.Parameters
 	switch {
 	case cfg.URL != "":
@@ -317,6 +351,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		e.printf("fake model listening at %s (AGENTFLEET_MODEL=%s OPENAI_BASE_URL=%s for the fleet's workers)\n", m.URL(), ModelName, m.URL())
 	case cfg.Spawn:
 		p.Mode, p.Store, p.NATS = "processes", "postgres", "process"
+		if cfg.NATSCluster > 1 {
+			p.NATS = fmt.Sprintf("cluster of %d processes, R%d streams", cfg.NATSCluster, ClusterReplicas)
+		}
 		p.MaxWaiting = maxWaiting(cfg, cfg.Workers*cfg.Slots)
 		p.GOMAXPROCS = cfg.GOMAXPROCS
 		pf, err := startProcFleet(ctx, cfg, m.URL())
@@ -372,11 +409,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	case Fairness:
 		runErr = e.fairness(ctx)
 	case Chaos:
-		runErr = e.chaos(ctx)
+		if cfg.NATSCluster > 1 {
+			runErr = e.clusterChaos(ctx)
+		} else {
+			runErr = e.chaos(ctx)
+		}
 	case Fanout:
 		runErr = e.fanout(ctx)
 	case Webhooks:
 		runErr = e.webhooks(ctx)
+	case Batch:
+		runErr = e.batch(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()
@@ -401,8 +444,10 @@ type env struct {
 	model *model
 	fleet target
 	procs *procFleet // when the fleet is processes
-	tag   string     // tells this bench's tasks and tenants apart
-	http  *http.Client
+	// effects is the side-effect target (Config.SideEffects).
+	effects *effectTarget
+	tag     string // tells this bench's tasks and tenants apart
+	http    *http.Client
 
 	progMu   sync.Mutex
 	progStop func()
@@ -419,6 +464,18 @@ func (e *env) printf(format string, a ...any) {
 	if e.cfg.Progress != nil {
 		fmt.Fprintf(e.cfg.Progress, format, a...)
 	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // say prints a line on the progress writer, above the progress line.

@@ -174,6 +174,19 @@ func TestFanout(t *testing.T) {
 	requireOrdered(t, "resume", fo.Resume, 6)
 }
 
+// The batch scenario admits one batch, checks every run was durable at
+// the 202, and runs them all.
+func TestBatch(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Batch, Runs: 300, Warmup: 1})
+	b := rep.Figures.Batch
+	require.NotNil(t, b)
+	require.Equal(t, 300, b.Inputs)
+	require.Equal(t, 300, b.DurableAtAdmission)
+	require.Positive(t, b.TurnsPerSec)
+	require.Positive(t, b.Admission)
+	require.GreaterOrEqual(t, b.PeakRSS, b.IdleRSS)
+}
+
 func TestScale(t *testing.T) {
 	rep := run(t, bench.Config{Scenario: bench.Scale, Runs: 50, ModelLatency: 300 * time.Millisecond, Warmup: 4})
 	require.Equal(t, 50, rep.Parameters.Slots, "one slot per run by default")
@@ -238,19 +251,71 @@ func TestChaos(t *testing.T) {
 	require.Less(t, time.Duration(c.SchedulerFailover), scheduler.LeaseTTLDefault/2, "scheduler failover")
 	require.Equal(t, 40, rep.Figures.Runs.Submitted, "the runs the dead dispatcher dropped were submitted again")
 	require.Zero(t, rep.Figures.Runs.SubmitErrors)
+	requireEffectsOnce(t, rep, 40*3)
+}
+
+// requireEffectsOnce checks a side-effect bench: every turn's POST
+// arrived once with its key, every model call (each turn's reply and its
+// script's ai()) was billed once.
+func requireEffectsOnce(t *testing.T, rep *bench.Report, turns int) {
+	t.Helper()
+	require.True(t, rep.Parameters.SideEffects)
+	ef := rep.Figures.Effects
+	require.NotNil(t, ef)
+	require.Equal(t, turns, ef.Expected)
+	require.Zero(t, ef.Repeated, "side effects repeated")
+	require.Zero(t, ef.Missing)
+	require.Zero(t, ef.NoKey)
+	require.GreaterOrEqual(t, ef.AICalls, turns)
+	require.Equal(t, 2*turns, ef.Billed, "a reply and an ai() per turn, each billed once")
+	require.Zero(t, ef.BilledTwice)
+}
+
+// With --side-effects each turn's script POSTs to the bench's target and
+// calls ai(): each POST arrives once, each call is billed once.
+func TestThroughputSideEffects(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Throughput, Runs: 20, Warmup: 4, Slots: 8, ModelLatency: bench.LatencyDefault, SideEffects: true})
+	require.Equal(t, 20, rep.Figures.Runs.Completed)
+	requireEffectsOnce(t, rep, 40)
+}
+
+func TestClusterChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos builds agentctl and runs a fleet of processes on a NATS cluster")
+	}
+	dbURL, schema := pgtest.Schema(t)
+	rep := run(t, bench.Config{
+		Scenario: bench.Chaos, NATSCluster: 3, Runs: 30, Workers: 2, Slots: 4, ModelLatency: bench.LatencyDefault,
+		AckWait: 2 * time.Second, DatabaseURL: dbURL, Schema: schema, Executable: buildAgentctl(t),
+	})
+	require.Contains(t, rep.Parameters.NATS, "cluster of 3")
+	c := rep.Figures.Chaos
+	require.NotNil(t, c)
+	require.Zero(t, c.DoubleCommits)
+	require.Len(t, c.Timeline, 2)
+	for _, s := range c.Timeline {
+		require.False(t, s.Failed, "%s: %s", s.What, s.Note)
+		require.NotNil(t, s.Pause, s.What)
+	}
+	require.Contains(t, c.Timeline[0].What, "leading AF_WORK")
+	require.Contains(t, c.Timeline[0].Note, "replicas current")
+	require.Contains(t, c.Timeline[1].What, "leading AF_RUNQ")
+	require.Positive(t, c.LongestPause)
 }
 
 func TestConfigErrors(t *testing.T) {
 	for name, cfg := range map[string]bench.Config{
-		"unknown scenario":     {Scenario: "speed"},
-		"url without token":    {URL: "http://127.0.0.1:1"},
-		"spawn without pg":     {Spawn: true},
-		"chaos without pg":     {Scenario: bench.Chaos},
-		"url with spawn":       {URL: "http://127.0.0.1:1", Token: "x", Spawn: true, DatabaseURL: "postgres://x"},
-		"negative failures":    {Model: bench.ModelConfig{Fail500: -1}},
-		"too many turns":       {Turns: 1000},
-		"spawn with nats url":  {Spawn: true, DatabaseURL: "postgres://x", NATSURL: "nats://127.0.0.1:1"},
-		"zero-slot fleet runs": {Runs: -1},
+		"unknown scenario":      {Scenario: "speed"},
+		"url without token":     {URL: "http://127.0.0.1:1"},
+		"spawn without pg":      {Spawn: true},
+		"chaos without pg":      {Scenario: bench.Chaos},
+		"url with spawn":        {URL: "http://127.0.0.1:1", Token: "x", Spawn: true, DatabaseURL: "postgres://x"},
+		"negative failures":     {Model: bench.ModelConfig{Fail500: -1}},
+		"too many turns":        {Turns: 1000},
+		"spawn with nats url":   {Spawn: true, DatabaseURL: "postgres://x", NATSURL: "nats://127.0.0.1:1"},
+		"zero-slot fleet runs":  {Runs: -1},
+		"embedded nats cluster": {NATSCluster: 3},
+		"two-node nats cluster": {Scenario: bench.Chaos, DatabaseURL: "postgres://x", NATSCluster: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := bench.Run(context.Background(), cfg)

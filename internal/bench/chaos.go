@@ -27,7 +27,6 @@ import (
 // mid-call are counted.
 func (e *env) chaos(ctx context.Context) error {
 	pf := e.procs
-	st := pf.store()
 	t, err := e.tenant(ctx, "chaos")
 	if err != nil {
 		return err
@@ -123,6 +122,13 @@ func (e *env) chaos(ctx context.Context) error {
 	submitLate()
 	<-lateDone
 	subs, submitErrs = append(subs, lateSubs...), submitErrs+lateErrs
+	return e.chaosVerdict(ctx, t, f, start, subs, submitErrs)
+}
+
+// chaosVerdict waits for t's runs and judges them: every run completed,
+// no turn committed twice, traces dense, every disruption done.
+func (e *env) chaosVerdict(ctx context.Context, t *tenant, f *ChaosFigures, start time.Time, subs []submission, submitErrs int) error {
+	st := e.procs.store()
 	waitErr := e.waitAll(ctx, t)
 	_, runs, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {
@@ -141,6 +147,9 @@ func (e *env) chaos(ctx context.Context) error {
 	}
 	f.ModelCalls, f.RepeatedCalls = e.model.repeatedCalls(t.tag)
 	e.rep.Figures.Chaos = f
+	if err := e.checkEffects(ctx, st, t, runs); err != nil {
+		return err
+	}
 	e.rep.checkRuns()
 	e.rep.check("no turn committed twice", f.DoubleCommits == 0, false, "%d turns with more than one model_call event", f.DoubleCommits)
 	e.rep.check("traces dense", f.SeqGaps == 0, false, "%d runs whose events are not seq 1..n with one model_call per turn", f.SeqGaps)
@@ -188,7 +197,7 @@ func traceCheck(ctx context.Context, st store.Store, r agentfleet.Run) (double i
 		if ev.Seq != int64(i+1) {
 			broken = true
 		}
-		if ev.Type == agentfleet.EventModelCall {
+		if ev.Type == agentfleet.EventModelCall && !isSubCall(ev) {
 			calls[ev.Turn]++
 		}
 	}

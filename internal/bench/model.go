@@ -48,7 +48,10 @@ func parseTask(msg string) (tag string, i, turns int, ok bool) {
 // script that counts the turns in the carried state, and answers on the
 // last. The answer therefore proves each turn ran once and its state was
 // threaded to the next.
-func reply(i, k, turns, pad int) string {
+//
+// With a side-effect target, each turn's script also POSTs to it and
+// calls ai() once (effectScript).
+func reply(tag string, i, k, turns, pad int, target string) string {
 	var b strings.Builder
 	if pad > 0 {
 		// Prose before the code block: bytes the fleet stores, prompts
@@ -59,10 +62,14 @@ func reply(i, k, turns, pad int) string {
 		}
 		b.WriteString("\n")
 	}
+	effects := ""
+	if target != "" {
+		effects = "\n" + effectScript(target, tag, i, k)
+	}
 	if k < turns {
-		fmt.Fprintf(&b, "Step %d.\n```javascript\nfunction run(args) { var s = (args && args.step) || 0; return {run: %d, step: s + 1} }\n```", k, i)
+		fmt.Fprintf(&b, "Step %d.\n```javascript\nfunction run(args) {%s var s = (args && args.step) || 0; return {run: %d, step: s + 1} }\n```", k, effects, i)
 	} else {
-		fmt.Fprintf(&b, "Done.\n```javascript\nfunction run(args) { var s = (args && args.step) || 0; answer('done %d ' + (s + 1)) }\n```", i)
+		fmt.Fprintf(&b, "Done.\n```javascript\nfunction run(args) {%s var s = (args && args.step) || 0; answer('done %d ' + (s + 1)) }\n```", effects, i)
 	}
 	return b.String()
 }
@@ -115,6 +122,30 @@ type model struct {
 	// (the fanout scenario).
 	fanoutTag      string
 	fanoutChildren int
+	// effects is the side-effect target's URL ("": none); ai counts the
+	// ai() requests by prompt.
+	effects string
+	ai      map[string]int
+}
+
+func (m *model) setEffects(url string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.effects = url
+}
+
+// aiCalls counts the ai() requests of tasks tagged tag, and those beyond
+// one per (run, turn).
+func (m *model) aiCalls(tag string) (calls, repeated int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for prompt, n := range m.ai {
+		if strings.HasPrefix(prompt, "effect "+tag+" ") {
+			calls += n
+			repeated += n - 1
+		}
+	}
+	return calls, repeated
 }
 
 func (m *model) setFanout(tag string, children int) {
@@ -126,7 +157,7 @@ func (m *model) setFanout(tag string, children int) {
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
 
 func startModel(cfg ModelConfig) (*model, error) {
-	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{}}
+	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{}, ai: map[string]int{}}
 	srv, err := fakeserver.Start(fakeserver.Config{
 		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: !cfg.keepRequests,
 	})
@@ -162,6 +193,12 @@ func (m *model) setTiming(on bool, gate func(task string, turn int)) {
 func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) {
 	arrived := time.Now().Add(-m.cfg.Latency)
 	task := r.FirstUser()
+	if strings.HasPrefix(task, "effect ") {
+		m.mu.Lock()
+		m.ai[task]++
+		m.mu.Unlock()
+		return "ok", agentfleet.Usage{PromptTokens: agentfleet.EstimateTokens(r.Messages), CompletionTokens: 1}, nil
+	}
 	tag, i, turns, ok := parseTask(task)
 	if !ok {
 		// Not ours (a fleet shared with other traffic): a reply without
@@ -178,6 +215,7 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 	timing, gate := m.timing, m.gate
 	fanout := m.fanoutTag != "" && tag == m.fanoutTag
 	children := m.fanoutChildren
+	target := m.effects
 	if timing {
 		if _, seen := m.requests[turnKey(task, k)]; !seen {
 			m.requests[turnKey(task, k)] = arrived
@@ -187,7 +225,7 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 	if gate != nil {
 		gate(task, k)
 	}
-	text := reply(i, k, turns, m.cfg.CompletionTokens)
+	text := reply(tag, i, k, turns, m.cfg.CompletionTokens, target)
 	if fanout {
 		text = fanoutReply(tag, i, k, children)
 	}

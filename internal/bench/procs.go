@@ -49,7 +49,9 @@ const EnvRoleCPUProfile = "AGENTFLEET_BENCH_CPUPROFILE"
 // ServeRole runs one fleet process until ctx ends (SIGTERM):
 //
 //	nats --listen HOST:PORT --store-dir DIR   a NATS server with JetStream
-//	                                          (the server the fleet embeds, as a process)
+//	                                          (the server the fleet embeds, as a process);
+//	     [--name N --cluster-name C           a node of cluster C, its routes on HOST:PORT
+//	      --cluster HOST:PORT --routes URLS]
 //	dispatcher                                fleet.RunDispatcher, configured by the environment
 //	worker                                    fleet.RunWorker (SIGTERM drains), ditto
 //
@@ -79,13 +81,21 @@ func ServeRole(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fs.SetOutput(stderr)
 		listen := fs.String("listen", "127.0.0.1:0", "client address")
 		dir := fs.String("store-dir", "", "JetStream store directory")
+		name := fs.String("name", "", "server name (a cluster node needs one)")
+		clusterName := fs.String("cluster-name", "", "the cluster's name: makes the server a cluster node")
+		clusterListen := fs.String("cluster", "", "this node's route address host:port")
+		routes := fs.String("routes", "", "the other nodes' route URLs, comma-separated")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if *dir == "" {
 			return errors.New("nats: --store-dir is required")
 		}
-		emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: *listen, StoreDir: *dir, Logger: logger.With("role", "nats")})
+		ecfg := bus.EmbeddedConfig{Name: *name, Listen: *listen, StoreDir: *dir, Logger: logger.With("role", "nats")}
+		if *clusterName != "" {
+			ecfg.Cluster = &bus.EmbeddedCluster{Name: *clusterName, Listen: *clusterListen, Routes: strings.Split(*routes, ",")}
+		}
+		emb, err := bus.StartEmbedded(ecfg)
 		if err != nil {
 			return err
 		}
@@ -252,12 +262,11 @@ type procFleet struct {
 	// secretsKey is every dispatcher's AGENTFLEET_SECRETS_KEY.
 	secretsKey string
 
-	natsPort int
-	natsDir  string
-	apiPort  int
+	// nats are the NATS server's nodes: one, or Config.NATSCluster.
+	nats    []*natsNode
+	apiPort int
 
 	mu         sync.Mutex
-	nats       *proc
 	dispatcher *proc
 	// metricsURL is the dispatcher's /metrics: each dispatcher listens on
 	// a free port of its own and logs it.
@@ -285,7 +294,7 @@ func startProcFleet(ctx context.Context, cfg Config, modelURL string) (_ *procFl
 	if err != nil {
 		return nil, err
 	}
-	f := &procFleet{cfg: cfg, exe: exe, dir: dir, modelURL: modelURL, token: newToken(), natsDir: filepath.Join(dir, "nats"), secretsKey: secrets.NewKey()}
+	f := &procFleet{cfg: cfg, exe: exe, dir: dir, modelURL: modelURL, token: newToken(), secretsKey: secrets.NewKey()}
 	defer func() {
 		if err != nil {
 			_ = f.close()
@@ -298,14 +307,16 @@ func startProcFleet(ctx context.Context, cfg Config, modelURL string) (_ *procFl
 	if f.st, err = postgres.Open(ctx, postgres.Config{URL: cfg.DatabaseURL, Schema: schemaOf(f.dbURL), MaxConns: 4}); err != nil {
 		return nil, err
 	}
-	if f.natsPort, err = freePort(); err != nil {
+	if f.nats, err = newNATSNodes(dir, max(1, cfg.NATSCluster)); err != nil {
 		return nil, err
 	}
 	if f.apiPort, err = freePort(); err != nil {
 		return nil, err
 	}
-	if err := f.startNATS(ctx); err != nil {
-		return nil, err
+	for i := range f.nats {
+		if err := f.startNATS(ctx, i, false); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.startDispatcher(ctx); err != nil {
 		return nil, err
@@ -330,6 +341,9 @@ func (f *procFleet) commonEnv(name string) []string {
 		"AGENTFLEET_NATS_URL=" + f.natsURL(),
 		"AGENTFLEET_DATABASE_URL=" + f.dbURL,
 		"AGENTFLEET_DATA_DIR=" + filepath.Join(f.dir, name),
+	}
+	if len(f.nats) > 1 {
+		env = append(env, "AGENTFLEET_NATS_REPLICAS="+strconv.Itoa(ClusterReplicas))
 	}
 	env = append(env, f.procEnv(name)...)
 	if f.cfg.AckWait > 0 {
@@ -368,37 +382,6 @@ func (f *procFleet) procEnv(name string) []string {
 // per turn by 8–33% (BENCHMARKS.md).
 func SpawnGOMAXPROCS(numCPU, workers int) int {
 	return max(1, numCPU/(2+workers))
-}
-
-func (f *procFleet) startNATS(ctx context.Context) error {
-	name := f.name("nats")
-	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), natsReadyLine,
-		[]string{RoleCommand, "nats", "--listen", "127.0.0.1:" + strconv.Itoa(f.natsPort), "--store-dir", f.natsDir}, f.procEnv(name))
-	if err != nil {
-		return err
-	}
-	if _, err := p.waitReady(ctx, 30*time.Second); err != nil {
-		p.kill()
-		return err
-	}
-	f.mu.Lock()
-	f.nats = p
-	f.mu.Unlock()
-	return nil
-}
-
-// restartNATS stops the NATS server, gracefully or (crash) with SIGKILL,
-// and starts it again on the same port and store directory.
-func (f *procFleet) restartNATS(ctx context.Context, crash bool) error {
-	f.mu.Lock()
-	old := f.nats
-	f.mu.Unlock()
-	if crash {
-		old.kill()
-	} else {
-		old.stop(15 * time.Second)
-	}
-	return f.startNATS(ctx)
 }
 
 // crashDispatcher SIGKILLs the dispatcher, starts another on the same
@@ -520,6 +503,9 @@ func (f *procFleet) startWorker(ctx context.Context) (*proc, error) {
 		"AGENTFLEET_WORKER_SLOTS="+strconv.Itoa(f.cfg.Slots),
 		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
 		"AGENTFLEET_MODEL="+ModelName, "OPENAI_BASE_URL="+f.modelURL, "OPENAI_API_KEY=")
+	if f.cfg.SideEffects {
+		env = append(env, "AGENTFLEET_EGRESS_ALLOW=127.0.0.1")
+	}
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), workerReadyLine, []string{RoleCommand, "worker"}, env)
 	if err != nil {
 		return nil, err
@@ -545,7 +531,7 @@ type roleUsage struct {
 // also reaped).
 func (f *procFleet) usageByRole() map[string]roleUsage {
 	f.mu.Lock()
-	procs := map[string][]*proc{"nats": {f.nats}, "dispatcher": {f.dispatcher}, "worker": f.workers}
+	procs := map[string][]*proc{"nats": f.natsProcs(), "dispatcher": {f.dispatcher}, "worker": f.workers}
 	f.mu.Unlock()
 	out := map[string]roleUsage{}
 	add := func(role string, cpu time.Duration, switches int64) {
@@ -610,7 +596,6 @@ func (f *procFleet) killWorker(i int) {
 func (f *procFleet) apiURL() string     { return "http://127.0.0.1:" + strconv.Itoa(f.apiPort) }
 func (f *procFleet) adminToken() string { return f.token }
 func (f *procFleet) store() store.Store { return f.st }
-func (f *procFleet) natsURL() string    { return "nats://127.0.0.1:" + strconv.Itoa(f.natsPort) }
 func (f *procFleet) natsCreds() string  { return "" }
 func (f *procFleet) local() bool        { return true }
 func (f *procFleet) schema() string     { return schemaOf(f.dbURL) }
@@ -620,7 +605,7 @@ func (f *procFleet) logDir() string     { return f.dir }
 // that order, and removes the directory unless asked to keep it.
 func (f *procFleet) close() error {
 	f.mu.Lock()
-	workers, dispatcher, nats := f.workers, f.dispatcher, f.nats
+	workers, dispatcher, nats := f.workers, f.dispatcher, f.natsProcs()
 	f.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, w := range workers {
@@ -631,8 +616,8 @@ func (f *procFleet) close() error {
 	if dispatcher != nil {
 		dispatcher.stop(15 * time.Second)
 	}
-	if nats != nil {
-		nats.stop(15 * time.Second)
+	for _, n := range nats {
+		n.stop(15 * time.Second)
 	}
 	if f.st != nil {
 		_ = f.st.Close()

@@ -57,6 +57,8 @@ type Parameters struct {
 	// Tracing is "otlp-stub" when the fleet exported traces to the
 	// bench's stub collector, else empty (off).
 	Tracing string `json:"tracing,omitempty"`
+	// SideEffects: every turn POSTs once and calls ai() once.
+	SideEffects bool `json:"side_effects,omitempty"`
 }
 
 // Figures are the measurements; which are set depends on the scenario.
@@ -69,6 +71,10 @@ type Figures struct {
 	Chaos      *ChaosFigures      `json:"chaos,omitempty"`
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
+	Batch      *BatchFigures      `json:"batch,omitempty"`
+	// Effects is what the side-effect target and the usage ledger saw
+	// (with Config.SideEffects).
+	Effects *EffectFigures `json:"side_effects,omitempty"`
 	// Tracing is what the OTLP stub received (with --trace-stub).
 	Tracing *TracingFigures `json:"tracing,omitempty"`
 }
@@ -226,9 +232,13 @@ type ChaosFigures struct {
 	// SchedulerFailover is the time from the dispatcher's SIGKILL until
 	// its replacement schedules (agentfleet_scheduler_leading is 1 on its
 	// metrics listener): the pause in first turns a dead dispatcher costs.
-	SchedulerFailover Duration    `json:"scheduler_failover"`
-	Wall              Duration    `json:"wall"`
-	Timeline          []ChaosStep `json:"timeline"`
+	SchedulerFailover Duration `json:"scheduler_failover"`
+	// LongestPause, with a NATS cluster, is the longest time no model
+	// call started while turns were due: the fleet's time without
+	// scheduling through the node losses (each step's Pause says where).
+	LongestPause Duration    `json:"longest_pause,omitempty"`
+	Wall         Duration    `json:"wall"`
+	Timeline     []ChaosStep `json:"timeline"`
 }
 
 // ChaosStep is one disruption.
@@ -240,6 +250,11 @@ type ChaosStep struct {
 	Done   int      `json:"runs_done"`
 	Note   string   `json:"note,omitempty"`
 	Failed bool     `json:"failed,omitempty"`
+	// Pause is the longest time no model call started from this step
+	// until the next (NATS cluster chaos); InFlight the model calls in
+	// flight when it began.
+	Pause    *Duration `json:"pause,omitempty"`
+	InFlight int       `json:"in_flight,omitempty"`
 }
 
 // Check is one pass/fail judgement of a bench. Timing checks compare a
@@ -426,6 +441,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		row("model calls", "%d", t.ModelCalls)
 	}
+	if b := f.Batch; b != nil {
+		row("admission", "%d inputs in %s (%.0f/s), %d durable at the 202", b.Inputs, b.Admission, b.AdmittedPerSec, b.DurableAtAdmission)
+		row("batch run", "%.0f turns/s, %.1f runs/s over %s (202 to last completion)", b.TurnsPerSec, b.RunsPerSec, b.Wall)
+		row("RSS idle / peak", "%s / %s (this process + its children)", mib(b.IdleRSS), mib(b.PeakRSS))
+	}
 	if tr := f.Tracing; tr != nil {
 		row("spans exported", "%d in %d exports, %s (%d refused)", tr.Spans, tr.Exports, mib(tr.Bytes), tr.Refused)
 	}
@@ -464,10 +484,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("wall", "%s", fo.Wall)
 		row("last child's end -> parent's next turn", "%s", fo.Resume)
 	}
+	if ef := f.Effects; ef != nil {
+		row("side effects repeated", "%d of %d POSTs (missing: %d; without a key: %d)", ef.Repeated, ef.Expected, ef.Missing, ef.NoKey)
+		row("model calls billed twice", "%d of %d billed (ai() calls: %d, made again: %d, replayed from the journal: %d)",
+			ef.BilledTwice, ef.Billed, ef.AICalls, ef.AIRepeated, ef.AIReplayed)
+	}
 	if ch := f.Chaos; ch != nil {
 		row("wall", "%s", ch.Wall)
 		row("turns committed twice", "%d (seq gaps: %d runs)", ch.DoubleCommits, ch.SeqGaps)
 		row("model calls repeated", "%d of %d", ch.RepeatedCalls, ch.ModelCalls)
+		if ch.LongestPause > 0 {
+			row("time without scheduling", "%s at most without a model call starting", ch.LongestPause)
+		}
 		if ch.SchedulerFailover > 0 {
 			row("scheduler failover", "%s from the dispatcher's SIGKILL to its replacement scheduling", ch.SchedulerFailover)
 		}
@@ -479,6 +507,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			note := ""
 			if s.Note != "" {
 				note = "; " + s.Note
+			}
+			if s.Pause != nil {
+				note += fmt.Sprintf("; %d model calls in flight; then at most %s without a model call starting", s.InFlight, *s.Pause)
 			}
 			row("at "+s.At.String(), "%s (took %s, %d runs done)%s%s", s.What, s.Took, s.Done, status, note)
 		}

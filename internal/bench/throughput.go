@@ -35,8 +35,11 @@ func (e *env) throughput(ctx context.Context) error {
 	if local {
 		cpu1 = e.sampleCPU()
 	}
-	counts, _, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
+	counts, runs, last, err := e.finish(ctx, t, subs, submitErrs, waitErr)
 	if err != nil {
+		return err
+	}
+	if err := e.checkEffects(ctx, e.fleet.store(), t, runs); err != nil {
 		return err
 	}
 	wall := wallTime(start, last, detected)

@@ -15,6 +15,12 @@ import "container/heap"
 // gated by the caller's admission check (max concurrent runs).
 // Continuations go first: finishing started runs frees their slots.
 //
+// Batch runs are a tenant's lower priority class: their turns (PushBatch)
+// wait in two FIFOs of their own, continuations and fresh runs alike, and
+// are served only when the tenant has no other turn eligible. So a
+// tenant's batch of 100,000 inputs never delays its interactive runs,
+// and, being within the tenant's one share, never takes another tenant's.
+//
 // Cost is O(log T) per push and pop for T backlogged tenants, and memory
 // is one entry per queued item plus one per tenant; nothing is per tenant
 // per worker. FairQueue is not safe for concurrent use: the scheduler owns
@@ -37,7 +43,14 @@ type tenantQueue[T any] struct {
 	seq    uint64  // FIFO tie-break among equal tags
 	cont   fifo[T]
 	fresh  fifo[T]
-	index  int // in ready; -1 when not there
+	// batchCont and batchFresh are the batch class (PushBatch).
+	batchCont  fifo[T]
+	batchFresh fifo[T]
+	index      int // in ready; -1 when not there
+}
+
+func (tq *tenantQueue[T]) len() int {
+	return tq.cont.len() + tq.fresh.len() + tq.batchCont.len() + tq.batchFresh.len()
 }
 
 // NewFairQueue returns an empty queue.
@@ -51,6 +64,15 @@ func (q *FairQueue[T]) Len() int { return q.n }
 // TenantLen is the number of items a tenant has queued.
 func (q *FairQueue[T]) TenantLen(tenant string) int {
 	if tq, ok := q.tenants[tenant]; ok {
+		return tq.len()
+	}
+	return 0
+}
+
+// TenantInteractiveLen is the number of items a tenant has queued
+// outside the batch class.
+func (q *FairQueue[T]) TenantInteractiveLen(tenant string) int {
+	if tq, ok := q.tenants[tenant]; ok {
 		return tq.cont.len() + tq.fresh.len()
 	}
 	return 0
@@ -59,6 +81,16 @@ func (q *FairQueue[T]) TenantLen(tenant string) int {
 // Push queues an item for tenant with the tenant's current weight (values
 // below 1 count as 1). fresh marks the first turn of a run.
 func (q *FairQueue[T]) Push(tenant string, weight int, item T, fresh bool) {
+	q.push(tenant, weight, item, fresh, false)
+}
+
+// PushBatch is Push for an item of the tenant's batch class, served after
+// every other item of the tenant.
+func (q *FairQueue[T]) PushBatch(tenant string, weight int, item T, fresh bool) {
+	q.push(tenant, weight, item, fresh, true)
+}
+
+func (q *FairQueue[T]) push(tenant string, weight int, item T, fresh, batch bool) {
 	if weight < 1 {
 		weight = 1
 	}
@@ -68,10 +100,15 @@ func (q *FairQueue[T]) Push(tenant string, weight int, item T, fresh bool) {
 		q.tenants[tenant] = tq
 	}
 	tq.weight = float64(weight)
-	wasIdle := tq.cont.len()+tq.fresh.len() == 0
-	if fresh {
+	wasIdle := tq.len() == 0
+	switch {
+	case batch && fresh:
+		tq.batchFresh.push(item)
+	case batch:
+		tq.batchCont.push(item)
+	case fresh:
 		tq.fresh.push(item)
-	} else {
+	default:
 		tq.cont.push(item)
 	}
 	q.n++
@@ -97,11 +134,25 @@ func (q *FairQueue[T]) Push(tenant string, weight int, item T, fresh bool) {
 func (q *FairQueue[T]) Pop(canAdmit func(tenant string) bool) (item T, tenant string, fresh bool, ok bool) {
 	for q.ready.Len() > 0 {
 		tq := q.ready[0]
+		admitted := -1 // not asked yet
+		admit := func() bool {
+			if admitted < 0 {
+				admitted = 0
+				if canAdmit == nil || canAdmit(tq.id) {
+					admitted = 1
+				}
+			}
+			return admitted == 1
+		}
 		switch {
 		case tq.cont.len() > 0:
 			item = tq.cont.pop()
-		case canAdmit == nil || canAdmit(tq.id):
+		case tq.fresh.len() > 0 && admit():
 			item, fresh = tq.fresh.pop(), true
+		case tq.batchCont.len() > 0:
+			item = tq.batchCont.pop()
+		case tq.batchFresh.len() > 0 && admit():
+			item, fresh = tq.batchFresh.pop(), true
 		default:
 			heap.Pop(&q.ready)
 			q.blocked[tq.id] = tq
@@ -110,7 +161,7 @@ func (q *FairQueue[T]) Pop(canAdmit func(tenant string) bool) (item T, tenant st
 		q.n--
 		q.vtime = tq.tag
 		tq.tag += 1 / tq.weight
-		if tq.cont.len()+tq.fresh.len() == 0 {
+		if tq.len() == 0 {
 			heap.Pop(&q.ready)
 		} else {
 			q.seq++
@@ -122,15 +173,19 @@ func (q *FairQueue[T]) Pop(canAdmit func(tenant string) bool) (item T, tenant st
 	return item, "", false, false
 }
 
-// PopNewest removes and returns the item tenant queued last, a fresh run
-// before a continuation (continuations finish started runs), without
-// serving the tenant: for a caller that sets queued items aside. ok is
-// false when the tenant has nothing queued.
+// PopNewest removes and returns the item tenant queued last, the batch
+// class first and a fresh run before a continuation (continuations finish
+// started runs), without serving the tenant: for a caller that sets
+// queued items aside. ok is false when the tenant has nothing queued.
 func (q *FairQueue[T]) PopNewest(tenant string) (item T, fresh, ok bool) {
 	tq, found := q.tenants[tenant]
 	switch {
 	case !found:
 		return item, false, false
+	case tq.batchFresh.len() > 0:
+		item, fresh = tq.batchFresh.popLast(), true
+	case tq.batchCont.len() > 0:
+		item = tq.batchCont.popLast()
 	case tq.fresh.len() > 0:
 		item, fresh = tq.fresh.popLast(), true
 	case tq.cont.len() > 0:
@@ -139,7 +194,7 @@ func (q *FairQueue[T]) PopNewest(tenant string) (item T, fresh, ok bool) {
 		return item, false, false
 	}
 	q.n--
-	if tq.cont.len()+tq.fresh.len() == 0 {
+	if tq.len() == 0 {
 		if tq.index >= 0 {
 			heap.Remove(&q.ready, tq.index)
 		}
@@ -151,7 +206,7 @@ func (q *FairQueue[T]) PopNewest(tenant string) (item T, fresh, ok bool) {
 // Largest is the tenant with the most items queued, and how many.
 func (q *FairQueue[T]) Largest() (tenant string, n int) {
 	for id, tq := range q.tenants {
-		if l := tq.cont.len() + tq.fresh.len(); l > n {
+		if l := tq.len(); l > n {
 			tenant, n = id, l
 		}
 	}
@@ -169,7 +224,7 @@ func (q *FairQueue[T]) Recheck() {
 
 // Forget drops an idle tenant's state (to bound memory over many tenants).
 func (q *FairQueue[T]) Forget(tenant string) {
-	if tq, ok := q.tenants[tenant]; ok && tq.cont.len()+tq.fresh.len() == 0 {
+	if tq, ok := q.tenants[tenant]; ok && tq.len() == 0 {
 		delete(q.tenants, tenant)
 	}
 }

@@ -139,3 +139,39 @@ func TestFairQueuePopNewest(t *testing.T) {
 	_, _, _, ok = q.Pop(nil)
 	require.False(t, ok)
 }
+
+func TestFairQueueBatchClassYieldsWithinTenantOnly(t *testing.T) {
+	t.Parallel()
+	q := NewFairQueue[string]()
+	for i := range 1000 {
+		q.PushBatch("A", 1, fmt.Sprintf("batch%d", i), true)
+	}
+	require.Equal(t, []string{"batch0", "batch1"}, drain(q, 2, nil))
+	// A's interactive run, fresh and then continuing, goes before its
+	// batch, whatever the batch's backlog.
+	q.Push("A", 1, "interactive", true)
+	q.PushBatch("A", 1, "batch-cont", false)
+	require.Equal(t, []string{"interactive", "batch-cont", "batch2"}, drain(q, 3, nil))
+	q.Push("A", 1, "interactive-2", false)
+	require.Equal(t, []string{"interactive-2"}, drain(q, 1, nil))
+	// Another tenant still gets its share: the batch is within A's.
+	q.Push("B", 1, "B0", true)
+	q.Push("B", 1, "B1", true)
+	require.Equal(t, []string{"B0", "batch3", "B1", "batch4"}, drain(q, 4, nil))
+	require.Equal(t, 995, q.TenantLen("A"))
+	require.Zero(t, q.TenantInteractiveLen("A"))
+
+	// A tenant at its max concurrent runs still runs batch continuations;
+	// spilling takes the batch's newest first.
+	admitNone := func(string) bool { return false }
+	q.Push("A", 1, "held-back", true)
+	q.PushBatch("A", 1, "batch-cont-2", false)
+	require.Equal(t, []string{"batch-cont-2"}, drain(q, 1, admitNone))
+	require.Empty(t, drain(q, 1, admitNone))
+	q.Recheck()
+	item, fresh, ok := q.PopNewest("A")
+	require.True(t, ok)
+	require.True(t, fresh)
+	require.Equal(t, "batch999", item)
+	require.Equal(t, []string{"held-back"}, drain(q, 1, nil))
+}

@@ -35,7 +35,7 @@ func ConnectAccountAdmin(ctx context.Context, cfg Config, userJWT, seed string, 
 	if cfg.URL == "" && co.embedded == nil {
 		return nil, errors.New("account admin: no NATS URL")
 	}
-	nopts := []nats.Option{nats.Name(cfg.Name), nats.UserJWTAndSeed(userJWT, seed), nats.Timeout(cfg.RequestTimeout)}
+	nopts := append([]nats.Option{nats.Name(cfg.Name), nats.UserJWTAndSeed(userJWT, seed), nats.Timeout(cfg.RequestTimeout)}, tlsOptions(cfg)...)
 	nc, url, err := co.dial(cfg, nopts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s as the system account: %w", url, err)

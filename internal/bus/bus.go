@@ -57,6 +57,9 @@ type Bus struct {
 
 	beats heartbeats // KeepAlive's deliveries
 
+	replicaWarnMu sync.Mutex
+	replicaWarned map[string]int // stream -> the replicas last warned of
+
 }
 
 type closerEntry struct{ fn func() }
@@ -83,32 +86,14 @@ func Connect(ctx context.Context, cfg Config, opts ...Option) (*Bus, error) {
 		up:      make(chan struct{}),
 		ready:   make(chan struct{}),
 		closers: make(map[*closerEntry]struct{}),
+
+		replicaWarned: make(map[string]int),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.conn, b.connCancel = context.WithCancelCause(b.ctx)
 	b.connCancel(ErrNotConnected) // not connected yet
 
-	nopts := []nats.Option{
-		nats.Name(cfg.Name),
-		nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true),
-		// No reconnect buffer: a publish while disconnected fails at once
-		// and the caller retries it, rather than bytes waiting in memory
-		// that vanish with the process.
-		nats.ReconnectBufSize(-1),
-		nats.CustomReconnectDelay(reconnectDelay),
-		// Notice a dead server within ~30s even when no TCP reset arrives.
-		nats.PingInterval(10 * time.Second),
-		nats.MaxPingsOutstanding(3),
-		nats.ConnectHandler(b.onConnect),
-		nats.ReconnectHandler(b.onConnect),
-		nats.DisconnectErrHandler(b.onDisconnect),
-		nats.ErrorHandler(b.onAsyncError),
-	}
-	if cfg.CredsFile != "" {
-		nopts = append(nopts, nats.UserCredentials(cfg.CredsFile))
-	}
-	nc, url, err := co.dial(cfg, nopts)
+	nc, url, err := co.dial(cfg, b.natsOptions())
 	if err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
@@ -138,11 +123,16 @@ func Connect(ctx context.Context, cfg Config, opts ...Option) (*Bus, error) {
 	return b, nil
 }
 
+// replicasGrace is how long Connect retries a cluster's refusal to place
+// the replicas before taking it for a cluster too small.
+const replicasGrace = 10 * time.Second
+
 // firstEnsure waits for the first connection and ensures the streams,
 // retrying transient failures until ctx ends; a configuration the server
 // rejects fails at once.
 func (b *Bus) firstEnsure(ctx context.Context, url string) error {
 	var last error
+	var replicasSince time.Time
 	for attempt := 0; ; attempt++ {
 		_, up, _, _ := b.state()
 		select {
@@ -154,6 +144,9 @@ func (b *Bus) firstEnsure(ctx context.Context, url string) error {
 			return fmt.Errorf("connect to nats %s: %w (last error: %v)", url, ctx.Err(), last)
 		}
 		epoch, _, _, _ := b.state() // the connection that just came up
+		if err := b.checkClustered(); err != nil {
+			return fmt.Errorf("connect to nats %s: %w", url, err)
+		}
 		actx, cancel := b.apiCtx(ctx)
 		last = opErr(actx, b.ensureStreams(actx))
 		cancel()
@@ -161,7 +154,16 @@ func (b *Bus) firstEnsure(ctx context.Context, url string) error {
 			b.markReady(epoch)
 			return nil
 		}
-		if isPermanent(last) {
+		switch {
+		case errors.Is(last, ErrReplicas):
+			// A forming cluster cannot place replicas until its nodes
+			// have met; one that still cannot after a while is too small.
+			if replicasSince.IsZero() {
+				replicasSince = time.Now()
+			} else if time.Since(replicasSince) > replicasGrace {
+				return fmt.Errorf("connect to nats %s: %w", url, last)
+			}
+		case isPermanent(last):
 			return fmt.Errorf("connect to nats %s: %w", url, last)
 		}
 		select {
@@ -450,11 +452,11 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 			MaxBytes:    -1,
 		}
 	}
-	limits := func(suffix, subject string, maxAge, dedup time.Duration, what string) jetstream.StreamConfig {
+	limits := func(suffix string, subjects []string, maxAge, dedup time.Duration, what string) jetstream.StreamConfig {
 		return jetstream.StreamConfig{
 			Name:        b.n.stream(suffix),
 			Description: what,
-			Subjects:    []string{subject},
+			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    c.Replicas,
@@ -470,8 +472,8 @@ func (b *Bus) streamConfigs() []jetstream.StreamConfig {
 		queue(streamRunQ, QueueRunQ, "agentfleet: turns to execute"),
 		queue(streamWork, QueueWork, "agentfleet: turns dispatched to workers by the fair scheduler"),
 		queue(streamSpill, QueueSpill, "agentfleet: turns the fair scheduler set aside beyond what it holds"),
-		limits(streamEvents, b.n.eventsAll(), c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run events"),
-		limits(streamDLQ, b.n.dlqAll(), c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
+		limits(streamEvents, []string{b.n.eventsAll(), b.n.batchesAll()}, c.EventsMaxAge, c.EventsDedupWindow, "agentfleet: run and batch events"),
+		limits(streamDLQ, []string{b.n.dlqAll()}, c.DLQMaxAge, c.DedupWindow, "agentfleet: dead-lettered turns"),
 	}
 }
 
@@ -482,20 +484,6 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// applyStream creates the stream sc or updates it to sc; an Observer's
-// Bus leaves an existing stream as the fleet configured it.
-func (b *Bus) applyStream(ctx context.Context, sc jetstream.StreamConfig) error {
-	if !b.cfg.Observer {
-		_, err := b.js.CreateOrUpdateStream(ctx, sc)
-		return err
-	}
-	_, err := b.js.CreateStream(ctx, sc)
-	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return nil
-	}
-	return err
 }
 
 // ensureStream (re)creates the one stream called name, for code that found

@@ -65,19 +65,19 @@ func TestConnectEnsuresStreamsIdempotently(t *testing.T) {
 
 	cases := []struct {
 		stream    string
-		subject   string
+		subjects  []string
 		retention jetstream.RetentionPolicy
 		maxAge    time.Duration
 		dup       time.Duration
 	}{
-		{"AF_RUNQ", "af.runq.>", jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
-		{"AF_WORK", "af.work.>", jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
-		{"AF_EVENTS", "af.events.>", jetstream.LimitsPolicy, 48 * time.Hour, bus.EventsDedupWindowDefault},
-		{"AF_DLQ", "af.dlq.>", jetstream.LimitsPolicy, bus.DLQMaxAgeDefault, 30 * time.Minute},
+		{"AF_RUNQ", []string{"af.runq.>"}, jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
+		{"AF_WORK", []string{"af.work.>"}, jetstream.WorkQueuePolicy, 0, 30 * time.Minute},
+		{"AF_EVENTS", []string{"af.events.>", "af.batches.>"}, jetstream.LimitsPolicy, 48 * time.Hour, bus.EventsDedupWindowDefault},
+		{"AF_DLQ", []string{"af.dlq.>"}, jetstream.LimitsPolicy, bus.DLQMaxAgeDefault, 30 * time.Minute},
 	}
 	for _, c := range cases {
 		info := streamInfo(t, s.js, c.stream)
-		require.Equal(t, []string{c.subject}, info.Config.Subjects, c.stream)
+		require.Equal(t, c.subjects, info.Config.Subjects, c.stream)
 		require.Equal(t, c.retention, info.Config.Retention, c.stream)
 		require.Equal(t, jetstream.FileStorage, info.Config.Storage, c.stream)
 		require.Equal(t, c.maxAge, info.Config.MaxAge, c.stream)

@@ -41,7 +41,10 @@ const MinDedupWindow = 30 * time.Minute
 // validates the result.
 type Config struct {
 	// URL is the NATS server URL, or several separated by commas (a
-	// cluster). Ignored when connecting in-process with WithEmbedded.
+	// cluster: give every node, so the first connection needs any one
+	// alive; the client also learns the others from the server).
+	// tls:// URLs require TLS. Ignored when connecting in-process with
+	// WithEmbedded.
 	URL string
 	// Name identifies this connection in the server's monitoring
 	// (e.g. "worker-3").
@@ -49,13 +52,24 @@ type Config struct {
 	// CredsFile is a NATS credentials file (JWT and seed) for secured
 	// servers; user and password may also be given in URL.
 	CredsFile string
+	// TLSCA is a PEM file of the CA that signed the servers'
+	// certificates (empty: the system roots); TLSCert and TLSKey are a
+	// PEM client certificate and its key, for servers that verify
+	// clients. Either set makes the connection TLS.
+	TLSCA   string
+	TLSCert string
+	TLSKey  string
 
 	// Prefix is the first subject token(s) of every subject (default "af").
 	Prefix string
 	// StreamPrefix starts every stream and lease bucket name (default
 	// "AF_"). Two fleets can share a server when both prefixes differ.
 	StreamPrefix string
-	// Replicas of every stream (default 1; 3 on a production cluster).
+	// Replicas of every stream and lease bucket the Bus creates
+	// (default 1; 3 on a production cluster). A stream that exists with
+	// another count keeps it until ApplyReplicas, which only the fleet's
+	// lease holder calls, so processes with different values never flip
+	// it back and forth.
 	Replicas int
 
 	// EventsMaxAge is how long run events are kept (default 7 days).
@@ -175,6 +189,9 @@ func (c Config) validate(embedded bool) error {
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("Replicas is %d: use 1 to 5 (odd numbers on a cluster)", c.Replicas))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("TLSCert and TLSKey go together: set both (a client certificate and its key) or neither"))
 	}
 	if c.DedupWindow < MinDedupWindow {
 		errs = append(errs, fmt.Errorf("DedupWindow is %s: use at least %s so a republished turn is still recognised as a duplicate", c.DedupWindow, MinDedupWindow))

@@ -19,6 +19,7 @@
 //	turn queue      AF_RUNQ    <p>.runq.<tenant>.<run>           WorkQueue  every turn to execute; msg id <run>/turn/<n>[/w<wake>]
 //	dispatch queue  AF_WORK    <p>.work.<tenant>.<run>           WorkQueue  fed from AF_RUNQ by the fair scheduler, and by workers after a Direct turn they could not follow in place; workers pull here
 //	events          AF_EVENTS  <p>.events.<tenant>.<run>.<type>  Limits     MaxAge Config.EventsMaxAge (7d); msg id <run>/ev/<seq>
+//	batch events    AF_EVENTS  <p>.batches.<tenant>.<batch>.<type>  Limits  progress (at most once a second) and done; msg id <batch>/<type>/<n>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
 //	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)
@@ -36,6 +37,19 @@
 // Streams are created or updated idempotently on Connect and again after
 // every reconnect, so a server that came back with an empty store is
 // repopulated by the first client that sees it.
+//
+// # Clusters and replicas
+//
+// Config.URL may name every node of a cluster; the connection starts from
+// one and moves to a survivor when its node dies (natsOptions, the one
+// place the connection's options are made). Streams and lease buckets are
+// created with Config.Replicas copies, but an existing one keeps its count
+// on Connect: only ApplyReplicas changes it, and the fleet calls that
+// from its scheduler's lease holder alone, so processes configured apart
+// never flip a stream back and forth. More replicas than a single server
+// can hold fail Connect at once (ErrReplicas), more than a cluster can
+// place after a grace for the cluster to form. Replicas reports where each
+// stream's copies are and whether they are current.
 //
 // # Pull one at a time
 //

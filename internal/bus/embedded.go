@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -22,8 +24,17 @@ type EmbeddedConfig struct {
 	// StoreDir holds the JetStream file store. Empty means a fresh
 	// temporary directory, removed by Shutdown.
 	StoreDir string
-	// Name is the server name (defaults to one the server generates).
+	// Name is the server name (defaults to one the server generates). A
+	// cluster node needs one, and keeps it across restarts: it is how
+	// the others know it again, even when it comes back with an empty
+	// store.
 	Name string
+	// Cluster makes the server a node of a JetStream cluster.
+	Cluster *EmbeddedCluster
+	// TLS, when set, makes clients connect with TLS (tls:// URLs) using
+	// its certificates; with ClientAuth RequireAndVerifyClientCert the
+	// server also verifies theirs.
+	TLS *tls.Config
 	// MaxMemory and MaxStore cap JetStream's memory and file storage in
 	// bytes; zero lets the server size them from the machine.
 	MaxMemory int64
@@ -40,12 +51,24 @@ type EmbeddedConfig struct {
 	Logger *slog.Logger
 }
 
+// EmbeddedCluster is a node's place in a cluster: the cluster's name,
+// where this node accepts routes from the others, and their route URLs.
+type EmbeddedCluster struct {
+	Name string
+	// Listen is this node's route address ("host:port", not 0: the
+	// others dial it).
+	Listen string
+	// Routes are the other nodes' route URLs (nats://host:port).
+	Routes []string
+}
+
 // Embedded is a nats-server running inside this process.
 type Embedded struct {
 	srv      *server.Server
 	storeDir string
 	tempDir  bool
 	listen   string
+	tls      bool
 
 	shutdownOnce sync.Once
 }
@@ -67,13 +90,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {
-		host, portStr, err := net.SplitHostPort(cfg.Listen)
+		host, port, err := splitListen(cfg.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("embedded nats: listen address %q: want host:port: %w", cfg.Listen, err)
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil || port < 0 || port > 65535 {
-			return nil, fmt.Errorf("embedded nats: listen address %q: port must be 0-65535", cfg.Listen)
+			return nil, fmt.Errorf("embedded nats: listen address %q: %w", cfg.Listen, err)
 		}
 		if port == 0 {
 			// The server reads 0 as "the default port 4222"; -1 is its
@@ -83,7 +102,15 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		opts.Host, opts.Port = host, port
 	}
 
-	e := &Embedded{storeDir: cfg.StoreDir}
+	if err := cfg.Cluster.apply(opts, cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.TLS != nil {
+		opts.TLS, opts.TLSConfig = true, cfg.TLS
+		opts.TLSVerify = cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+	}
+
+	e := &Embedded{storeDir: cfg.StoreDir, tls: cfg.TLS != nil}
 	if e.storeDir == "" {
 		dir, err := os.MkdirTemp("", "agentfleet-nats-*")
 		if err != nil {
@@ -119,11 +146,36 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	return e, nil
 }
 
-// ClientURL is the nats:// URL clients in other processes connect to, or
+func (c *EmbeddedCluster) apply(opts *server.Options, name string) error {
+	if c == nil {
+		return nil
+	}
+	if name == "" {
+		return errors.New("embedded nats: a cluster node needs a Name")
+	}
+	host, port, err := splitListen(c.Listen)
+	if err != nil || port <= 0 {
+		return fmt.Errorf("embedded nats: cluster listen address %q: want host:port with a fixed port", c.Listen)
+	}
+	opts.Cluster.Name, opts.Cluster.Host, opts.Cluster.Port = c.Name, host, port
+	for _, r := range c.Routes {
+		u, err := url.Parse(r)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("embedded nats: route %q: want nats://host:port", r)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	return nil
+}
+
+// ClientURL is the nats:// (or tls://) URL clients in other processes connect to, or
 // "" for an in-process-only server.
 func (e *Embedded) ClientURL() string {
 	if e.listen == "" {
 		return ""
+	}
+	if e.tls {
+		return "tls://" + e.listen
 	}
 	return "nats://" + e.listen
 }
@@ -152,6 +204,18 @@ func (e *Embedded) Shutdown() {
 // server is stopped by something other than its own code (a signal handler
 // calling Shutdown).
 func (e *Embedded) WaitForShutdown() { e.srv.WaitForShutdown() }
+
+func splitListen(listen string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("want host:port: %w", err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, errors.New("port must be 0-65535")
+	}
+	return host, port, nil
+}
 
 // inProcess lets nats.go dial the server through a pipe: it implements
 // nats.InProcessConnProvider without putting that method on Embedded's

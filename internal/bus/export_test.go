@@ -54,3 +54,6 @@ func SetLeaseTokenForTest(t interface{ Cleanup(func()) }, token string) {
 	leaseToken = func() string { return token }
 	t.Cleanup(func() { leaseToken = old })
 }
+
+// ServerForTest is the name of the server the Bus is connected to.
+func (b *Bus) ServerForTest() string { return b.nc.ConnectedServerName() }

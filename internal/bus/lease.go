@@ -146,16 +146,24 @@ func (n names) leaseProbe(name, token string) string {
 }
 
 func (b *Bus) leaseBucket(ctx context.Context, name string, ttl time.Duration) (jetstream.KeyValue, error) {
+	// An existing bucket keeps its replicas, as streams do (applyStream).
+	replicas := b.cfg.Replicas
+	if s, err := b.js.Stream(ctx, "KV_"+b.n.leaseBucket(name)); err == nil {
+		if have := s.CachedInfo().Config.Replicas; have != replicas {
+			b.warnReplicas(s.CachedInfo().Config.Name, have)
+			replicas = have
+		}
+	}
 	kv, err := b.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      b.n.leaseBucket(name),
 		Description: "agentfleet lease " + name,
 		History:     1,
 		TTL:         ttl,
 		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
+		Replicas:    replicas,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lease %s: bucket: %w", name, err)
+		return nil, fmt.Errorf("lease %s: bucket: %w", name, b.replicasErr(err))
 	}
 	return kv, nil
 }

@@ -138,6 +138,12 @@ func (n names) tenantEvents(tenant string) string { return n.prefix + ".events."
 
 func (n names) eventsAll() string { return n.prefix + ".events.>" }
 
+func (n names) batchSubject(tenant, batch, typ string) string {
+	return n.prefix + ".batches." + orStar(tenant) + "." + orStar(batch) + "." + orStar(typ)
+}
+
+func (n names) batchesAll() string { return n.prefix + ".batches.>" }
+
 func (n names) dlqSubject(tenant, runID string) string {
 	return n.prefix + ".dlq." + tenant + "." + runID
 }

@@ -39,6 +39,10 @@ type Turn struct {
 	// rather than pay the model again. The message id does not include
 	// it.
 	Retried bool `json:"retried,omitempty"`
+	// Batch marks a turn of a batch run: the scheduler serves a tenant's
+	// other turns first (batch runs are its lower priority class). The
+	// message id does not include it.
+	Batch bool `json:"batch,omitempty"`
 	// Traceparent is the W3C trace context of the turn that sent this
 	// one, carried as the message's traceparent header (not in the
 	// envelope, nor in the message id).
@@ -78,6 +82,24 @@ func (t Turn) validate() error {
 // dropped by the server.
 func (b *Bus) EnqueueTurn(ctx context.Context, t Turn) error {
 	return b.publishTurn(ctx, QueueRunQ, t)
+}
+
+// publishWindow bounds the publishes awaiting their acks at once in a
+// bulk publish: the client's own async limit is a few thousand, and a
+// window keeps a 100,000-turn batch from holding 100,000 futures.
+const publishWindow = 1000
+
+// EnqueueTurns publishes ts to AF_RUNQ like EnqueueTurn, asynchronously
+// in windows of publishWindow, and waits for every ack. A nil error means
+// all are stored; on error some may be, and publishing them again is safe.
+func (b *Bus) EnqueueTurns(ctx context.Context, ts []Turn) error {
+	for from := 0; from < len(ts); from += publishWindow {
+		_, errs := b.publishTurns(ctx, QueueRunQ, ts[from:min(len(ts), from+publishWindow)])
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ForwardTurn publishes t to AF_WORK, the queue workers pull from; the fair

@@ -66,6 +66,19 @@ type Config struct {
 	// guard checks the addresses it returns at connect time, so a
 	// resolver cannot route around it.
 	Resolver Resolver
+	// DenyPrivate refuses every blocked range whatever Allow and
+	// AllowHosts say, and whatever is added to them
+	// (AGENTFLEET_EGRESS_PRIVATE=deny).
+	DenyPrivate bool
+}
+
+// With returns c allowing what o allows too (an agent's egress added to
+// the fleet's). DenyPrivate in either holds for the result.
+func (c Config) With(o Config) Config {
+	c.Allow = append(append([]netip.Prefix(nil), c.Allow...), o.Allow...)
+	c.AllowHosts = append(append([]string(nil), c.AllowHosts...), o.AllowHosts...)
+	c.DenyPrivate = c.DenyPrivate || o.DenyPrivate
+	return c
 }
 
 // Guard dials only what its configuration allows.
@@ -80,6 +93,9 @@ type Guard struct {
 
 // New returns the guard of cfg.
 func New(cfg Config) *Guard {
+	if cfg.DenyPrivate {
+		cfg.Allow, cfg.AllowHosts = nil, nil
+	}
 	g := &Guard{allow: cfg.Allow, resolver: cfg.Resolver}
 	for _, h := range cfg.AllowHosts {
 		g.allowHosts = append(g.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
@@ -260,8 +276,14 @@ func (g *Guard) hostAllowed(host string) bool {
 // ParseAllow reads an allow-list such as AGENTFLEET_EGRESS_ALLOW: host
 // names, IP addresses and CIDRs, separated by commas or spaces.
 func ParseAllow(list string) (Config, error) {
+	return ParseEntries(strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }))
+}
+
+// ParseEntries reads allow-list entries one by one (an agent's egress):
+// each a host name, an IP address or a CIDR.
+func ParseEntries(entries []string) (Config, error) {
 	var c Config
-	for _, e := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' }) {
+	for _, e := range entries {
 		if p, err := netip.ParsePrefix(e); err == nil {
 			c.Allow = append(c.Allow, p.Masked())
 			continue
@@ -279,6 +301,35 @@ func ParseAllow(list string) (Config, error) {
 }
 
 var hostPattern = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?$`)
+
+// ParseAgentEntries reads an agent's egress: ParseEntries, less what no
+// tenant may open, the cloud metadata services (an entry that names one,
+// or a range that holds one of their addresses).
+func ParseAgentEntries(entries []string) (Config, error) {
+	c, err := ParseEntries(entries)
+	if err != nil {
+		return c, err
+	}
+	for _, p := range c.Allow {
+		for a := range metadataAddrs {
+			if p.Contains(a) {
+				return Config{}, fmt.Errorf("egress entry %s holds the cloud metadata address %s, which no agent may reach: name a narrower range", p, a)
+			}
+		}
+	}
+	for _, h := range c.AllowHosts {
+		if strings.HasPrefix(h, "*") && !strings.Contains(strings.TrimPrefix(h, "*."), ".") {
+			return Config{}, fmt.Errorf("egress entry %q is too wide: a wildcard names the subdomains of a domain (\"*.corp.example\")", h)
+		}
+		if err := checkHostName(strings.TrimPrefix(h, "*.")); err != nil {
+			var be *BlockedError
+			if errors.As(err, &be) && strings.Contains(be.Reason, "metadata") {
+				return Config{}, fmt.Errorf("egress entry %q names a cloud metadata service, which no agent may reach", h)
+			}
+		}
+	}
+	return c, nil
+}
 
 // checkHostName refuses names that stand for this machine or a cloud
 // metadata service. Other names are checked when their addresses are

@@ -88,3 +88,31 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 	}
 	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
+
+func TestParseAgentEntries(t *testing.T) {
+	c, err := ParseAgentEntries([]string{"billing.internal", "*.corp.example", "127.0.0.1", "10.0.0.0/8", "fd12::/16"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"billing.internal", "*.corp.example"}, c.AllowHosts)
+	require.Len(t, c.Allow, 3)
+	for _, bad := range []string{"169.254.169.254", "169.254.0.0/16", "0.0.0.0/0", "100.100.100.200", "::/0", "metadata.google.internal", "*.internal", "not a host", ""} {
+		_, err := ParseAgentEntries([]string{"ok.example", bad})
+		require.Error(t, err, bad)
+	}
+}
+
+// DenyPrivate closes what Allow, AllowHosts and With opened.
+func TestDenyPrivate(t *testing.T) {
+	agent, err := ParseAgentEntries([]string{"127.0.0.1", "billing.internal"})
+	require.NoError(t, err)
+	open := New(Config{}.With(agent))
+	require.NoError(t, open.CheckAddr(netip.MustParseAddr("127.0.0.1")))
+	_, err = open.CheckURL("http://billing.internal/")
+	require.NoError(t, err)
+
+	closed := New(Config{DenyPrivate: true}.With(agent))
+	require.Error(t, closed.CheckAddr(netip.MustParseAddr("127.0.0.1")))
+	require.NoError(t, closed.CheckAddr(netip.MustParseAddr("93.184.215.14")))
+	_, err = closed.CheckURL("http://billing.internal/")
+	require.NoError(t, err, "a name is refused at connect time, on its addresses")
+	require.False(t, closed.hostAllowed("billing.internal"))
+}

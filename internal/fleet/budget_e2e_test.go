@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -173,7 +172,7 @@ func TestFleetFairness(t *testing.T) {
 	f := setupFleetWith(t, fleetOptions{responder: twoTurns, latency: 100 * time.Millisecond, workers: 2, slots: 4})
 	tb, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "bravo"})
 	require.NoError(t, err)
-	bravo := client.New(f.dispatcher.URL(), tb.APIKey)
+	bravo := apiClient(t, f.dispatcher.URL(), tb.APIKey)
 
 	start := time.Now()
 	aIDs := make([]string, 300)

@@ -81,7 +81,7 @@ func TestFleetRunCallback(t *testing.T) {
 	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "cb"})
 	require.NoError(t, err)
 	require.Regexp(t, `^whsec_`, tv.CallbackSecret)
-	c := client.New(f.dispatcher.URL(), tv.APIKey)
+	c := apiClient(t, f.dispatcher.URL(), tv.APIKey)
 	rc := newReceiver(t, http.StatusServiceUnavailable)
 
 	run, err := c.CreateRun(f.ctx, wire.RunCreateRequest{Message: "compute 5", CallbackURL: rc.srv.URL + "/done"})
@@ -111,13 +111,13 @@ func TestFleetRunCallback(t *testing.T) {
 	run2, err := c.CreateRun(f.ctx, wire.RunCreateRequest{Message: "compute 1", CallbackURL: rc.srv.URL})
 	require.NoError(t, err)
 	requireSigned(t, rc.next(t), rot.CallbackSecret, run2.ID)
-	_, err = client.New(f.dispatcher.URL(), f.tenant.Token).RotateCallbackSecret(f.ctx, "cb")
+	_, err = apiClient(t, f.dispatcher.URL(), f.tenant.Token).RotateCallbackSecret(f.ctx, "cb")
 	require.True(t, client.IsNotFound(err), "another tenant's: %v", err)
 
 	// A trigger's callback_url goes with the runs it starts.
 	trig, err := c.CreateTrigger(f.ctx, wire.TriggerRequest{Name: new("t"), Scheme: new("hmac"), Message: new("compute 2"), CallbackURL: new(rc.srv.URL)})
 	require.NoError(t, err)
-	res := sendHook(t, client.New(f.dispatcher.URL(), ""), trig, trig.Secret, "d1", "", []byte(`{}`))
+	res := sendHook(t, apiClient(t, f.dispatcher.URL(), ""), trig, trig.Secret, "d1", "", []byte(`{}`))
 	requireSigned(t, rc.next(t), rot.CallbackSecret, res.Answer.RunID)
 }
 
@@ -125,9 +125,9 @@ func TestFleetRunCallback(t *testing.T) {
 // allowed it, and says how.
 func TestFleetRunCallbackGuard(t *testing.T) {
 	d, _ := restartable(t, "sqlite", nil)()
-	tv, err := client.New(d.URL(), "admin-secret").CreateTenant(t.Context(), wire.TenantRequest{ID: "acme"})
+	tv, err := apiClient(t, d.URL(), "admin-secret").CreateTenant(t.Context(), wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
-	c := client.New(d.URL(), tv.APIKey)
+	c := apiClient(t, d.URL(), tv.APIKey)
 	for _, u := range []string{"http://127.0.0.1:9/cb", "http://localhost:9/cb", "http://169.254.169.254/latest"} {
 		_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: u})
 		var apiErr *client.Error
@@ -166,9 +166,9 @@ func TestFleetRunCallbackSurvivesARestart(t *testing.T) {
 			rc := newReceiver(t, http.StatusInternalServerError)
 
 			d1, stop1 := start()
-			tv, err := client.New(d1.URL(), "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+			tv, err := apiClient(t, d1.URL(), "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 			require.NoError(t, err)
-			c := client.New(d1.URL(), tv.APIKey)
+			c := apiClient(t, d1.URL(), tv.APIKey)
 			// No worker runs: the run ends by being cancelled.
 			run, err := c.CreateRun(ctx, wire.RunCreateRequest{Message: "wait", CallbackURL: rc.srv.URL})
 			require.NoError(t, err)
@@ -191,7 +191,7 @@ func TestFleetRunCallbackSurvivesARestart(t *testing.T) {
 			defer stop2()
 			got := requireSigned(t, rc.next(t), tv.CallbackSecret, run.ID)
 			require.Equal(t, agentfleet.StatusCancelled, got.Status)
-			v := waitDelivered(t, client.New(d2.URL(), tv.APIKey), run.ID)
+			v := waitDelivered(t, apiClient(t, d2.URL(), tv.APIKey), run.ID)
 			require.GreaterOrEqual(t, v.Callback.Attempts, 2)
 			last := v.Callback.Log[len(v.Callback.Log)-1]
 			require.Equal(t, http.StatusOK, last.Status)

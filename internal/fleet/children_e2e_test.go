@@ -117,7 +117,7 @@ func parentWaitsForItsChildren(t *testing.T, f *testFleet) {
 	req, err := http.NewRequestWithContext(f.ctx, http.MethodGet, f.dispatcher.URL()+"/v1/runs/"+parent.ID, nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+f.tenantKey)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.tenant.HTTP.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var view struct {

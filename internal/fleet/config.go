@@ -55,7 +55,8 @@ type Config struct {
 	AdminToken string
 	// DatabaseURL is a postgres:// URL; empty means SQLite in DataDir.
 	DatabaseURL string
-	// NATSURL is the NATS server; empty means an embedded server.
+	// NATSURL is the NATS server, or every node of a cluster separated
+	// by commas (tls:// for TLS); empty means an embedded server.
 	NATSURL string
 	// NATSCreds (AGENTFLEET_NATS_CREDS) is the fleet's NATS creds file;
 	// NATSSigningKey (AGENTFLEET_NATS_SIGNING_KEY) the issuer bundle a
@@ -65,6 +66,17 @@ type Config struct {
 	NATSSigningKey string
 	// natsAuthDir holds the embedded server's auth (dev mode).
 	natsAuthDir string
+	// NATSReplicas (AGENTFLEET_NATS_REPLICAS, default 1) is the replicas
+	// of every stream and KV bucket on a NATS cluster; the scheduler's
+	// lease holder applies it to the existing ones. The embedded server
+	// of dev mode always has 1.
+	NATSReplicas int
+	// NATSTLSCA, NATSTLSCert and NATSTLSKey are PEM files: the CA of the
+	// NATS servers' certificates, and a client certificate and key for
+	// servers that verify clients.
+	NATSTLSCA   string
+	NATSTLSCert string
+	NATSTLSKey  string
 	// NATSListen is where dev mode's embedded server also listens, so
 	// `nats sub` works from another terminal. Empty: in-process only.
 	NATSListen string
@@ -113,6 +125,9 @@ type Config struct {
 	// twice (see api.Server.RequeueStranded).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps the body of POST /v1/batches
+	// (AGENTFLEET_BATCH_MAX_BYTES; zero: 256 MiB).
+	BatchMaxBytes int64
 	// DatabaseMaxConns sizes the Postgres connection pool; zero sizes it
 	// from the worker slots (a turn makes a few store calls, and a pool
 	// smaller than the slots that need it queues them).
@@ -131,6 +146,10 @@ type Config struct {
 	// CIDRs past the network guard, for the scripts' fetch and http and
 	// for run callbacks.
 	EgressAllow string
+	// EgressPrivate (AGENTFLEET_EGRESS_PRIVATE) "deny" keeps every
+	// private range closed, whatever EgressAllow and the agents' egress
+	// say; "allow" (the default, also "") lets them open some.
+	EgressPrivate string
 	// SandboxMemory bounds the memory of a worker process's sandbox
 	// processes together (sandbox.Config.MemoryTotal); zero derives it
 	// from the cgroup memory limit (sandbox.DefaultMemoryTotal), or sets
@@ -154,6 +173,9 @@ func ConfigFromEnv() (Config, error) {
 		DatabaseURL:    os.Getenv("AGENTFLEET_DATABASE_URL"),
 		NATSURL:        os.Getenv("AGENTFLEET_NATS_URL"),
 		NATSListen:     envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
+		NATSTLSCA:      os.Getenv("AGENTFLEET_NATS_TLS_CA"),
+		NATSTLSCert:    os.Getenv("AGENTFLEET_NATS_TLS_CERT"),
+		NATSTLSKey:     os.Getenv("AGENTFLEET_NATS_TLS_KEY"),
 		NATSCreds:      os.Getenv("AGENTFLEET_NATS_CREDS"),
 		NATSSigningKey: os.Getenv("AGENTFLEET_NATS_SIGNING_KEY"),
 		DataDir:        envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
@@ -164,15 +186,18 @@ func ConfigFromEnv() (Config, error) {
 		SecretsKey:     os.Getenv(secrets.EnvKey),
 		PublicURL:      strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
 		EgressAllow:    os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
+		EgressPrivate:  os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
+	c.NATSReplicas = envInt("AGENTFLEET_NATS_REPLICAS", bus.ReplicasDefault, &errs)
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
 	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
+	c.BatchMaxBytes = envBytes("AGENTFLEET_BATCH_MAX_BYTES", &errs)
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)
@@ -223,11 +248,6 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_LISTEN=%q must be host:port, e.g. %s", c.NATSListen, NATSListenDefault))
 		}
 	}
-	for env, path := range map[string]string{"AGENTFLEET_NATS_CREDS": c.NATSCreds, "AGENTFLEET_NATS_SIGNING_KEY": c.NATSSigningKey} {
-		if _, err := os.Stat(path); path != "" && err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %v (write it with: agentctl nats-auth DIR)", env, path, err))
-		}
-	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATABASE_URL must be a postgres:// URL (unset it to use SQLite in AGENTFLEET_DATA_DIR)"))
 	}
@@ -247,6 +267,20 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_SANDBOX_MEMORY=%d bytes is less than one sandbox process can hold (%d bytes, %.2f GiB); raise it, or unset it to derive it from the cgroup memory limit",
 			c.SandboxMemory, per, float64(per)/(1<<30)))
 	}
+	if c.NATSReplicas < 0 || c.NATSReplicas > 5 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_REPLICAS=%d must be 1 to 5: 3 on a 3- or 5-node JetStream cluster, 1 on a single server", c.NATSReplicas))
+	}
+	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
+		errs = append(errs, errors.New("AGENTFLEET_NATS_TLS_CERT and AGENTFLEET_NATS_TLS_KEY go together: set both (a client certificate and its key) or neither"))
+	}
+	for name, path := range map[string]string{"AGENTFLEET_NATS_TLS_CA": c.NATSTLSCA, "AGENTFLEET_NATS_TLS_CERT": c.NATSTLSCert, "AGENTFLEET_NATS_TLS_KEY": c.NATSTLSKey} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q must be a readable PEM file: %w", name, path, err))
+		}
+	}
 	if c.MaxWaiting < 0 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_MAX_WAITING must not be negative (0: the default, %d)", bus.MaxWaitingDefault))
 	}
@@ -263,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
+	}
+	if c.EgressPrivate != "" && c.EgressPrivate != "allow" && c.EgressPrivate != "deny" {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_PRIVATE=%q: use deny (no private address, whatever the allow-lists say) or allow (the default)", c.EgressPrivate))
 	}
 	if c.PublicURL != "" {
 		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -296,6 +333,7 @@ func (c Config) secretsBox() *secrets.Box {
 // egress is the network guard's configuration (Validate has checked it).
 func (c Config) egress() egress.Config {
 	e, _ := egress.ParseAllow(c.EgressAllow)
+	e.DenyPrivate = c.EgressPrivate == "deny"
 	return e
 }
 
@@ -397,7 +435,7 @@ func (c Config) databaseMaxConns() int {
 func (c Config) sandboxConfig(workers int) sandbox.Config {
 	e := c.egress()
 	return sandbox.Config{MaxProcesses: c.sandboxProcesses(workers), MemoryTotal: c.SandboxMemory,
-		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts}}
+		Network: sandbox.NetworkConfig{Allow: e.Allow, AllowHosts: e.AllowHosts, DenyPrivate: e.DenyPrivate}}
 }
 
 // sandboxProcesses caps the sandbox processes of a worker process running

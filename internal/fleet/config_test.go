@@ -202,6 +202,16 @@ func TestWebhookSettingsFromEnv(t *testing.T) {
 	sb := cfg.sandboxConfig(1)
 	require.Equal(t, []string{"billing.internal"}, sb.Network.AllowHosts)
 	require.Len(t, sb.Network.Allow, 1)
+	require.False(t, sb.Network.DenyPrivate)
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "deny")
+	cfg, err = ConfigFromEnv()
+	require.NoError(t, err)
+	require.True(t, cfg.sandboxConfig(1).Network.DenyPrivate)
+	require.True(t, cfg.egress().DenyPrivate, "for run callbacks too")
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "no")
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_PRIVATE")
+	t.Setenv("AGENTFLEET_EGRESS_PRIVATE", "")
 	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
 	_, err = ConfigFromEnv()
 	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
@@ -219,8 +229,40 @@ func TestNATSAuthFilesFromEnv(t *testing.T) {
 	require.Equal(t, creds, c.NATSCreds)
 	require.Equal(t, key, c.NATSSigningKey)
 
-	t.Setenv("AGENTFLEET_NATS_SIGNING_KEY", filepath.Join(dir, "missing.nk"))
-	_, err = ConfigFromEnv()
-	require.ErrorContains(t, err, "AGENTFLEET_NATS_SIGNING_KEY")
+	// A missing file is the process's startup error, naming the variable
+	// (the deploy files name paths of the machines they run on).
+	c.NATSCreds = filepath.Join(dir, "missing.creds")
+	c.NATSURL = "nats://127.0.0.1:1"
+	_, _, err = OpenBus(context.Background(), c, "worker", slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "AGENTFLEET_NATS_CREDS")
 	require.ErrorContains(t, err, "agentctl nats-auth")
+}
+
+func TestNATSClusterFromEnv(t *testing.T) {
+	ca := t.TempDir() + "/ca.pem"
+	require.NoError(t, os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\n"), 0o600))
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+		err  string
+	}{
+		{env: map[string]string{}, want: 1},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "3"}, want: 3},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "7"}, err: "AGENTFLEET_NATS_REPLICAS=7 must be 1 to 5"},
+		{env: map[string]string{"AGENTFLEET_NATS_REPLICAS": "three"}, err: `AGENTFLEET_NATS_REPLICAS="three" is not a whole number`},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CA": ca}, want: 1},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CA": ca + ".missing"}, err: "AGENTFLEET_NATS_TLS_CA"},
+		{env: map[string]string{"AGENTFLEET_NATS_TLS_CERT": ca}, err: "AGENTFLEET_NATS_TLS_CERT and AGENTFLEET_NATS_TLS_KEY go together"},
+	} {
+		for _, k := range []string{"AGENTFLEET_NATS_REPLICAS", "AGENTFLEET_NATS_TLS_CA", "AGENTFLEET_NATS_TLS_CERT", "AGENTFLEET_NATS_TLS_KEY"} {
+			t.Setenv(k, tc.env[k])
+		}
+		cfg, err := ConfigFromEnv()
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err, "%v", tc.env)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.env)
+		require.Equal(t, tc.want, cfg.NATSReplicas)
+	}
 }

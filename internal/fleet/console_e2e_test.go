@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/api/apitest"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -279,7 +280,7 @@ func TestConsole(t *testing.T) {
 		p.WaitText(".run-head h1", "numbers")
 
 		// A delivery that comes while the page is open appears on it.
-		res := sendHook(t, client.New(url, ""), tv, tv.Secret, "gh-7", "issues", []byte(`{"action":"opened","issue":{"number":7}}`))
+		res := sendHook(t, apiClient(t, url, ""), tv, tv.Secret, "gh-7", "issues", []byte(`{"action":"opened","issue":{"number":7}}`))
 		require.Equal(t, http.StatusAccepted, res.Status)
 		p.WaitJS("the delivery is listed as accepted", `[...document.querySelectorAll('tbody tr')].some((tr) => tr.textContent.includes('gh-7') && tr.dataset.state === 'accepted')`)
 		runLink := fmt.Sprintf(`a[href="#/runs/%s"]`, res.Answer.RunID)
@@ -287,6 +288,29 @@ func TestConsole(t *testing.T) {
 		p.Screenshot(shots, "trigger")
 		p.Click(runLink)
 		p.WaitText(".run-head .task", "compute 7")
+		requireClean(t, p)
+	})
+
+	t.Run("Batches", func(t *testing.T) {
+		b, err := f.tenant.CreateBatch(f.ctx, wire.BatchCreateRequest{Inputs: []wire.BatchInput{
+			{Message: "compute 1", CustomID: "one"}, {Message: "compute 2", CustomID: "two"}, {Message: "hold compute 4", CustomID: "held"}}})
+		require.NoError(t, err)
+		p := signIn(t, br, url, f.tenantKey)
+		p.Click(`#nav a[href="#/batches"]`)
+		batchLink := fmt.Sprintf(`tr[data-key=%q] a`, b.ID)
+		p.WaitVisible(batchLink)
+		p.Click(batchLink)
+		// Two of three end while the third is held: the bar and the
+		// results show it, in input order, then the last one ends.
+		p.WaitVisible(`.batch-progress[data-done="2"][data-total="3"]`)
+		p.WaitVisible(`tr[data-index="0"][data-status="completed"]`)
+		require.Contains(t, p.Text(`tr[data-index="1"]`), "two")
+		p.Screenshot(shots, "batch-running")
+		m.release(4)
+		p.WaitVisible(`.run-head[data-status="completed"]`)
+		p.WaitVisible(`tr[data-index="2"][data-status="completed"]`)
+		p.WaitVisible(`.batch-progress[data-done="3"]`)
+		p.Screenshot(shots, "batch")
 		requireClean(t, p)
 	})
 
@@ -368,8 +392,8 @@ func TestTenantEventsResumeAcrossBrokenStreams(t *testing.T) {
 	}
 
 	tr := &cuttingTransport{limit: 1500}
-	c := client.New(f.dispatcher.URL(), f.tenantKey)
-	c.HTTP = &http.Client{Transport: tr}
+	c := apiClient(t, f.dispatcher.URL(), f.tenantKey)
+	c.HTTP = &http.Client{Transport: apitest.Transport(t, tr)}
 	ctx, cancel := context.WithTimeout(f.ctx, 30*time.Second)
 	defer cancel()
 	got := map[string][]int64{}

@@ -106,7 +106,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	bm := budget.NewMetrics(reg)
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: d.AdminToken, ReadyDepth: cfg.ReadyDepth,
-		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
+		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter, BatchMaxBytes: cfg.BatchMaxBytes,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,

@@ -23,11 +23,13 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/api/apitest"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/telemetry"
@@ -129,6 +131,8 @@ type fleetOptions struct {
 	// tracer, when set, traces the dispatcher's admissions and every
 	// worker's turns.
 	tracer *telemetry.Tracer
+	// sandbox configures the workers' sandboxes (zero: the defaults).
+	sandbox sandbox.Config
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -178,7 +182,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		require.NoError(t, err)
 		reg := fleet.NewRegistry()
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
-			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"},
+			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"}, Sandbox: o.sandbox,
 			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
 			Tracer: o.tracer,
 		})
@@ -209,13 +213,21 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		_ = st.Close()
 	})
 
-	f.admin = client.New(f.dispatcher.URL(), "admin-secret")
+	f.admin = apiClient(t, f.dispatcher.URL(), "admin-secret")
 	tv, err := f.admin.CreateTenant(ctx, o.tenant)
 	require.NoError(t, err)
 	require.NotEmpty(t, tv.APIKey)
-	f.tenant = client.New(f.dispatcher.URL(), tv.APIKey)
+	f.tenant = apiClient(t, f.dispatcher.URL(), tv.APIKey)
 	f.tenantKey = tv.APIKey
 	return f
+}
+
+// apiClient is a client of the dispatcher at baseURL whose every answer
+// is held against the API's OpenAPI document (internal/api/apitest).
+func apiClient(t testing.TB, baseURL, token string) *client.Client {
+	c := client.New(baseURL, token)
+	c.HTTP.Transport = apitest.Transport(t, http.DefaultTransport)
+	return c
 }
 
 // crashWorker stops worker i as a crash would: its in-flight turns are
@@ -697,7 +709,7 @@ func TestFleetSSEResume(t *testing.T) {
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+f.tenant.Token)
 	req.Header.Set("Last-Event-ID", strconv.Itoa(len(all)-2))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.tenant.HTTP.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -718,7 +730,7 @@ func TestFleetTenantsAreIsolated(t *testing.T) {
 	f := setupFleet(t, threeTurns, 0)
 	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "globex"})
 	require.NoError(t, err)
-	other := client.New(f.dispatcher.URL(), tv.APIKey)
+	other := apiClient(t, f.dispatcher.URL(), tv.APIKey)
 	run := f.submit(wire.RunCreateRequest{Message: "compute 3"})
 	f.wait(run.ID, 10*time.Second)
 

@@ -64,6 +64,10 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	bcfg := bus.Config{
 		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
 		EventsMaxAge: cfg.EventsMaxAge, Logger: logger, CredsFile: cfg.NATSCreds,
+		Replicas: cfg.NATSReplicas, TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+	}
+	if _, err := os.Stat(cfg.NATSCreds); cfg.NATSCreds != "" && err != nil {
+		return nil, nil, fmt.Errorf("AGENTFLEET_NATS_CREDS=%q: %w (write it with: agentctl nats-auth DIR)", cfg.NATSCreds, err)
 	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
@@ -75,6 +79,10 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 	if err := os.MkdirAll(cfg.NATSStoreDir(), 0o755); err != nil {
 		return nil, nil, fmt.Errorf("create NATS store dir: %w", err)
 	}
+	if bcfg.Replicas > 1 {
+		logger.Warn("the embedded NATS server is one server: its streams have 1 replica", "AGENTFLEET_NATS_REPLICAS", bcfg.Replicas)
+	}
+	bcfg.Replicas = 1
 	authConf, err := cfg.embeddedAuthConf()
 	if err != nil {
 		return nil, nil, err
@@ -123,6 +131,12 @@ type DispatcherConfig struct {
 	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
+	// BatchMaxBytes caps a POST /v1/batches body (zero:
+	// api.BatchMaxBytesDefault); BatchSweepInterval is how often batches
+	// are swept and their progress published (zero:
+	// api.BatchSweepIntervalDefault).
+	BatchMaxBytes      int64
+	BatchSweepInterval time.Duration
 	// Tracer traces admissions; nil means one from the standard
 	// OpenTelemetry environment (off unless it asks).
 	Tracer *telemetry.Tracer
@@ -140,6 +154,9 @@ type DispatcherConfig struct {
 	Egress           egress.Config
 	CallbackInterval time.Duration
 	CallbackBackoff  time.Duration
+	// ApprovalSweepInterval overrides how often approvals are expired
+	// and notified (api.ApprovalSweepIntervalDefault).
+	ApprovalSweepInterval time.Duration
 	// Retention is how long ended runs are kept before they are deleted
 	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
 	// sweep runs where the scheduler leads. RetentionInterval is how
@@ -207,7 +224,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
 		Resume: func(ctx context.Context, run agentfleet.Run) error {
-			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake})
+			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake})
 		},
 	})
 	if err != nil {
@@ -239,7 +256,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
 		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
-		RunsDeleted: deleted.WithLabelValues("api"),
+		RunsDeleted: deleted.WithLabelValues("api"), BatchMaxBytes: cfg.BatchMaxBytes,
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
@@ -296,6 +313,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 	wg.Add(1)
 	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepBatches(ctx, cmp.Or(d.cfg.BatchSweepInterval, api.BatchSweepIntervalDefault), d.sched.Leading)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.api.SweepApprovals(ctx, cmp.Or(d.cfg.ApprovalSweepInterval, api.ApprovalSweepIntervalDefault), d.sched.Leading)
+	}()
 	if d.retention != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.retention.run(ctx) }()
@@ -422,7 +449,8 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	}
 	engine, err := loop.New(loop.Config{
 		Model:   tracer.Model(llm.NewMetrics(cfg.Registry).Instrument(model), provider),
-		Sandbox: tracer.Sandbox(pool), Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
+		Sandbox: tracer.Sandbox(pool), Meter: meter, Recorder: recorder{s: cfg.Store, meter: meter},
+		Journal: recorder{s: cfg.Store, meter: meter}, DefaultModel: cfg.Model.Model,
 	})
 	if err != nil {
 		pool.Close()
@@ -594,6 +622,33 @@ func (r recorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agent
 	}
 	got := res.Reply
 	return loop.Reply{RunID: got.RunID, Turn: got.Turn, Content: got.Content, Model: got.Model, Usage: got.Usage, UsageReported: got.UsageReported}, res.Existed, charged, nil
+}
+
+// JournalList reads a turn's journal for the engine.
+func (r recorder) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {
+	return r.s.JournalListByRun(ctx, store.JournalListByRunParams{RunID: runID, Turn: turn})
+}
+
+// JournalRecord records a journal entry and, given an ai() call's
+// reservation, charges the call in the same store transaction.
+func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, error) {
+	p := store.JournalRecordParams{JournalEntry: e}
+	if charge != nil && r.meter != nil {
+		settle := r.meter.SettleParams(*charge, e.Usage, model)
+		p.Charge = &settle
+	}
+	res, err := r.s.JournalRecord(ctx, p)
+	if errors.Is(err, store.ErrConflict) {
+		return false, loop.ErrStale
+	}
+	if err != nil {
+		return false, err
+	}
+	charged := p.Charge != nil && !res.Existed && res.ChargeErr == nil
+	if charged {
+		r.meter.Settled(*charge, e.Usage, model, res.Settled)
+	}
+	return charged, nil
 }
 
 // ModelName is the model a process reports using, for logs.

@@ -145,31 +145,10 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 
 	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	admin := client.New(apiURL, "admin-secret")
-	tv, err := admin.CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
-	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
-
+	waitDispatcherReady(t, apiURL)
 	const runs = 60
-	ids := make([]string, runs)
-	for i := range runs {
-		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
-		require.NoError(t, err)
-		ids[i] = run.ID
-	}
-	completed := func() int {
-		c, err := st.RunCountByStatus(ctx, "acme")
-		require.NoError(t, err)
-		return c[agentfleet.StatusCompleted]
-	}
+	tenant, ids := submitComputeRuns(t, apiURL, runs)
+	completed := func() int { return completedRuns(t, st) }
 	require.Eventually(t, func() bool { return completed() >= 10 }, 60*time.Second, 10*time.Millisecond)
 	require.NoError(t, workers[0].cmd.Process.Signal(syscall.SIGKILL))
 	<-workers[0].done
@@ -189,7 +168,62 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 	}
 	require.Equal(t, 0, workers[1].cmd.ProcessState.ExitCode(), "a drained worker exits 0")
 
-	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	requireComputed(t, st, tenant, ids, 90*time.Second)
+	calls := map[string]int{}
+	for _, r := range model.Received() {
+		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
+	}
+	repeated := 0
+	for _, n := range calls {
+		repeated += n - 1
+	}
+	t.Logf("%d runs completed; %d model calls for %d turns (%d repeated: the killed worker's and the restart's interrupted calls)",
+		runs, len(model.Received()), 3*runs, repeated)
+}
+
+// waitDispatcherReady waits until the dispatcher at apiURL answers /readyz.
+func waitDispatcherReady(t *testing.T, apiURL string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(apiURL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
+}
+
+// submitComputeRuns creates tenant acme on the dispatcher at apiURL and
+// submits n three-turn runs ("compute i", answered by threeTurns).
+func submitComputeRuns(t *testing.T, apiURL string, n int) (*client.Client, []string) {
+	t.Helper()
+	ctx := context.Background()
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	tenant := apiClient(t, apiURL, tv.APIKey)
+	ids := make([]string, n)
+	for i := range n {
+		run, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: fmt.Sprintf("compute %d", i)})
+		require.NoError(t, err)
+		ids[i] = run.ID
+	}
+	return tenant, ids
+}
+
+func completedRuns(t *testing.T, st store.Store) int {
+	t.Helper()
+	c, err := st.RunCountByStatus(context.Background(), "acme")
+	require.NoError(t, err)
+	return c[agentfleet.StatusCompleted]
+}
+
+// requireComputed waits for the runs of submitComputeRuns and checks each
+// completed with its answer and committed each turn once.
+func requireComputed(t *testing.T, st store.Store, tenant *client.Client, ids []string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	for i, id := range ids {
 		run, err := tenant.Wait(waitCtx, id)
@@ -202,16 +236,6 @@ func TestMultiProcessFleetSurvivesWorkerKillAndNATSRestart(t *testing.T) {
 		require.JSONEq(t, strconv.Quote(fmt.Sprintf("result %d", 2*i+1)), string(run.Answer))
 		requireCommittedOnce(t, st, run)
 	}
-	calls := map[string]int{}
-	for _, r := range model.Received() {
-		calls[fmt.Sprintf("%s/%d", r.FirstUser(), assistantTurns(r))]++
-	}
-	repeated := 0
-	for _, n := range calls {
-		repeated += n - 1
-	}
-	t.Logf("%d runs completed; %d model calls for %d turns (%d repeated: the killed worker's and the restart's interrupted calls)",
-		runs, len(model.Received()), 3*runs, repeated)
 }
 
 // requireCommittedOnce checks a run's trace holds each turn exactly once.
@@ -249,15 +273,6 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test builds binaries")
 	}
-	baseURL, schema := pgtest.Schema(t)
-	dispatcherBin, workerBin := buildFleet(t)
-	natsBin := bustest.BuildServerBinary(t)
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	natsSrv := bustest.StartServerProcess(t, natsBin, freePort(t), t.TempDir())
-
 	held, killed := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
@@ -267,35 +282,8 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 		}
 		return fanOutTurns(r)
 	}
-	model, err := fakeserver.Start(fakeserver.Config{Responder: responder})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = model.Close() })
-
-	apiPort := freePort(t)
-	common := []string{
-		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
-		"AGENTFLEET_DATABASE_URL=" + withQuery(t, baseURL, "search_path", schema),
-		"AGENTFLEET_ACK_WAIT=3s",
-		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
-	}
-	startProc(t, "dispatcher", dispatcherBin, append(common,
-		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
-	workerEnv := append(common, "AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
-		"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL())
-	first := startProc(t, "worker0", workerBin, workerEnv)
-
-	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(apiURL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 50*time.Millisecond, "dispatcher never became ready")
-	tv, err := client.New(apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
-	require.NoError(t, err)
-	tenant := client.New(apiURL, tv.APIKey)
+	f := startWorkerFleet(t, responder)
+	ctx, st, tenant, first := f.ctx, f.st, f.tenant, f.first
 	parent, err := tenant.CreateRun(ctx, wire.RunCreateRequest{Message: "fan out 2 and hold"})
 	require.NoError(t, err)
 
@@ -307,7 +295,7 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
 	<-first.done
 	close(killed)
-	startProc(t, "worker1", workerBin, workerEnv)
+	f.startWorker("worker1")
 
 	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
@@ -332,3 +320,59 @@ func TestMultiProcessSpawnSurvivesWorkerKill(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{1: 2, 2: 1}, calls, "the parent's turns committed once: its reply and the hold's ai() call, then its answer")
 }
+
+// workerFleet is a fleet of processes for a kill test: a nats-server
+// process, Postgres (a fresh schema), a dispatcher and one worker
+// process, whose scripts may reach loopback (AGENTFLEET_EGRESS_ALLOW),
+// driven by a fake model answering with responder; tenant is acme's.
+type workerFleet struct {
+	t         *testing.T
+	ctx       context.Context
+	st        store.Store
+	model     *fakeserver.Server
+	tenant    *client.Client
+	first     *proc
+	workerBin string
+	workerEnv []string
+}
+
+func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet {
+	t.Helper()
+	baseURL, schema := pgtest.Schema(t)
+	dispatcherBin, workerBin := buildFleet(t)
+	natsBin := bustest.BuildServerBinary(t)
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: baseURL, Schema: schema})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = st.Close() })
+	natsSrv := bustest.StartServerProcess(t, natsBin, freePort(t), t.TempDir())
+	model, err := fakeserver.Start(fakeserver.Config{Responder: responder})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = model.Close() })
+
+	apiPort := freePort(t)
+	common := []string{
+		"AGENTFLEET_NATS_URL=" + natsSrv.URL,
+		"AGENTFLEET_DATABASE_URL=" + withQuery(t, baseURL, "search_path", schema),
+		"AGENTFLEET_ACK_WAIT=3s",
+		"AGENTFLEET_DATA_DIR=" + t.TempDir(),
+	}
+	startProc(t, "dispatcher", dispatcherBin, append(common,
+		fmt.Sprintf("AGENTFLEET_LISTEN=127.0.0.1:%d", apiPort), "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN=admin-secret"))
+	f := &workerFleet{t: t, ctx: ctx, st: st, model: model, workerBin: workerBin,
+		workerEnv: append(common, "AGENTFLEET_WORKER_SLOTS=8", "AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
+			"AGENTFLEET_MODEL=fake-model", "OPENAI_BASE_URL="+model.URL(), "AGENTFLEET_EGRESS_ALLOW=127.0.0.1")}
+	f.first = f.startWorker("worker0")
+
+	apiURL := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	waitDispatcherReady(t, apiURL)
+	tv, err := apiClient(t, apiURL, "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+	require.NoError(t, err)
+	f.tenant = apiClient(t, apiURL, tv.APIKey)
+	return f
+}
+
+func (f *workerFleet) startWorker(name string) *proc {
+	return startProc(f.t, name, f.workerBin, f.workerEnv)
+}
+

@@ -70,7 +70,7 @@ func newNATSCreds(cfg Config, b *bus.Bus, emb *bus.Embedded) (api.NATSCreds, err
 	}
 	iss, err := natsauth.LoadIssuer(cfg.NATSSigningKey, natsauth.Subjects{Prefix: b.Prefix(), EventsStream: b.EventsStream()})
 	if err != nil {
-		return nil, fmt.Errorf("AGENTFLEET_NATS_SIGNING_KEY: %w", err)
+		return nil, fmt.Errorf("AGENTFLEET_NATS_SIGNING_KEY=%q: %w (write it with: agentctl nats-auth DIR)", cfg.NATSSigningKey, err)
 	}
 	var opts []bus.Option
 	if emb != nil {

@@ -48,7 +48,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	}
 	d, err := NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
-		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter,
+		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter, BatchMaxBytes: cfg.BatchMaxBytes,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: st, Bus: b, Logger: logger, Elect: true,
 		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,

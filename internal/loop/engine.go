@@ -22,7 +22,10 @@
 // the model call (for a tenant the caller found unlimited, a hold-free
 // reservation from the Meter) and settled after it; the reply is recorded
 // (fenced by the turn number) before the script runs, and a turn that
-// finds a recorded reply reuses it instead of paying the model again.
+// finds a recorded reply reuses it instead of paying the model again; the
+// script's side-effecting calls are journaled (Config.Journal, journal.go),
+// so a turn executed again replays them, an ai() call billed with its
+// record, instead of making them again.
 package loop
 
 import (
@@ -84,6 +87,19 @@ type Recorder interface {
 	RecordReply(ctx context.Context, r Reply, charge *agentfleet.Reservation) (rec Reply, existed, charged bool, err error)
 }
 
+// Journal keeps the side-effect journal (docs/ARCHITECTURE.md §4): each
+// side-effecting call of a script, recorded with its outcome before the
+// script sees it.
+type Journal interface {
+	// JournalList returns the entries recorded for a turn, by index.
+	JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error)
+	// JournalRecord records an entry; one recorded already stays. It
+	// fails with ErrStale when the run has moved past the turn or ended.
+	// When charge is set, the entry's usage (of model) settles that
+	// reservation in the same write, and charged says it did.
+	JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (charged bool, err error)
+}
+
 // ErrStale means the turn was already committed (or the run ended) by
 // someone else: the caller should not commit, only re-publish what the
 // commit owed.
@@ -119,6 +135,9 @@ type Config struct {
 	Sandbox  Sandbox
 	Meter    Meter
 	Recorder Recorder
+	// Journal, when set, journals the scripts' side-effecting calls;
+	// nil runs them unjournaled (tests, benchmarks).
+	Journal Journal
 	// DefaultModel is used when the agent names none.
 	DefaultModel string
 	// MaxTurns applies when neither the run nor its agent sets one.
@@ -266,6 +285,9 @@ type TurnInput struct {
 	// Children are the runs Run waited for (Run.WaitIDs), as they are
 	// now: this turn's args gets their results.
 	Children []agentfleet.Run
+	// Approval looks up the approvals of the calls the agent's approve
+	// rules cover; nil makes such a call throw.
+	Approval agentfleet.ApprovalFunc
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after
@@ -286,6 +308,11 @@ const (
 	// the model call (Budget says what was needed and left). The run
 	// parks or fails, by the tenant's policy.
 	OutcomeNoBudget
+	// OutcomeApproval: nothing to commit; the script stopped at a call
+	// that waits for a person's approval (Approval says which). The run
+	// parks until it is decided, then the turn runs again: its recorded
+	// reply, the same script, the call approved or throwing.
+	OutcomeApproval
 )
 
 func (o Outcome) String() string {
@@ -296,6 +323,8 @@ func (o Outcome) String() string {
 		return "finished"
 	case OutcomeNoBudget:
 		return "no_budget"
+	case OutcomeApproval:
+		return "approval"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -321,8 +350,9 @@ type TurnResult struct {
 	// Events are the turn's events, in order, without seq (the store
 	// assigns it on commit).
 	Events []agentfleet.Event
-	// Budget is set with OutcomeNoBudget.
-	Budget *agentfleet.BudgetExhaustedError
+	// Budget is set with OutcomeNoBudget, Approval with OutcomeApproval.
+	Budget   *agentfleet.BudgetExhaustedError
+	Approval *agentfleet.ApprovalCall
 	// Spawned counts the children the turn's script spawned. With
 	// Status waiting_children, the run waits for WaitIDs until
 	// WaitUntil (zero: until they end).
@@ -348,6 +378,8 @@ type turn struct {
 	calls    int
 	subUsage agentfleet.Usage
 	spawned  int
+	// journal is the script's journal, when the engine has one.
+	journal *turnJournal
 }
 
 // Step executes turn Run.Turn+1 of a run. Errors are infrastructure
@@ -505,24 +537,35 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 }
 
 // record records a reply the model gave, and charges res with it, trying
-// again while the store fails, for up to RecordRetryFor or until ctx
-// ends. ErrStale ends it at once: the turn is someone else's now.
+// again while the store fails (retryRecord).
 func (e *Engine) record(ctx context.Context, r Reply, res *agentfleet.Reservation) (got Reply, charged bool, err error) {
+	err = e.retryRecord(ctx, func() error {
+		var err error
+		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
+		return err
+	})
+	return got, charged, err
+}
+
+// retryRecord calls write until it succeeds, for up to RecordRetryFor or
+// until ctx ends, backing off from 50ms to 1s. ErrStale ends it at once:
+// the turn is someone else's now.
+func (e *Engine) retryRecord(ctx context.Context, write func() error) error {
 	const firstDelay, maxDelay = 50 * time.Millisecond, time.Second
 	// Real time, as the waits below are: Config.Now stamps what a turn
 	// records and may be a test's frozen clock.
 	giveUp := time.Now().Add(e.cfg.RecordRetryFor)
 	for delay, tries := firstDelay, 1; ; delay, tries = min(2*delay, maxDelay), tries+1 {
-		got, _, charged, err = e.cfg.Recorder.RecordReply(ctx, r, res)
+		err := write()
 		if err == nil || errors.Is(err, ErrStale) {
-			return got, charged, err
+			return err
 		}
 		if ctx.Err() != nil || time.Now().Add(delay).After(giveUp) {
-			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+			return fmt.Errorf("%w (%d tries)", err, tries)
 		}
 		select {
 		case <-ctx.Done():
-			return got, charged, fmt.Errorf("%w (%d tries)", err, tries)
+			return fmt.Errorf("%w (%d tries)", err, tries)
 		case <-time.After(delay):
 		}
 	}
@@ -608,11 +651,22 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptSyntax,
 			Message: "the ```javascript block was not closed (was the reply cut off?); send the whole script again"}
 	} else {
-		var err error
-		exec, err = cfg.Sandbox.Execute(ctx, agentfleet.ExecRequest{
+		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
-		})
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
+		}
+		if cfg.Journal != nil {
+			t.journal = &turnJournal{t: t, pending: map[int]pendingCharge{}}
+			req.Journal = t.journal
+		}
+		var err error
+		exec, err = cfg.Sandbox.Execute(ctx, req)
+		if t.journal != nil {
+			if serr := t.journal.settlePending(ctx); serr != nil && err == nil {
+				err = serr
+			}
+		}
 		if err != nil {
 			return TurnResult{}, fmt.Errorf("execute script of turn %d: %w", t.n, err)
 		}
@@ -628,6 +682,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	t.res.Usage = t.res.Usage.Add(exec.AIUsage)
 	t.res.Spawned = t.spawned
 	t.mu.Unlock()
+	if exec.Approval != nil {
+		return TurnResult{Turn: t.n, Outcome: OutcomeApproval, Status: run.Status, Usage: t.res.Usage, Approval: exec.Approval}, nil
+	}
 	if exec.Wait != nil && exec.Err == nil && exec.Answered {
 		exec.Answered, exec.Answer = false, nil
 		exec.Err = &agentfleet.ScriptError{Kind: agentfleet.ScriptException,
@@ -710,10 +767,16 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 		if err != nil {
 			return agentfleet.AIResponse{}, err
 		}
-		resp, err := t.e.meteredCall(ctx, t.run, agentfleet.ModelRequest{
+		mreq := agentfleet.ModelRequest{
 			Model: firstNonEmpty(t.in.Agent.Model, cfg.DefaultModel), Messages: msgs,
 			MaxTokens: int(maxTokens), JSON: req.JSON || len(req.Schema) > 0,
-		}, prompt+maxTokens)
+		}
+		var resp agentfleet.ModelResponse
+		if t.journal != nil {
+			resp, err = t.journal.call(ctx, req.Index, mreq, prompt+maxTokens)
+		} else {
+			resp, err = t.e.meteredCall(ctx, t.run, mreq, prompt+maxTokens)
+		}
 		t.mu.Lock()
 		t.subUsage = t.subUsage.Add(resp.Usage)
 		t.mu.Unlock()

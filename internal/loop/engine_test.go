@@ -756,3 +756,40 @@ func TestStepSpawnLimits(t *testing.T) {
 	require.Contains(t, res.Steps[1].Content, "wait() and answer() in one turn")
 	require.Equal(t, 1, res.Spawned, "the child it spawned is counted all the same")
 }
+
+func TestStepWaitsForApprovalThenRunsTheTurnAgain(t *testing.T) {
+	t.Parallel()
+	// One model reply: the turn run again after the decision reuses it.
+	b := setup(t, llm.Reply{Content: js(`function run(){
+  try { spawn({message: "deploy"}); answer("spawned") } catch (e) { answer("refused: " + e.message) }
+}`), Usage: agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}})
+	agent := agentfleet.Agent{AgentSpec: agentfleet.AgentSpec{Approve: []string{"spawn"}}}
+	run := agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}
+	var state agentfleet.ApprovalState = agentfleet.ApprovalPending
+	approval := func(_ context.Context, c agentfleet.ApprovalCall) (agentfleet.ApprovalState, string, error) {
+		require.Equal(t, agentfleet.ApprovalCall{Index: 0, Primitive: "spawn", Preview: "deploy"}, c)
+		return state, "not today", nil
+	}
+	spawns := 0
+	spawn := func(context.Context, int, agentfleet.SpawnRequest) (string, error) { spawns++; return "child", nil }
+
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, Agent: agent, Approval: approval, Spawn: spawn, FirstAttempt: true})
+	require.NoError(t, err)
+	require.Equal(t, loop.OutcomeApproval, res.Outcome)
+	require.Equal(t, "spawn", res.Approval.Primitive)
+	require.Empty(t, res.Steps, "nothing to commit")
+	require.Zero(t, spawns)
+
+	state = agentfleet.ApprovalDenied
+	res, err = b.engine.Step(context.Background(), loop.TurnInput{Run: run, Agent: agent, Approval: approval, Spawn: spawn})
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusCompleted, res.Status)
+	require.JSONEq(t, `"refused: spawn was denied: not today"`, string(res.Answer))
+	require.Equal(t, 1, b.rec.records, "the recorded reply is reused")
+
+	state = agentfleet.ApprovalApproved
+	res, err = b.engine.Step(context.Background(), loop.TurnInput{Run: run, Agent: agent, Approval: approval, Spawn: spawn})
+	require.NoError(t, err)
+	require.JSONEq(t, `"spawned"`, string(res.Answer))
+	require.Equal(t, 1, spawns)
+}

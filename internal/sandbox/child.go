@@ -311,6 +311,7 @@ const (
 	stopCancelled            // the parent's context was cancelled
 	stopWallTime             // the parent's turn timeout passed
 	stopLimit                // answer() got too large a value
+	stopParked               // a host call waits for an approval
 )
 
 // turnCtl is the part of a turn other goroutines touch: the reader (on a

@@ -148,6 +148,10 @@ type NetworkConfig struct {
 	// MaxRedirects caps the redirects one fetch follows. Zero means
 	// MaxRedirectsDefault; negative means none.
 	MaxRedirects int
+	// DenyPrivate refuses every blocked range whatever Allow, AllowHosts
+	// or a run's agent (ExecRequest.Egress) say
+	// (AGENTFLEET_EGRESS_PRIVATE=deny).
+	DenyPrivate bool
 }
 
 // Resolver resolves a host name to addresses; *net.Resolver implements it.

@@ -133,10 +133,21 @@
 // exactly what a given list defines. Pure primitives run in the sandbox
 // process. Host primitives (fetch, http, ai, aiJSON) are executed by the
 // parent, which is asked by the process over the pipe; each call passes
-// exactly one Policy.Check there. A Deny or NeedsApproval reaches the
-// script as a catchable PolicyError; uncaught, the turn fails with kind
-// denied. Human approvals are not implemented yet: NeedsApproval reads
-// "<primitive> needs approval: <reason>; approvals are not enabled yet".
+// exactly one Policy.Check there. A Deny reaches the script as a
+// catchable PolicyError; uncaught, the turn fails with kind denied. A call
+// that matches the agent's approve rules (ExecRequest.Approve; policy.go),
+// or that the Policy says NeedsApproval for, asks ExecRequest.Approval
+// where its approval stands: approved, it proceeds; denied, it throws a
+// PolicyError with the reason; pending, the turn stops there, uncatchably
+// (no catch, no finally), and ExecResult.Approval says what it waits for.
+// Host calls are numbered per turn (Call.Index), so the same script run
+// again meets the same call at the same index.
+//
+// The side-effecting host calls (fetch and http other than GET and HEAD,
+// ai, aiJSON, spawn) are numbered per turn in call order and, given
+// ExecRequest.Journal, replayed from it or recorded in it before the
+// script sees their outcome (journal.go); the HTTP ones carry
+// Idempotency-Key <run>/<turn>/<number>.
 //
 // fetch and http only reach public http(s) addresses: loopback, private,
 // link-local, CGNAT, multicast, unspecified, broadcast, reserved and cloud

@@ -92,6 +92,13 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 			}
 			c.cpuMark = m.cpu
 			fillResult(&res, &m, red)
+			if host.approval != nil {
+				// Stopped at a call that waits for a person: the turn
+				// is not over, and what the script did so far is not
+				// its result.
+				res = agentfleet.ExecResult{Return: []byte("null"), Logs: res.Logs, AIUsage: res.AIUsage, Approval: host.approval}
+				return res, killed == stopNone, nil
+			}
 			if turnCtx.Err() != nil && (res.Err == nil || res.Err.Kind != agentfleet.ScriptTimeout) {
 				// The turn was cancelled (or ran out of wall time) but
 				// finished before the cancel reached it, typically
@@ -105,7 +112,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 				res.Answered, res.Answer, res.Return = false, nil, []byte("null")
 				res.Err = p.stopError(reason, true)
 			}
-			return res, killed == stopNone, nil
+			return res, killed == stopNone, journalFailure(&res, host.journalStop)
 		default:
 			w.finish()
 			return p.broken(c, fmt.Errorf("%w: unexpected frame %q", errProtocol, typ), red, &res)
@@ -129,19 +136,18 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 	}
 	call := bytes.Clone(payload) // payload aliases the read buffer
 	hreq := *req                 // not req itself, which would then live on the heap for every turn
-	// spawn() calls are numbered in the order the script makes them:
-	// the same script spawns the same children when it runs again.
-	var spawnIndex int
-	if isSpawn(call) {
-		spawnIndex = st.spawns
-		st.spawns++
-	}
+	callIndex := st.hostCalls
+	st.hostCalls++
 	done := make(chan outcome, 1)
 	p.inflight.Add(1) // this Execute holds one: Close is not yet waiting
+	// Journaled calls are numbered in the order the script makes them
+	// (one at a time): the same script makes the same calls, and spawns
+	// the same children, when it runs again.
+	calls, stop := st.calls, st.journalStop
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.calls.spawns = spawnIndex
+		o.calls.calls, o.calls.journalStop, o.calls.hostCalls = calls, stop, callIndex
 		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.calls)
 		done <- o
 	}()
@@ -159,6 +165,10 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 		}
 	}
 	st.usage = st.usage.Add(o.calls.usage)
+	st.calls, st.journalStop = o.calls.calls, o.calls.journalStop
+	if o.calls.approval != nil {
+		st.approval = o.calls.approval
+	}
 	if w := o.calls.wait; w != nil {
 		if st.wait == nil {
 			st.wait = &agentfleet.WaitRequest{}
@@ -239,18 +249,17 @@ func (p *Pool) stopError(r stopReason, cooperative bool) *agentfleet.ScriptError
 }
 
 // hostState is what one execution's host calls add up to: the usage of
-// its ai() calls, how many spawn() calls it made, what it waits for.
+// its ai() calls, how many host calls it made (hostCalls: Call.Index)
+// and how many of them were journaled (calls), why its journal stopped
+// (nil while it works), what it waits for (children, or the approval
+// that stopped it).
 type hostState struct {
-	usage  agentfleet.Usage
-	spawns int
-	wait   *agentfleet.WaitRequest
-}
-
-// isSpawn reports whether a host call's payload is a spawn() call.
-func isSpawn(payload []byte) bool {
-	d := decoder{b: payload}
-	d.uint()
-	return d.err == nil && prim(d.byte()) == primSpawn && d.err == nil
+	usage       agentfleet.Usage
+	hostCalls   int
+	calls       int
+	journalStop error
+	wait        *agentfleet.WaitRequest
+	approval    *agentfleet.ApprovalCall
 }
 
 // appendNew appends the ids not in have yet.

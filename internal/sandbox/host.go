@@ -32,14 +32,35 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
 	name := prims[pr].name
+	call, journaled := journalCall(req, pr, args, st.calls)
+	if journaled {
+		st.calls++
+		if req.Journal != nil {
+			if status, data, ok := replay(ctx, req.Journal, call, st); ok {
+				return seq, status, data
+			}
+		}
+	}
 	policyArgs := args
 	if pr == primFetch || pr == primHTTP {
 		policyArgs = withoutBody(args)
 	}
-	switch dec, reason := p.cfg.Policy.Check(ctx, Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID}); dec {
+	pc := Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID, Turn: req.Turn, Index: st.hostCalls}
+	dec, reason := p.cfg.Policy.Check(ctx, pc)
+	if dec == Allow && pr != primWait && len(req.Approve) > 0 {
+		method, target := callTarget(pr, policyArgs)
+		if needsApproval(req.Approve, name, method, target) {
+			dec = NeedsApproval
+		}
+	}
+	switch dec {
 	case Allow:
 	case NeedsApproval:
-		return seq, hostDenied, []byte(fmt.Sprintf("%s needs approval: %s; approvals are not enabled yet", name, orUnspecified(reason)))
+		// (A call the journal replayed above was approved on an
+		// earlier attempt of the turn: it is not asked about again.)
+		if status, data, ok := p.approval(ctx, req, pr, pc.Index, args, reason, st); !ok {
+			return seq, status, data
+		}
 	default:
 		return seq, hostDenied, []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
 	}
@@ -49,13 +70,20 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	)
 	switch pr {
 	case primFetch, primHTTP:
-		status, data = p.fetch(ctx, name, args)
+		var key string
+		if journaled && req.RunID != "" {
+			key = call.IdempotencyKey()
+		}
+		status, data = p.fetch(ctx, name, req.Egress, args, key)
 	case primAI, primAIJSON:
-		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, &st.usage)
+		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
 	case primSpawn:
-		status, data = spawn(ctx, req.Spawn, st.spawns, args)
+		status, data = spawn(ctx, req.Spawn, call.Index, args)
 	case primWait:
 		status, data = wait(args, st)
+	}
+	if journaled && req.Journal != nil {
+		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
 	}
 	return seq, status, data
 }
@@ -93,6 +121,95 @@ func wait(raw []byte, st *hostState) (byte, []byte) {
 	return hostOK, []byte("null")
 }
 
+// approval looks up the approval of the index-th host call of the turn,
+// which needs one. ok says the call may proceed; otherwise status and
+// data are the reply: a PolicyError (denied, or no way to ask), or
+// hostPark, which stops the turn to wait (st.approval says for what).
+func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr prim, index int, args []byte, reason string, st *hostState) (status byte, data []byte, ok bool) {
+	name := prims[pr].name
+	if req.Approval == nil {
+		return hostDenied, []byte(fmt.Sprintf("%s needs approval (%s), and this run cannot ask for one", name, orUnspecified(reason))), false
+	}
+	call := approvalCall(pr, index, args, p.redactorFor(req.Secrets))
+	state, why, err := req.Approval(ctx, call)
+	switch {
+	case err != nil:
+		return hostError, []byte(fmt.Sprintf("%s: looking up its approval failed: %v", name, err)), false
+	case state == agentfleet.ApprovalApproved:
+		return 0, nil, true
+	case state == agentfleet.ApprovalDenied:
+		return hostDenied, []byte(fmt.Sprintf("%s was denied: %s", describeCall(call), orUnspecified(why))), false
+	}
+	st.approval = &call
+	return hostPark, nil, false
+}
+
+// ApprovalPreviewMaxBytes bounds an approval's preview of a call's body.
+const ApprovalPreviewMaxBytes = 1024
+
+// approvalCall is the approval view of a host call: its method and URL
+// (fetch, http) and a preview of what it sends, redacted, then cut.
+func approvalCall(pr prim, index int, args []byte, red *redactor) agentfleet.ApprovalCall {
+	c := agentfleet.ApprovalCall{Index: index, Primitive: prims[pr].name}
+	var preview string
+	switch pr {
+	case primFetch, primHTTP:
+		var a fetchArgs
+		_ = json.Unmarshal(args, &a)
+		c.Method, c.URL = callTarget(pr, args)
+		if a.Body != nil {
+			preview = *a.Body
+		}
+	case primAI, primAIJSON:
+		var a aiArgs
+		_ = json.Unmarshal(args, &a)
+		preview = a.Prompt
+	case primSpawn:
+		var a agentfleet.SpawnRequest
+		_ = json.Unmarshal(args, &a)
+		preview = a.Message
+	}
+	c.URL = red.str(c.URL)
+	preview = red.str(preview)
+	if len(preview) > ApprovalPreviewMaxBytes {
+		preview = string(trimPartialRune([]byte(preview[:ApprovalPreviewMaxBytes]))) + "…"
+	}
+	c.Preview = preview
+	return c
+}
+
+// callTarget is the method and URL of a fetch or http call (a URL's
+// password left out), and empty for other primitives.
+func callTarget(pr prim, args []byte) (method, target string) {
+	if pr != primFetch && pr != primHTTP {
+		return "", ""
+	}
+	var a fetchArgs
+	if json.Unmarshal(args, &a) != nil {
+		return "", ""
+	}
+	target = a.URL
+	if u, err := url.Parse(a.URL); err == nil {
+		target = u.Redacted()
+	}
+	return strings.ToUpper(cmpOr(a.Method, http.MethodGet)), target
+}
+
+// describeCall names a call in messages: "http POST https://x/y", "spawn".
+func describeCall(c agentfleet.ApprovalCall) string {
+	if c.URL == "" {
+		return c.Primitive
+	}
+	return c.Primitive + " " + c.Method + " " + c.URL
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
 func orUnspecified(reason string) string {
 	if reason == "" {
 		return "no reason given"
@@ -119,13 +236,18 @@ func hostErr(format string, args ...any) (byte, []byte) {
 	return hostError, []byte(fmt.Sprintf(format, args...))
 }
 
-// fetch performs one HTTP request for fetch or http.
-func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte) {
+// fetch performs one HTTP request for fetch or http; a journaled one
+// carries its idempotency key (the script's own header is replaced).
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	u, err := p.guard.CheckURL(a.URL)
+	n, err := p.netFor(egressList)
+	if err != nil {
+		return hostDenied, []byte(fmt.Sprintf("%s %s: the agent's egress: %v", name, a.URL, err))
+	}
+	u, err := n.guard.CheckURL(a.URL)
 	if err != nil {
 		var be *egress.BlockedError
 		if errors.As(err, &be) {
@@ -154,7 +276,10 @@ func (p *Pool) fetch(ctx context.Context, name string, raw []byte) (byte, []byte
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
 	}
-	resp, err := p.client.Do(hreq)
+	if idempotencyKey != "" {
+		hreq.Header.Set("Idempotency-Key", idempotencyKey)
+	}
+	resp, err := n.client.Do(hreq)
 	if err != nil {
 		return p.fetchErr(ctx, fctx, name, target, err)
 	}
@@ -206,7 +331,7 @@ func cleanNetErr(err error) string {
 
 // ai performs ai() or aiJSON() through the caller's AIFunc, adding what
 // it used to the turn's usage.
-func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, usage *agentfleet.Usage) (byte, []byte) {
+func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []byte, index int, usage *agentfleet.Usage) (byte, []byte) {
 	name := "ai"
 	if asJSON {
 		name = "aiJSON"
@@ -218,7 +343,7 @@ func (p *Pool) ai(ctx context.Context, fn agentfleet.AIFunc, asJSON bool, raw []
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
 	}
-	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON})
+	resp, err := fn(ctx, agentfleet.AIRequest{Prompt: a.Prompt, Schema: a.Schema, JSON: asJSON, Index: index})
 	*usage = usage.Add(resp.Usage)
 	if err != nil {
 		if ctx.Err() != nil {

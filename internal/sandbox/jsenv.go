@@ -584,6 +584,11 @@ func (t *turnState) host(p prim, args []byte) []byte {
 	switch status {
 	case hostOK:
 		return data
+	case hostPark:
+		// The call waits for a person: stop here, uncatchably, as
+		// answer() does; the turn runs again once it is decided.
+		t.ctl.stop(stopParked)
+		t.throw("Error", "the turn stops here to wait for an approval")
 	case hostDenied:
 		err := t.newError("PolicyError", string(data))
 		if t.denials == nil {

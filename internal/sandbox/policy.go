@@ -3,6 +3,10 @@ package sandbox
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 )
 
 // Decision is a Policy's verdict on one primitive call.
@@ -14,10 +18,10 @@ const (
 	// Deny fails the call: the script sees an Error (name "PolicyError")
 	// it may catch; uncaught, the turn fails with kind denied.
 	Deny
-	// NeedsApproval would park the call for a human. Approvals are not
-	// implemented yet, so the script sees a PolicyError
-	// "<primitive> needs approval: <reason>; approvals are not enabled yet"
-	// and, uncaught, the turn fails with kind denied.
+	// NeedsApproval parks the call for a person, as a match of the
+	// agent's approve rules does (ExecRequest.Approve): approved, it
+	// proceeds; denied, it throws a PolicyError with the reason; not
+	// decided yet, the turn ends waiting (ExecResult.Approval).
 	NeedsApproval
 )
 
@@ -43,6 +47,11 @@ type Call struct {
 	Args   json.RawMessage
 	Tenant string
 	RunID  string
+	// Turn is the turn executing; Index counts its host calls from 0 in
+	// the order the script makes them, so a deterministic script run
+	// again makes the same call at the same index.
+	Turn  int
+	Index int
 }
 
 // Policy decides every host primitive call: each call of fetch, http, ai
@@ -65,3 +74,123 @@ func (f PolicyFunc) Check(ctx context.Context, call Call) (Decision, string) { r
 // private, link-local, metadata and other non-public addresses are
 // blocked; see NetworkConfig.Allow).
 var DefaultPolicy Policy = PolicyFunc(func(context.Context, Call) (Decision, string) { return Allow, "" })
+
+// Approve rules: an agent's approve list names the host calls that need a
+// person's yes before they go out. A rule is
+//
+//	*                      every host call (fetch, http, ai, aiJSON, spawn)
+//	PRIMITIVE              every call of it: "fetch", "http", "ai", "aiJSON", "spawn"
+//	http.post, fetch:POST  a fetch or http call with that method ("del" is DELETE)
+//
+// optionally followed by a space and a URL pattern, where * stands for
+// any run of characters ("http.post https://api.example.com/*"; "*
+// https://*.internal/*"). URLs are compared without regard to case, so a
+// script cannot dodge a rule by spelling the host in capitals; a pattern
+// applies to fetch and http only.
+
+// approveRule is one parsed approve rule; empty fields match anything.
+type approveRule struct {
+	prim   string
+	method string
+	url    string
+}
+
+// approvable are the primitives a rule may name.
+var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
+
+func parseApproveRule(s string) (approveRule, error) {
+	head, pattern, _ := strings.Cut(strings.TrimSpace(s), " ")
+	pattern = strings.ToLower(strings.TrimSpace(pattern))
+	var r approveRule
+	if head != "*" {
+		name, method, hasMethod := strings.Cut(head, ".")
+		if !hasMethod {
+			name, method, hasMethod = strings.Cut(head, ":")
+		}
+		if !slices.Contains(approvable, name) {
+			return r, fmt.Errorf("approve rule %q: %q is not a primitive that can need approval (use one of %s, or *)", s, name, strings.Join(approvable, ", "))
+		}
+		r.prim = name
+		if hasMethod {
+			if name != "fetch" && name != "http" {
+				return r, fmt.Errorf("approve rule %q: only fetch and http calls have a method", s)
+			}
+			r.method = strings.ToUpper(method)
+			if r.method == "DEL" {
+				r.method = http.MethodDelete
+			}
+			if r.method == "" || strings.IndexFunc(r.method, func(c rune) bool { return c < 'A' || c > 'Z' }) >= 0 {
+				return r, fmt.Errorf("approve rule %q: the method must be letters (POST, PUT, DELETE, ...)", s)
+			}
+		}
+	}
+	if pattern != "" {
+		if r.prim != "" && r.prim != "fetch" && r.prim != "http" {
+			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL", s)
+		}
+		if strings.ContainsAny(pattern, " \t") {
+			return r, fmt.Errorf("approve rule %q: give at most one URL pattern", s)
+		}
+		r.url = pattern
+	}
+	return r, nil
+}
+
+// CheckApproveRules says what is wrong with an agent's approve list, or
+// returns nil.
+func CheckApproveRules(rules []string) error {
+	for _, s := range rules {
+		if _, err := parseApproveRule(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// matches reports whether the call (method and URL empty for ai, aiJSON
+// and spawn) falls under r.
+func (r approveRule) matches(primitive, method, url string) bool {
+	switch {
+	case r.prim != "" && r.prim != primitive:
+		return false
+	case r.method != "" && r.method != method:
+		return false
+	case r.url != "":
+		return url != "" && globMatch(r.url, strings.ToLower(url))
+	}
+	return true
+}
+
+// needsApproval reports whether one of rules covers the call. A rule that
+// does not parse covers every call: the agents API refuses such rules, so
+// one here was stored by other means, and failing closed is the safe way.
+func needsApproval(rules []string, primitive, method, url string) bool {
+	for _, s := range rules {
+		r, err := parseApproveRule(s)
+		if err != nil || r.matches(primitive, method, url) {
+			return true
+		}
+	}
+	return false
+}
+
+// globMatch matches s against pattern, where * is any run of characters.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return len(s) >= len(last) && strings.HasSuffix(s, last)
+}

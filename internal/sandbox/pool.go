@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -26,11 +25,13 @@ var errWallTime = errors.New("sandbox: turn wall-clock limit")
 // waiting on a host call gives up its place meanwhile but keeps its
 // process, so up to MaxProcesses turns are in an Execute at once.
 type Pool struct {
-	cfg    Config
-	exe    string
-	spec   string // the child's limits, in its marker variable
-	guard  *egress.Guard
-	client *http.Client
+	cfg  Config
+	exe  string
+	spec string // the child's limits, in its marker variable
+	// base is the net of turns whose agent adds no egress; egress
+	// holds the others' (egress.go).
+	base   guardedNet
+	egress egressNets
 	decls  string // declarations of the default set
 	red    atomic.Pointer[redactorEntry]
 	spawn  *spawner
@@ -100,13 +101,10 @@ func New(cfg Config) (*Pool, error) {
 		logBytes: cfg.Limits.LogBytes,
 		carry:    cfg.Limits.CarryBytes,
 	}
-	g := egress.New(egress.Config{Allow: cfg.Network.Allow, AllowHosts: cfg.Network.AllowHosts, Resolver: cfg.Network.Resolver})
 	p := &Pool{
 		cfg:     cfg,
 		exe:     exe,
 		spec:    spec.String(),
-		guard:   g,
-		client:  g.HTTPClient(cfg.Network.MaxRedirects),
 		procs:   make(chan struct{}, cfg.MaxProcesses),
 		compute: make(chan struct{}, cfg.PoolSize),
 		done:    make(chan struct{}),
@@ -116,6 +114,8 @@ func New(cfg Config) (*Pool, error) {
 		perProcess: ProcessMemory(cfg.Limits),
 		room:       make(chan struct{}),
 	}
+	g := egress.New(p.guardConfig())
+	p.base = guardedNet{guard: g, client: g.HTTPClient(cfg.Network.MaxRedirects)}
 	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
 	p.decls = declarations(1<<numPrims-1, cfg.Limits)
 	return p, nil
@@ -421,6 +421,7 @@ func (p *Pool) Close() error {
 		c.destroy()
 	}
 	p.spawn.stopAndWait()
-	p.client.CloseIdleConnections()
+	p.base.client.CloseIdleConnections()
+	p.egress.close()
 	return nil
 }

@@ -152,9 +152,10 @@ func TestPolicy(t *testing.T) {
 	res = run(t, p, `function run(a) { try { fetch(a.url + "/forbidden") } catch (e) { return e.name + " | " + e.message } }`, args)
 	require.Equal(t, `"PolicyError | fetch denied by policy: that path is off limits"`, ok(t, res))
 
-	// NeedsApproval is surfaced as not yet available.
+	// NeedsApproval without a way to ask (no ExecRequest.Approval) is a
+	// denial.
 	res = execute(t, p, agentfleet.ExecRequest{Script: `function run() { return ai("x") }`, AI: ai})
-	require.Contains(t, failed(t, res, agentfleet.ScriptDenied), "ai needs approval: model calls cost money; approvals are not enabled yet")
+	require.Contains(t, failed(t, res, agentfleet.ScriptDenied), "ai needs approval (model calls cost money), and this run cannot ask for one")
 
 	// Allowed calls pass exactly one check each.
 	before := len(calls)

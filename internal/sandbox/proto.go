@@ -40,6 +40,7 @@ const (
 	hostOK     byte = 0 // data is the JSON result
 	hostError  byte = 1 // data is an error message; an ordinary JS Error
 	hostDenied byte = 2 // data is an error message; a policy denial
+	hostPark   byte = 3 // no data; the call waits for an approval: stop the turn
 )
 
 // errProtocol marks a malformed frame: the peer is not speaking our

@@ -187,6 +187,8 @@ func (t *turnState) stopped(reason stopReason, pos string) resultMsg {
 		return failure(agentfleet.ScriptTimeout, fmt.Sprintf("the turn exceeded its wall-clock time limit of %s (including fetch and ai calls) and was stopped%s", shortDuration(l.TurnTimeout), pos))
 	case stopLimit:
 		return failure(agentfleet.ScriptLimit, t.limitMsg)
+	case stopParked:
+		return failure(agentfleet.ScriptCancelled, "the turn stopped to wait for an approval"+pos)
 	}
 	return failure(agentfleet.ScriptException, "the script was interrupted"+pos)
 }

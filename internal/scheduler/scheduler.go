@@ -77,6 +77,10 @@ const (
 	pollFull    = 2 * time.Millisecond
 	pollFullMax = 16 * time.Millisecond
 	pollBlocked = 50 * time.Millisecond
+	// interactiveHoldMin is how many turns outside the batch class a
+	// spilling tenant may hold before its new ones of that class follow
+	// its spilled turns too.
+	interactiveHoldMin = 1000
 	// pullBatchMax bounds what one puller drains from the turn queue in
 	// a round trip.
 	pullBatchMax = 256
@@ -90,6 +94,7 @@ type Bus interface {
 	Lease(ctx context.Context, name string, ttl time.Duration) (*bus.Lease, error)
 	ForwardTurns(ctx context.Context, ts []bus.Turn) (seqs []uint64, errs []error)
 	SpillTurns(ctx context.Context, ts []bus.Turn) []error
+	ApplyReplicas(ctx context.Context) ([]string, error)
 }
 
 // Config configures a Scheduler.
@@ -227,8 +232,36 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// applyReplicas sets the fleet's streams to this process's replicas: the
+// leader alone does, so that processes configured apart never flip them.
+// It retries while the cluster cannot (a node down) until it leads no
+// more.
+func (s *Scheduler) applyReplicas(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		changed, err := s.cfg.Bus.ApplyReplicas(ctx)
+		if err == nil {
+			if len(changed) > 0 {
+				s.log.Info("stream replicas applied", "streams", changed)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("apply stream replicas", "err", err, "attempt", attempt+1)
+		select {
+		case <-time.After(min(time.Second<<min(attempt, 5), 30*time.Second)):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // lead is the scheduling loop of the leader.
 func (s *Scheduler) lead(ctx context.Context) error {
+	var applying sync.WaitGroup
+	defer applying.Wait()
+	applying.Go(func() { s.applyReplicas(ctx) })
 	src, err := s.cfg.Bus.TurnSource(ctx, bus.QueueRunQ, s.cfg.Durable, bus.HoldFor(s.cfg.HoldAckWait), bus.MaxHeld(s.cfg.HoldMax), bus.ResetOnReconnect())
 	if err != nil {
 		return fmt.Errorf("scheduler: open turn queue: %w", err)
@@ -485,8 +518,10 @@ func (s *Scheduler) take(ctx context.Context, st *state, d *bus.Delivery) {
 	}
 	tenant := d.Turn.Tenant
 	if d.Queue == bus.QueueRunQ {
-		if sp := st.spills[tenant]; sp != nil {
-			// Behind its spilled turns, in arrival order.
+		// Behind its spilled turns, in arrival order; but a turn outside
+		// the batch class goes before a batch's anyway, so while the
+		// tenant holds batch turns and few others, it is held.
+		if sp := st.spills[tenant]; sp != nil && (d.Turn.Batch || !s.holdsBatch(st, tenant)) {
 			st.toSpill = append(st.toSpill, d)
 			return
 		}
@@ -502,8 +537,27 @@ func (s *Scheduler) hold(ctx context.Context, st *state, d *bus.Delivery) {
 	if sp := st.spills[tenant]; sp != nil && d.Queue == bus.QueueSpill {
 		sp.held++
 	}
-	st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, d.Turn.Turn == 1 && d.Turn.Wake == 0)
+	s.push(ctx, st, id, d.Turn.Turn == 1 && d.Turn.Wake == 0)
 	s.cfg.Metrics.queued(tenant, st.queued(tenant))
+}
+
+// holdsBatch reports whether tenant holds batch turns and few others
+// (interactiveHoldMin, and a tenth of HoldMax at most).
+func (s *Scheduler) holdsBatch(st *state, tenant string) bool {
+	other := st.q.TenantInteractiveLen(tenant)
+	return st.q.TenantLen(tenant) > other && other < min(interactiveHoldMin, s.cfg.HoldMax/10)
+}
+
+// push queues held turn id in its tenant's queue, in the batch class
+// when it is a batch run's turn.
+func (s *Scheduler) push(ctx context.Context, st *state, id string, fresh bool) {
+	t := st.held[id].Turn
+	w := s.tenants.get(ctx, t.Tenant).weight
+	if t.Batch {
+		st.q.PushBatch(t.Tenant, w, id, fresh)
+		return
+	}
+	st.q.Push(t.Tenant, w, id, fresh)
 }
 
 // release drops a forwarded (or dropped) delivery from the hold.
@@ -589,7 +643,7 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			started, err := s.start(ctx, d)
 			if err != nil {
 				s.log.Warn("scheduler: start run", "run", d.Turn.RunID, "err", err)
-				st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, id, fresh)
+				s.push(ctx, st, id, fresh)
 				break
 			}
 			if !started {
@@ -619,7 +673,7 @@ func (s *Scheduler) dispatch(ctx context.Context, st *state, room int) int {
 			// Put it back (at its tenant's tail, close enough to its
 			// fair position) and retry later.
 			s.log.Warn("scheduler: forward turn", "run", p.d.Turn.RunID, "err", errs[i])
-			st.q.Push(p.tenant, s.tenants.get(ctx, p.tenant).weight, p.id, p.fresh)
+			s.push(ctx, st, p.id, p.fresh)
 			continue
 		}
 		st.release(p.id)

@@ -162,7 +162,7 @@ func (s *Scheduler) moveNewest(ctx context.Context, st *state, tenant string, n 
 	}
 	for i := len(keep) - 1; i >= 0; i-- {
 		st.held[keep[i].Turn.MsgID()] = keep[i]
-		st.q.Push(tenant, s.tenants.get(ctx, tenant).weight, keep[i].Turn.MsgID(), keepFresh[i])
+		s.push(ctx, st, keep[i].Turn.MsgID(), keepFresh[i])
 	}
 	if len(out) == 0 {
 		return false

@@ -277,11 +277,43 @@ type Store interface {
 	// UsageList sums settled usage of a tenant, grouped by model or run.
 	UsageList(ctx context.Context, p UsageListParams) ([]UsageRow, error)
 
-	ApprovalCreate(ctx context.Context, p ApprovalCreateParams) (Approval, error)
-	ApprovalGetByID(ctx context.Context, id string) (Approval, error)
-	// ApprovalResolve decides a pending approval; deciding twice is
-	// ErrConflict.
-	ApprovalResolve(ctx context.Context, p ApprovalResolveParams) (Approval, error)
+	// ApprovalRequest parks a run on a call that needs approval, in one
+	// transaction: it stores the call's approval (pending, unless the
+	// call has one already) and, while that is pending, moves the run
+	// from running to waiting_approval with an approval_requested event
+	// (Parked). An approval decided meanwhile parks nothing: the run
+	// stays running, its wake counted, and its turn is due again. Fenced
+	// like TurnCommit (the run must be running at Turn-1, else
+	// ErrConflict); a run whose cancel was requested is ErrConflict too.
+	ApprovalRequest(ctx context.Context, p ApprovalRequestParams) (ApprovalRequestResult, error)
+	// ApprovalForCall is where the approval of a call stands: the call's
+	// own (run, turn, call index), else an approved session-scoped grant
+	// of the same call (primitive, method, URL) in the run's session,
+	// else ErrNotFound.
+	ApprovalForCall(ctx context.Context, p ApprovalForCallParams) (Approval, error)
+	// ApprovalGetByID reads an approval; a non-empty Tenant scopes it.
+	ApprovalGetByID(ctx context.Context, p ApprovalGetByIDParams) (Approval, error)
+	// ApprovalList pages approvals, newest first.
+	ApprovalList(ctx context.Context, p ApprovalListParams) (ApprovalListResult, error)
+	// ApprovalDecide approves or denies a pending approval, appends an
+	// approved or denied event to its run and, when the run waits for
+	// it, resumes the run (running, its wake counted; Woken): its turn
+	// is due again. Deciding twice, or for a run that ended, is
+	// ErrConflict; a session scope for a run without a session is
+	// ErrInvalid.
+	ApprovalDecide(ctx context.Context, p ApprovalDecideParams) (ApprovalDecideResult, error)
+	// ApprovalExpire denies, with reason ApprovalExpired, up to Limit
+	// pending approvals whose time ran out by Now, and with reason
+	// ApprovalRunEnded those whose run ended, as ApprovalDecide would.
+	ApprovalExpire(ctx context.Context, p ApprovalExpireParams) ([]ApprovalDecideResult, error)
+	// ApprovalCountPending counts pending approvals by tenant.
+	ApprovalCountPending(ctx context.Context) (map[string]int, error)
+	// ApprovalNotifyClaim hands out up to Limit approvals whose
+	// notification (the agent's approval_callback_url) is due at Now,
+	// moving the next attempt Lease ahead; ApprovalNotifyRecord records
+	// an attempt.
+	ApprovalNotifyClaim(ctx context.Context, p ApprovalNotifyClaimParams) ([]Approval, error)
+	ApprovalNotifyRecord(ctx context.Context, p ApprovalNotifyRecordParams) error
 
 	// BatchAdmit starts admitting a batch: the batch and its runs stay
 	// invisible (BatchGetByID, BatchList and RunList do not see them)
@@ -808,39 +840,143 @@ type UsageRow struct {
 	Calls int64
 }
 
-type ApprovalStatus string
+// ApprovalStatus is where an approval stands.
+type ApprovalStatus = agentfleet.ApprovalState
 
 const (
-	ApprovalPending  ApprovalStatus = "pending"
-	ApprovalApproved ApprovalStatus = "approved"
-	ApprovalDenied   ApprovalStatus = "denied"
+	ApprovalPending  = agentfleet.ApprovalPending
+	ApprovalApproved = agentfleet.ApprovalApproved
+	ApprovalDenied   = agentfleet.ApprovalDenied
 )
 
+// ApprovalScope is what an approval covers: its one call, or the same
+// call (primitive, method, URL) for the rest of the run's session.
+type ApprovalScope string
+
+const (
+	ApprovalScopeCall    ApprovalScope = "call"
+	ApprovalScopeSession ApprovalScope = "session"
+)
+
+// Reasons and decider of the approvals the store denies itself.
+const (
+	ApprovalExpired  = "expired"
+	ApprovalRunEnded = "run ended"
+	ApprovalBySystem = "system"
+)
+
+// Approval is one call of a run's turn that needs a person's yes.
 type Approval struct {
 	ID        string
 	Tenant    string
 	RunID     string
+	SessionID string
 	Turn      int
-	Primitive string
-	Args      json.RawMessage
+	agentfleet.ApprovalCall
 	Status    ApprovalStatus
+	Reason    string
+	Scope     ApprovalScope
 	DecidedBy string
 	CreatedAt time.Time
-	DecidedAt time.Time
+	DecidedAt time.Time // zero while pending
+	ExpiresAt time.Time
+	// Notify* is the approval's notification to the agent's
+	// approval_callback_url; NotifyState is empty when there is none.
+	NotifyURL      string
+	NotifyState    CallbackState
+	NotifyAttempts int
+	NotifyNextAt   time.Time
+	NotifyError    string
 }
 
-type ApprovalCreateParams struct {
-	Tenant    string
+// ApprovalRequestParams parks run RunID, at turn Turn (not committed
+// yet), on Call. Timeout is how long the approval waits (zero:
+// agentfleet.ApprovalTimeoutDefault); NotifyURL, when set, is notified.
+type ApprovalRequestParams struct {
 	RunID     string
 	Turn      int
-	Primitive string
-	Args      json.RawMessage
+	Call      agentfleet.ApprovalCall
+	Timeout   time.Duration
+	NotifyURL string
+	Now       time.Time
 }
 
-type ApprovalResolveParams struct {
+type ApprovalRequestResult struct {
+	Approval Approval
+	// Parked: the run waits for Approval; Change has its event. Else the
+	// approval was decided already and Change.Run is the run, running,
+	// whose turn is due again.
+	Parked bool
+	Change RunChangeResult
+}
+
+type ApprovalForCallParams struct {
+	RunID     string
+	SessionID string
+	Tenant    string
+	Turn      int
+	Call      agentfleet.ApprovalCall
+}
+
+type ApprovalGetByIDParams struct {
+	ID     string
+	Tenant string
+}
+
+// ApprovalListParams filters and pages approvals, newest first. An empty
+// Tenant lists every tenant's (the admin).
+type ApprovalListParams struct {
+	Tenant string
+	Status ApprovalStatus
+	RunID  string
+	Limit  int // zero: 50
+	Cursor string
+}
+
+type ApprovalListResult struct {
+	Approvals  []Approval
+	NextCursor string // empty on the last page
+}
+
+// ApprovalDecideParams decides approval ID; a non-empty Tenant scopes
+// the lookup. Scope empty is ApprovalScopeCall.
+type ApprovalDecideParams struct {
 	ID        string
+	Tenant    string
 	Approve   bool
+	Reason    string
 	DecidedBy string
+	Scope     ApprovalScope
+	Now       time.Time
+}
+
+type ApprovalDecideResult struct {
+	Approval Approval
+	// Change is the run after the decision, with its event.
+	Change RunChangeResult
+	// Woken: the run waited for this approval and resumes; its next
+	// turn is due.
+	Woken bool
+}
+
+type ApprovalExpireParams struct {
+	Now   time.Time
+	Limit int // zero: 100
+}
+
+type ApprovalNotifyClaimParams struct {
+	Now   time.Time
+	Limit int
+	Lease time.Duration
+}
+
+// ApprovalNotifyRecordParams records a notification attempt: State
+// delivered or failed ends it; pending tries again at NextAt.
+type ApprovalNotifyRecordParams struct {
+	ID     string
+	State  CallbackState
+	NextAt time.Time
+	Error  string
 }
 
 // BatchStatus is where a batch stands. A batch being admitted is
@@ -942,6 +1078,14 @@ type BatchAdmission interface {
 	// Abort removes what was written. It is safe after a failed Commit
 	// and a no-op after a successful one.
 	Abort(ctx context.Context) error
+}
+
+// BatchQueuedEvent is a batch run's queued event (seq 1): what
+// BatchAdmission stores for each run, and what the caller publishes after
+// the commit, built again from the run rather than read back.
+func BatchQueuedEvent(r agentfleet.Run) agentfleet.Event {
+	return agentfleet.Event{V: agentfleet.EventVersion, RunID: r.ID, Tenant: r.Tenant, SessionID: r.SessionID, Seq: 1,
+		Type: agentfleet.EventQueued, TS: r.CreatedAt, Content: r.Message, Summary: "agent " + r.Agent + ", batch " + r.BatchID}
 }
 
 // BatchChunkMax bounds one Append: on SQLite one chunk is one write

@@ -100,8 +100,9 @@ func (w *Worker) children(ctx context.Context, run agentfleet.Run) ([]agentfleet
 }
 
 // settleFamily settles what the end of run owes its family: publishes
-// the changes RunEnded made, enqueues the next turn of a parent it woke,
-// and tells the workers of children asked to stop.
+// the changes RunEnded made, enqueues the next turn of a parent it woke
+// (and the first of the batch runs it released), and tells the workers of
+// children asked to stop.
 func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 	res, err := w.cfg.Store.RunEnded(a.ctx, store.RunEndedParams{ID: run.ID})
 	if err != nil {
@@ -115,7 +116,9 @@ func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 	if err := w.awaitSent(a); err != nil {
 		return err
 	}
-	for _, p := range res.Woken {
+	// A woken parent's next turn, and a released batch run's first (it
+	// is queued at turn 0).
+	for _, p := range append(res.Woken, res.Released...) {
 		if err := w.enqueueNext(a.ctx, p); err != nil {
 			return err
 		}
@@ -132,7 +135,7 @@ func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
 func (w *Worker) enqueueNext(ctx context.Context, run agentfleet.Run) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", run.Turn+1, run.ID, err)
 	}
 	return nil

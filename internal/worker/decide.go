@@ -162,6 +162,9 @@ const (
 	changeNoBudget
 	// changeDeadLetter fails a run whose turn was dead-lettered.
 	changeDeadLetter
+	// changeApproval parks the run on the call its turn stopped at, to
+	// wait for a person (store.ApprovalRequest).
+	changeApproval
 )
 
 type effect struct {
@@ -246,9 +249,10 @@ func decide(f facts) verdict {
 }
 
 // hasFamily reports whether a run that ended may owe other runs: a
-// parent waiting for it, children to stop.
+// parent waiting for it, children to stop, held runs of its batch to
+// release.
 func hasFamily(run agentfleet.Run) bool {
-	return run.Status.Terminal() && (run.ParentRunID != "" || run.Children > 0)
+	return run.Status.Terminal() && (run.ParentRunID != "" || run.Children > 0 || run.BatchID != "")
 }
 
 // decideExhausted gives up on a message delivered more than MaxDeliver
@@ -328,6 +332,8 @@ func decideExecuted(f facts) verdict {
 		return retry(x.err)
 	case x.res.Outcome == loop.OutcomeNoBudget:
 		return finish(settleAck, effect{kind: effectChange, change: changeNoBudget, run: run})
+	case x.res.Outcome == loop.OutcomeApproval:
+		return finish(settleAck, effect{kind: effectChange, change: changeApproval, run: run})
 	}
 	return verdict{next: stepCommit}
 }
@@ -369,7 +375,7 @@ func republish(prev bus.Turn, run agentfleet.Run, turn int) verdict {
 			// If that turn ran from a message of its own instead, that
 			// message published the same turn, and the message id drops
 			// this copy.
-			owedBy := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn, Wake: run.Wake}
+			owedBy := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn, Wake: run.Wake}
 			effects = append(effects, effect{kind: effectContinue, run: run, owedBy: owedBy, retried: true})
 		}
 	}

@@ -31,7 +31,7 @@ func describe(v verdict) string {
 	for _, e := range v.effects {
 		switch e.kind {
 		case effectChange:
-			effects = append(effects, map[changeKind]string{changeCancel: "cancel", changeNoBudget: "no budget", changeDeadLetter: "fail"}[e.change])
+			effects = append(effects, map[changeKind]string{changeCancel: "cancel", changeNoBudget: "no budget", changeDeadLetter: "fail", changeApproval: "park for approval"}[e.change])
 		case effectRepublish:
 			effects = append(effects, fmt.Sprintf("republish from %d", e.from))
 		case effectSendEvents:
@@ -139,6 +139,7 @@ func TestDecide(t *testing.T) {
 		{"a cancel interrupting the turn ends the run", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: &execFacts{cause: errCancelled, err: errCancelled}}, "ack: cancel"},
 		{"an engine failure is retried", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: &execFacts{err: errDown}}, "retry"},
 		{"no budget parks or fails the run", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(loop.TurnResult{Outcome: loop.OutcomeNoBudget})}, "ack: no budget"},
+		{"a call waiting for approval parks the run, uncommitted", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(loop.TurnResult{Outcome: loop.OutcomeApproval, Approval: &agentfleet.ApprovalCall{Primitive: "spawn"}})}, "ack: park for approval"},
 		{"a result is committed", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont)}, "commit"},
 
 		// The commit is in.

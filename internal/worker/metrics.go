@@ -21,6 +21,7 @@ type Metrics struct {
 	runsEnded    *prometheus.CounterVec
 	runSeconds   *prometheus.HistogramVec
 	queueWait    prometheus.Histogram
+	approvals    *prometheus.CounterVec
 }
 
 // NewMetrics registers the worker metrics with reg.
@@ -58,8 +59,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "agentfleet_run_queue_wait_seconds", Help: "Time from a run's creation to the start of its first turn on a worker.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12), // 1 ms to about 70 min
 		}),
+		approvals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "agentfleet_approvals_requested_total", Help: "Runs parked to wait for a person's approval of a call, by tenant.",
+		}, []string{"tenant"}),
 	}
-	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes, m.splitBatches, m.runsEnded, m.runSeconds, m.queueWait)
+	reg.MustRegister(m.turns, m.turnSeconds, m.committed, m.continued, m.carriedBytes, m.splitBatches, m.runsEnded, m.runSeconds, m.queueWait,
+		m.approvals)
 	return m
 }
 
@@ -115,4 +120,11 @@ func (m *Metrics) firstTurn(run agentfleet.Run) {
 		return
 	}
 	m.queueWait.Observe(time.Since(run.CreatedAt).Seconds())
+}
+
+func (m *Metrics) approvalRequested(tenant string) {
+	if m == nil {
+		return
+	}
+	m.approvals.WithLabelValues(tenant).Inc()
 }

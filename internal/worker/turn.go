@@ -118,6 +118,7 @@ func (w *Worker) execute(a *attempt) *execFacts {
 		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), Children: children,
+		Approval: w.approver(run, run.Turn+1),
 	})
 	x := &execFacts{err: err, cause: context.Cause(a.turnCtx), res: res}
 	if a.prior != nil && !errors.Is(x.cause, errAbandoned) {
@@ -220,6 +221,8 @@ func (w *Worker) change(a *attempt, e effect) (store.RunChangeResult, error) {
 	ctx, run := a.ctx, e.run
 	var p store.RunTransitionParams
 	switch e.change {
+	case changeApproval:
+		return w.park(a, run)
 	case changeCancel:
 		// No error of its own: the run ends with its cancel's reason.
 		p = store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusCancelled,
@@ -331,7 +334,7 @@ func (w *Worker) retryDelay(attempt uint64) time.Duration {
 // delivery of t within MaxDeliver.
 func (w *Worker) inPlace(t bus.Turn, ch store.RunChangeResult, ld store.TurnLoadResult) (bus.Turn, store.TurnLoadResult) {
 	run := ch.Run
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}
 	// The history TurnLoad would read: the steps of turns from
 	// HistoryFrom up to the one just committed.
 	from := w.cfg.Engine.HistoryFrom(next.Turn)
@@ -396,7 +399,7 @@ func (w *Worker) republish(a *attempt, run agentfleet.Run, turn int) error {
 func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Wake: run.Wake}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: 1, Wake: run.Wake}); err != nil {
 		return fmt.Errorf("enqueue the first turn of run %s: %w", run.ID, err)
 	}
 	return nil
@@ -408,7 +411,7 @@ func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
 func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool, traceparent string) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
+	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
 	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)

@@ -208,7 +208,14 @@ func StartServerProcess(t testing.TB, bin string, port int, storeDir string) *Se
 	if port == 0 {
 		portArg = "-1" // the server's "any free port"; 0 would mean 4222
 	}
-	cmd := exec.Command(bin, "-js", "-a", "127.0.0.1", "-p", portArg, "-sd", storeDir)
+	return startServerProcess(t, bin, storeDir, "-js", "-a", "127.0.0.1", "-p", portArg)
+}
+
+// startServerProcess runs bin with args and -sd storeDir until it is
+// ready, and stops it when the test ends.
+func startServerProcess(t testing.TB, bin, storeDir string, args ...string) *ServerProcess {
+	t.Helper()
+	cmd := exec.Command(bin, append(args, "-sd", storeDir)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatalf("nats-server stderr: %v", err)

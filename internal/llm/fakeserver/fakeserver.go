@@ -78,11 +78,12 @@ type StatusError struct {
 
 func (e *StatusError) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
 
-// Demo is a Responder playing the offline demo model (llm.Demo).
+// Demo is a Responder playing the offline demo model (llm.Demo) under
+// whatever model name it is asked for.
 func Demo() Responder {
 	return func(r Request) (string, agentfleet.Usage, error) {
 		resp, err := llm.Demo{}.Complete(context.Background(), agentfleet.ModelRequest{
-			Model: r.Model, Messages: r.Messages, MaxTokens: r.MaxTokens, JSON: r.JSON,
+			Messages: r.Messages, MaxTokens: r.MaxTokens, JSON: r.JSON,
 		})
 		return resp.Content, resp.Usage, err
 	}

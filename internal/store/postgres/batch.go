@@ -110,7 +110,7 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 			r.CreatedAt, r.CreatedAt, r.Index, r.CustomID}
 		st := rules.UserStep(r.Run)
 		stepRows[i] = []any{st.RunID, st.Turn, st.Index, string(st.Kind), st.Content, st.CreatedAt}
-		ev := rules.BatchQueuedEvent(r.Run)
+		ev := store.BatchQueuedEvent(r.Run)
 		eventRows[i] = []any{ev.RunID, ev.Seq, int16(ev.V), ev.Turn, string(ev.Type), ev.TS, ev.Content, ev.Summary}
 	}
 	for _, c := range []struct {

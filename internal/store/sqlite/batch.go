@@ -111,7 +111,7 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 		steps := make([]agentfleet.Step, len(rows))
 		evs := make([]agentfleet.Event, len(rows))
 		for i, r := range rows {
-			steps[i], evs[i] = rules.UserStep(r.Run), rules.BatchQueuedEvent(r.Run)
+			steps[i], evs[i] = rules.UserStep(r.Run), store.BatchQueuedEvent(r.Run)
 		}
 		if err := s.insertSteps(ctx, tx, steps); err != nil {
 			return err

@@ -213,15 +213,15 @@ func (b retentionBundle) traced(t *testing.T, tenant string, to agentfleet.RunSt
 		_, err = b.s.TurnCommit(b.ctx, commitParams(r.ID, turn, status, "t"))
 		require.NoError(t, err)
 	}
-	a, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: tenant, RunID: r.ID, Turn: 2, Primitive: "http",
-		Args: json.RawMessage(`{"url":"https://example.com"}`)})
-	require.NoError(t, err)
-	b.approvals[r.ID] = a.ID
+	if to == agentfleet.StatusFailed || to == agentfleet.StatusCancelled {
+		// Parked on an approval of turn 3, then failed or cancelled.
+		a := b.park(t, r.ID, 3, agentfleet.ApprovalCall{Index: 0, Primitive: "http", Method: "POST", URL: "https://example.com"})
+		b.approvals[r.ID] = a.ID
+	}
 	switch to {
 	case agentfleet.StatusFailed, agentfleet.StatusWaitingBudget:
 		b.transition(t, r.ID, to)
 	case agentfleet.StatusCancelled:
-		b.transition(t, r.ID, agentfleet.StatusWaitingBudget)
 		_, err := b.s.RunCancel(b.ctx, store.RunCancelParams{ID: r.ID, Reason: "stop", Events: []agentfleet.Event{{Type: agentfleet.EventCancelled}}})
 		require.NoError(t, err)
 	}
@@ -258,7 +258,7 @@ func (b retentionBundle) requireGone(t *testing.T, r agentfleet.Run) {
 	require.NoError(t, err)
 	require.Empty(t, journal, "journal of %s", r.ID)
 	if id, ok := b.approvals[r.ID]; ok {
-		_, err = b.s.ApprovalGetByID(b.ctx, id)
+		_, err = b.s.ApprovalGetByID(b.ctx, store.ApprovalGetByIDParams{ID: id})
 		require.ErrorIs(t, err, store.ErrNotFound, "approval of %s", r.ID)
 	}
 }

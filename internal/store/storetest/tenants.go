@@ -3,7 +3,6 @@ package storetest
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -279,61 +278,6 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, err, store.ErrInvalid)
 		_, err = b.s.APIKeyList(b.ctx, store.APIKeyListParams{})
 		require.ErrorIs(t, err, store.ErrInvalid)
-	})
-}
-
-func testApproval(t *testing.T, newStore NewStore) {
-	t.Run("CreateResolve", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		r := b.started(t, ten.ID)
-		a, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID, Turn: 2, Primitive: "http",
-			Args: json.RawMessage(`{"url": "https://example.com"}`)})
-		require.NoError(t, err)
-		require.NotEmpty(t, a.ID)
-		require.Equal(t, store.ApprovalPending, a.Status)
-		require.JSONEq(t, `{"url": "https://example.com"}`, string(a.Args))
-		require.True(t, a.DecidedAt.IsZero())
-		got, err := b.s.ApprovalGetByID(b.ctx, a.ID)
-		require.NoError(t, err)
-		require.Equal(t, a, got)
-
-		done, err := b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: a.ID, Approve: true, DecidedBy: "alice"})
-		require.NoError(t, err)
-		require.Equal(t, store.ApprovalApproved, done.Status)
-		require.Equal(t, "alice", done.DecidedBy)
-		require.False(t, done.DecidedAt.IsZero())
-		got, err = b.s.ApprovalGetByID(b.ctx, a.ID)
-		require.NoError(t, err)
-		require.Equal(t, done, got)
-
-		_, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: a.ID, Approve: false, DecidedBy: "bob"})
-		require.ErrorIs(t, err, store.ErrConflict, "deciding twice")
-		got, err = b.s.ApprovalGetByID(b.ctx, a.ID)
-		require.NoError(t, err)
-		require.Equal(t, done, got, "the losing decision changed nothing")
-
-		d, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID, Turn: 3, Primitive: "spawn"})
-		require.NoError(t, err)
-		d, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: d.ID, DecidedBy: "bob"})
-		require.NoError(t, err)
-		require.Equal(t, store.ApprovalDenied, d.Status)
-	})
-	t.Run("Errors", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		other := b.tenant(t, store.TenantCreateParams{})
-		r := b.started(t, ten.ID)
-		_, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: other.ID, RunID: r.ID, Primitive: "http"})
-		require.ErrorIs(t, err, store.ErrNotFound, "another tenant's run")
-		_, err = b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: "nope", Primitive: "http"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID})
-		require.ErrorIs(t, err, store.ErrInvalid)
-		_, err = b.s.ApprovalGetByID(b.ctx, "nope")
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.ApprovalResolve(b.ctx, store.ApprovalResolveParams{ID: "nope", Approve: true})
-		require.ErrorIs(t, err, store.ErrNotFound)
 	})
 }
 

@@ -140,10 +140,9 @@ func testText(t *testing.T, newStore NewStore) {
 		require.Equal(t, dirtyClean, cr.Events[0].Summary)
 		require.Equal(t, cr.Run, b.get(t, c.ID))
 
-		a, err := b.s.ApprovalCreate(b.ctx, store.ApprovalCreateParams{Tenant: ten.ID, RunID: r.ID, Turn: 1, Primitive: "http",
-			Args: json.RawMessage(`{"body":"\u0000"}`)})
-		require.NoError(t, err)
-		require.Equal(t, `{"body":"\ufffd"}`, string(a.Args))
+		p := b.started(t, ten.ID)
+		a := b.park(t, p.ID, 1, agentfleet.ApprovalCall{Primitive: "http", Method: "POST", URL: "https://x", Preview: dirty})
+		require.Equal(t, dirtyClean, a.Preview)
 	})
 	t.Run("SubmittedRefused", func(t *testing.T) {
 		// What a client submits is refused, naming the field, before

@@ -3,13 +3,13 @@
 // returns its arguments or null, and render(root, args, params), which
 // draws it and returns what stops it (its streams and timers).
 //
-// Batches (progress) and pending approvals add their pages here as their
-// APIs reach the dispatcher (approvals.js is the run page's hook).
 
 import { runsPage } from './runs.js';
 import { runPage } from './run.js';
 import { tenantsPage } from './tenants.js';
 import { triggersPage, triggerPage } from './triggers.js';
+import { batchesPage, batchPage } from './batches.js';
+import { approvalsPage } from './approvals.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -24,5 +24,12 @@ export const pages = [
     match: (p) => { const m = /^\/triggers\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
     render: (root, [id]) => triggerPage(root, id),
   },
+  { title: 'Batches', nav: '/batches', match: (p) => (p === '/batches' ? [] : null), render: (root) => batchesPage(root) },
+  {
+    title: 'Batch', nav: null,
+    match: (p) => { const m = /^\/batches\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id]) => batchPage(root, id),
+  },
+  { title: 'Approvals', nav: '/approvals', match: (p) => (p === '/approvals' ? [] : null), render: (root) => approvalsPage(root) },
   { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
 ];

@@ -13,8 +13,9 @@ const POLL_MS = 5000;
 
 // pager shows pages of a list endpoint in tbody, a "more" button
 // reading the next; refresh reads the first page again and puts what
-// is new on top. key names a row, draw makes its cells.
-function pager(path, plural, tbody, key, draw) {
+// is new on top; put draws one item again. key names a row, draw makes
+// its cells, state (when given) its data-state.
+export function pager(path, plural, tbody, key, draw, state) {
   const rows = new Map();
   let cursor = null;
   const more = h('button', { type: 'button', class: 'more', hidden: true, onclick: () => load(cursor) }, 'More');
@@ -25,12 +26,14 @@ function pager(path, plural, tbody, key, draw) {
       rows.set(key(item), tr);
       if (top) tbody.prepend(tr); else tbody.append(tr);
     }
-    tr.dataset.state = item.outcome || (item.enabled === false ? 'disabled' : 'enabled');
+    tr.dataset.state = state ? state(item) : item.outcome || (item.enabled === false ? 'disabled' : 'enabled');
     replace(tr, draw(item));
   };
+  const sep = path.includes('?') ? '&' : '?';
+  const at = (params) => path + (query(params) ? sep + query(params).slice(1) : '');
   async function load(after) {
     try {
-      const page = await api('GET', path + query({ limit: PAGE, cursor: after }));
+      const page = await api('GET', at({ limit: PAGE, cursor: after }));
       page[plural].forEach((item) => put(item, false));
       cursor = page.next_cursor || null;
       more.hidden = !cursor;
@@ -39,13 +42,13 @@ function pager(path, plural, tbody, key, draw) {
     }
   }
   async function refresh() {
-    const page = await api('GET', path + query({ limit: PAGE })).catch(() => null);
-    if (page) [...page[plural]].reverse().forEach((item) => put(item, true));
+    const first = await api('GET', at({ limit: PAGE })).catch(() => null);
+    if (first) [...first[plural]].reverse().forEach((item) => put(item, true));
   }
-  return { more, load, refresh };
+  return { more, load, refresh, put: (item) => put(item, true) };
 }
 
-function table(columns, tbody) {
+export function table(columns, tbody) {
   return h('table', { class: 'runs' }, h('thead', null, h('tr', null, columns.map((c) => h('th', { scope: 'col' }, c)))), tbody);
 }
 

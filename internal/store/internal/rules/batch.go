@@ -118,13 +118,6 @@ func BatchKeyTaken(index int, key, run string) error {
 		Msg: fmt.Sprintf("idempotency_key %q is that of run %s, which exists already", key, run)}
 }
 
-// BatchQueuedEvent is a batch run's queued event (seq 1), the same when
-// it is stored and when it is published again.
-func BatchQueuedEvent(r agentfleet.Run) agentfleet.Event {
-	return agentfleet.Event{V: agentfleet.EventVersion, RunID: r.ID, Tenant: r.Tenant, SessionID: r.SessionID, Seq: 1,
-		Type: agentfleet.EventQueued, TS: r.CreatedAt, Content: r.Message, Summary: "agent " + r.Agent + ", batch " + r.BatchID}
-}
-
 // BatchReleasedAtCommit is how many of a batch's total runs are released
 // when its admission commits.
 func BatchReleasedAtCommit(total, maxConcurrent int) int {

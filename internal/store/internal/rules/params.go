@@ -538,27 +538,6 @@ func RunList(p store.RunListParams) (store.RunListParams, int64, error) {
 	return p, after, err
 }
 
-// ApprovalCreate validates p.
-func ApprovalCreate(p store.ApprovalCreateParams) (store.ApprovalCreateParams, error) {
-	if p.Tenant == "" || p.RunID == "" || p.Primitive == "" {
-		return p, Invalidf("approval: tenant, run id and primitive are required")
-	}
-	if p.Turn < 0 {
-		return p, Invalidf("approval: turn must not be negative")
-	}
-	if err := CheckJSON("approval args", p.Args); err != nil {
-		return p, err
-	}
-	p.Primitive = Clean(p.Primitive)
-	p.Args = CleanJSON(NullJSON(p.Args))
-	return p, nil
-}
-
-// ApprovalResolve validates p.
-func ApprovalResolve(p store.ApprovalResolveParams) error {
-	return CheckText("approval decided by", p.DecidedBy)
-}
-
 // SkillUpsert validates p.
 func SkillUpsert(p store.SkillUpsertParams) error {
 	if p.Tenant == "" || p.Name == "" {

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/agentfleet/agentfleet/client"
+)
+
+func (e cliEnv) cmdAgents(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return usagef("agents needs a subcommand: apply, ls, show or rm")
+	}
+	c := e.client()
+	switch args[0] {
+	case "apply":
+		return e.agentsApply(ctx, c, args[1:])
+	case "ls", "list":
+		fs := flag.NewFlagSet("agents ls", flag.ContinueOnError)
+		limit := fs.Int("limit", 50, "page size")
+		cursor := fs.String("cursor", "", "page cursor from a previous listing")
+		asJSON := fs.Bool("json", false, "JSON output")
+		if pos, err := parse(fs, args[1:]); err != nil {
+			return err
+		} else if len(pos) > 0 {
+			return usagef("agents ls takes no arguments")
+		}
+		list, err := c.ListAgents(ctx, *limit, *cursor)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(e.stdout, list)
+		}
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tVERSION\tMODEL\tPRIMITIVES\tAPPROVE\tUPDATED")
+		for _, a := range list.Agents {
+			prims := "*"
+			if a.Primitives != nil {
+				prims = strings.Join(a.Primitives, ",")
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", a.Name, a.Version, orDash(a.Model), orDash(prims),
+				orDash(strings.Join(a.Approve, ",")), a.UpdatedAt.Local().Format(time.DateTime))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if list.NextCursor != "" {
+			fmt.Fprintf(e.stderr, "more: agentctl agents ls --cursor %s\n", list.NextCursor)
+		}
+		return nil
+	case "show":
+		fs := flag.NewFlagSet("agents show", flag.ContinueOnError)
+		version := fs.Int("version", 0, "a past version (what a run's agent_version names); 0: the current one")
+		pos, err := parse(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usagef("agents show takes one agent NAME")
+		}
+		a, err := c.GetAgent(ctx, pos[0], *version)
+		if err != nil {
+			return err
+		}
+		return writeJSON(e.stdout, a)
+	case "rm", "delete":
+		fs := flag.NewFlagSet("agents rm", flag.ContinueOnError)
+		pos, err := parse(fs, args[1:])
+		if err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return usagef("agents rm takes one agent NAME")
+		}
+		if err := c.DeleteAgent(ctx, pos[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "agent %s deleted (runs admitted under it finish with it)\n", pos[0])
+		return nil
+	}
+	return usagef("unknown agents subcommand %q: use apply, ls, show or rm", args[0])
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// agentsApply defines or replaces an agent from a YAML or JSON file (-f
+// -: standard input). The agent's name is the file's name field or the
+// NAME argument; given both, they must match.
+func (e cliEnv) agentsApply(ctx context.Context, c *client.Client, args []string) error {
+	fs := flag.NewFlagSet("agents apply", flag.ContinueOnError)
+	file := fs.String("f", "", "the agent file, YAML or JSON (- reads standard input)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if *file == "" || len(pos) > 1 {
+		return usagef("agents apply takes -f FILE (YAML or JSON) and, when the file names none, the agent's NAME")
+	}
+	var raw []byte
+	if *file == "-" {
+		raw, err = io.ReadAll(os.Stdin)
+	} else {
+		raw, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return usagef("agents apply: %v", err)
+	}
+	body, name, err := agentFile(raw)
+	if err != nil {
+		return usagef("agents apply: %s: %v", *file, err)
+	}
+	switch {
+	case len(pos) == 1 && name != "" && pos[0] != name:
+		return usagef("agents apply: the file names agent %q, not %q: they must match", name, pos[0])
+	case len(pos) == 1:
+		name = pos[0]
+	case name == "":
+		return usagef("agents apply: %s has no name: add name: to it, or give the NAME argument", *file)
+	}
+	before, err := c.GetAgent(ctx, name, 0)
+	if err != nil && !client.IsNotFound(err) {
+		return err
+	}
+	a, err := c.PutAgentJSON(ctx, name, body)
+	if err != nil {
+		return err
+	}
+	switch {
+	case before.Version == 0:
+		fmt.Fprintf(e.stderr, "agent %s created (version %d)\n", a.Name, a.Version)
+	case before.Version == a.Version:
+		fmt.Fprintf(e.stderr, "agent %s unchanged (version %d)\n", a.Name, a.Version)
+	default:
+		fmt.Fprintf(e.stderr, "agent %s is now version %d (was %d); runs admitted before keep theirs\n", a.Name, a.Version, before.Version)
+	}
+	return writeJSON(e.stdout, a)
+}
+
+// agentFile reads an agent file as JSON for PUT /v1/agents/{name}, and
+// the name it gives. YAML is turned into the same JSON, so the server
+// names a field it does not know, whichever the file is.
+func agentFile(raw []byte) (json.RawMessage, string, error) {
+	var doc any
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		if err := json.Unmarshal(t, &doc); err != nil {
+			return nil, "", fmt.Errorf("not valid JSON: %v", err)
+		}
+	} else if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, "", fmt.Errorf("not valid YAML: %v", err)
+	}
+	m, ok := doc.(map[string]any)
+	if !ok {
+		return nil, "", fmt.Errorf("an agent file is one mapping of fields (system, model, primitives, ...)")
+	}
+	name := ""
+	if n, ok := m["name"]; ok {
+		if name, ok = n.(string); !ok || name == "" {
+			return nil, "", fmt.Errorf("name must be a non-empty string")
+		}
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, "", fmt.Errorf("a value has no JSON form: %v", err)
+	}
+	return body, name, nil
+}

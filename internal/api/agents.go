@@ -1,0 +1,184 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
+)
+
+// Agents (DESIGN §12): a tenant's profiles runs execute under. A PUT
+// replaces an agent whole and makes a new version when anything changed;
+// a run keeps the version it was admitted under, so neither a PUT nor a
+// DELETE changes a run in flight. What a worker cannot serve is refused
+// here: primitives the sandbox does not have, approve rules that are no
+// rules, egress entries that are no hosts or ranges (or would open a
+// cloud metadata service).
+
+const maxAgentModelLen = 200
+
+// tenantAgent refuses the admin token: agents belong to a tenant.
+func (s *Server) tenantAgent(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request, p principal) {
+		if p.tenant == "" {
+			s.fail(w, r, errUnprocessable("agents belong to a tenant: use its API key, not the admin token"))
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p principal) {
+	name := r.PathValue("name")
+	if !validID(name) {
+		s.fail(w, r, errUnprocessable("agent name %q is not valid (letters, digits, '-' and '_', up to 64)", name))
+		return
+	}
+	var req wire.AgentRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	switch {
+	case req.Name != "" && req.Name != name:
+		s.fail(w, r, errUnprocessable("name %q in the body is not the agent %q of the path: they must match (or leave name out)", req.Name, name))
+		return
+	case req.Tenant != "" && req.Tenant != p.tenant:
+		s.fail(w, r, errUnprocessable("tenant %q in the body is not yours (%s): leave it out", req.Tenant, p.tenant))
+		return
+	}
+	if err := s.checkAgentSpec(req.AgentSpec); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	_, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name})
+	existed := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.fail(w, r, err)
+		return
+	}
+	a, err := s.cfg.Store.AgentUpsert(r.Context(), store.AgentUpsertParams{Tenant: p.tenant, Name: name, Spec: req.AgentSpec})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if !existed {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, a)
+}
+
+// checkAgentSpec refuses what no worker could serve, naming the field.
+func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
+	if len(spec.Model) > maxAgentModelLen || strings.ContainsFunc(spec.Model, func(r rune) bool { return r < ' ' }) {
+		return errUnprocessable("model %q is not a model name", spec.Model)
+	}
+	if err := sandbox.CheckPrimitives(spec.Primitives); err != nil {
+		return errUnprocessable("primitives: %s", strings.TrimPrefix(err.Error(), "sandbox: "))
+	}
+	for i, prim := range spec.Primitives {
+		if slices.Contains(spec.Primitives[:i], prim) {
+			return errUnprocessable("primitives: %q is listed twice", prim)
+		}
+	}
+	if err := sandbox.CheckApprove(spec.Approve); err != nil {
+		return errUnprocessable("approve: %v", err)
+	}
+	for _, e := range spec.Egress {
+		if strings.ContainsAny(e, ", \t\n") {
+			return errUnprocessable("egress: %q is not one host name, IP address or CIDR: give each as its own entry", e)
+		}
+	}
+	if _, err := egress.ParseAgentEntries(spec.Egress); err != nil {
+		return errUnprocessable("egress: %v", err)
+	}
+	if spec.ApprovalCallbackURL != "" {
+		if err := s.checkCallbackURLField("approval_callback_url", spec.ApprovalCallbackURL); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleAgentList(w http.ResponseWriter, r *http.Request, p principal) {
+	limit, err := pageLimit(r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cursor := r.URL.Query().Get("cursor")
+	res, err := s.cfg.Store.AgentList(r.Context(), store.AgentListParams{Tenant: p.tenant, Limit: limit, Cursor: cursor})
+	if err != nil {
+		s.fail(w, r, badCursor(err, cursor))
+		return
+	}
+	out := wire.AgentList{Agents: res.Agents, NextCursor: res.NextCursor}
+	if out.Agents == nil {
+		out.Agents = []agentfleet.Agent{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleAgentGet shows an agent's current version, or with ?version=N
+// that version, which outlives replacements and the agent's delete (it
+// is what a run's agent_version names).
+func (s *Server) handleAgentGet(w http.ResponseWriter, r *http.Request, p principal) {
+	name := r.PathValue("name")
+	version := 0
+	if v := r.URL.Query().Get("version"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			s.fail(w, r, errBadRequest("version must be a positive number"))
+			return
+		}
+		version = n
+	}
+	a, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name, Version: version})
+	if errors.Is(err, store.ErrNotFound) {
+		if version > 0 {
+			err = errNotFound("agent %q has no version %d", name, version)
+		} else {
+			err = errNotFound("no agent %q", name)
+		}
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a)
+}
+
+func (s *Server) handleAgentDelete(w http.ResponseWriter, r *http.Request, p principal) {
+	name := r.PathValue("name")
+	err := s.cfg.Store.AgentDelete(r.Context(), store.AgentDeleteParams{Tenant: p.tenant, Name: name})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		err = errNotFound("no agent %q", name)
+	case name == agentfleet.DefaultAgent && errors.Is(err, store.ErrInvalid):
+		err = errUnprocessable("the %q agent cannot be deleted: every tenant has it (replace it with PUT instead)", name)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// New runs naming it are refused at once here; other dispatchers
+	// may take it for existing a few seconds longer, and the store
+	// refuses the run then.
+	s.agents.Delete(agentKey{tenant: p.tenant, name: name})
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// errUnknownAgent is the answer to a run naming an agent its tenant does
+// not have.
+func errUnknownAgent(name string) error {
+	return &apiError{status: http.StatusUnprocessableEntity, code: "unprocessable", cause: store.ErrUnknownAgent,
+		msg: "unknown agent " + strconv.Quote(name) + " (every tenant has " + strconv.Quote(agentfleet.DefaultAgent) + ")"}
+}

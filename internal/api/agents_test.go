@@ -1,0 +1,169 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/wire"
+)
+
+func TestAgentLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key, other := e.tenant("acme"), e.tenant("globex")
+	spec := map[string]any{
+		"system": "You triage issues.", "model": "gpt-4o-mini", "primitives": []string{"fetch", "http", "ai"},
+		"max_turns": 8, "max_tokens": 40000, "max_completion_tokens": 1024, "max_model_calls_per_turn": 4, "turn_timeout": "45s",
+		"egress": []string{"billing.internal", "10.1.0.0/16"}, "approve": []string{"http.post", "fetch:POST"},
+		"approval_timeout": "2h", "approval_callback_url": "https://hooks.example.com/approvals",
+	}
+	created := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/triage", key, spec), http.StatusCreated)
+	require.Equal(t, agentfleet.Agent{Tenant: "acme", Name: "triage", Version: 1, AgentSpec: agentfleet.AgentSpec{
+		Persona: "You triage issues.", Model: "gpt-4o-mini", Primitives: []string{"fetch", "http", "ai"},
+		MaxTurns: 8, MaxTokens: 40000, MaxCompletionTokens: 1024, MaxModelCallsPerTurn: 4, TurnTimeout: agentfleet.Duration(45 * time.Second),
+		Egress: []string{"billing.internal", "10.1.0.0/16"}, Approve: []string{"http.post", "fetch:POST"},
+		ApprovalTimeout: agentfleet.Duration(2 * time.Hour), ApprovalCallbackURL: "https://hooks.example.com/approvals",
+	}, CreatedAt: created.CreatedAt, UpdatedAt: created.UpdatedAt}, created)
+	raw := rawJSON(t, e.do("GET", "/v1/agents/triage", key, nil).body)
+	require.JSONEq(t, `"You triage issues."`, string(raw["system"]), "the persona is system on the wire")
+	require.JSONEq(t, `"2h0m0s"`, string(raw["approval_timeout"]))
+
+	// The same spec again (even as GET shows it, read-only fields and
+	// all) changes nothing.
+	again := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/triage", key, created), http.StatusOK)
+	require.Equal(t, created, again)
+
+	// A replacement is whole and a new version; version 1 stays.
+	v2 := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/triage", key, map[string]any{"name": "triage", "system": "You triage, briefly."}), http.StatusOK)
+	require.Equal(t, 2, v2.Version)
+	require.Nil(t, v2.Primitives, "left out: all primitives")
+	require.Equal(t, agentfleet.ApprovalTimeoutDefault, v2.ApprovalTimeout, "approval_timeout defaults to 24h")
+	require.Equal(t, created.CreatedAt, v2.CreatedAt)
+	old := decode[agentfleet.Agent](t, e.do("GET", "/v1/agents/triage?version=1", key, nil), http.StatusOK)
+	require.Equal(t, "You triage issues.", old.Persona)
+	requireError(t, e.do("GET", "/v1/agents/triage?version=9", key, nil), http.StatusNotFound, "not_found", "no version 9")
+	requireError(t, e.do("GET", "/v1/agents/triage?version=x", key, nil), http.StatusBadRequest, "bad_request", "version")
+
+	list := decode[wire.AgentList](t, e.do("GET", "/v1/agents", key, nil), http.StatusOK)
+	require.Equal(t, []string{"triage", agentfleet.DefaultAgent}, names(list.Agents), "newest first, the default agent included")
+	page := decode[wire.AgentList](t, e.do("GET", "/v1/agents?limit=1", key, nil), http.StatusOK)
+	require.Len(t, page.Agents, 1)
+	require.NotEmpty(t, page.NextCursor)
+	rest := decode[wire.AgentList](t, e.do("GET", "/v1/agents?limit=1&cursor="+page.NextCursor, key, nil), http.StatusOK)
+	require.Equal(t, []string{agentfleet.DefaultAgent}, names(rest.Agents))
+	requireError(t, e.do("GET", "/v1/agents?cursor=bogus", key, nil), http.StatusBadRequest, "bad_request", "cursor")
+
+	// Another tenant sees nothing of it; the admin token has no agents.
+	requireError(t, e.do("GET", "/v1/agents/triage", other, nil), http.StatusNotFound, "not_found")
+	require.Equal(t, []string{agentfleet.DefaultAgent}, names(decode[wire.AgentList](t, e.do("GET", "/v1/agents", other, nil), http.StatusOK).Agents))
+	requireError(t, e.do("GET", "/v1/agents", adminToken, nil), http.StatusUnprocessableEntity, "unprocessable", "api key")
+
+	requireError(t, e.do("DELETE", "/v1/agents/default", key, nil), http.StatusUnprocessableEntity, "unprocessable", "cannot be deleted")
+	requireError(t, e.do("DELETE", "/v1/agents/ghost", key, nil), http.StatusNotFound, "not_found", "ghost")
+	require.Equal(t, http.StatusNoContent, e.do("DELETE", "/v1/agents/triage", key, nil).status)
+	requireError(t, e.do("GET", "/v1/agents/triage", key, nil), http.StatusNotFound, "not_found", "no agent")
+	require.Equal(t, "You triage, briefly.", decode[agentfleet.Agent](t, e.do("GET", "/v1/agents/triage?version=2", key, nil), http.StatusOK).Persona,
+		"a deleted agent's versions stay for the runs admitted under them")
+}
+
+func names(as []agentfleet.Agent) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.Name
+	}
+	return out
+}
+
+func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	for name, c := range map[string]struct {
+		path   string
+		body   any
+		status int
+		want   string
+	}{
+		"unknown field":      {"/v1/agents/a", `{"sytem": "x"}`, http.StatusBadRequest, `unknown field "sytem"`},
+		"bad name":           {"/v1/agents/a.b", map[string]any{}, http.StatusUnprocessableEntity, "not valid"},
+		"other name":         {"/v1/agents/a", map[string]any{"name": "b"}, http.StatusUnprocessableEntity, "must match"},
+		"other tenant":       {"/v1/agents/a", map[string]any{"tenant": "globex"}, http.StatusUnprocessableEntity, "tenant"},
+		"unknown primitive":  {"/v1/agents/a", map[string]any{"primitives": []string{"fetch", "exec"}}, http.StatusUnprocessableEntity, "primitives: unknown primitive(s) exec"},
+		"primitive twice":    {"/v1/agents/a", map[string]any{"primitives": []string{"ai", "ai"}}, http.StatusUnprocessableEntity, "twice"},
+		"bad approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"http.patch"}}, http.StatusUnprocessableEntity, "approve"},
+		"bad egress":         {"/v1/agents/a", map[string]any{"egress": []string{"not a host!"}}, http.StatusUnprocessableEntity, "egress"},
+		"metadata egress":    {"/v1/agents/a", map[string]any{"egress": []string{"169.254.0.0/16"}}, http.StatusUnprocessableEntity, "metadata"},
+		"bad duration":       {"/v1/agents/a", `{"approval_timeout": "a day"}`, http.StatusBadRequest, `field "approval_timeout" must be a duration like "90s"`},
+		"number duration":    {"/v1/agents/a", `{"turn_timeout": 30}`, http.StatusBadRequest, `field "turn_timeout" must be a duration`},
+		"negative limit":     {"/v1/agents/a", map[string]any{"max_turns": -1}, http.StatusUnprocessableEntity, "negative"},
+		"long system":        {"/v1/agents/a", map[string]any{"system": strings.Repeat("p", 40<<10)}, http.StatusUnprocessableEntity, "system"},
+		"private callback":   {"/v1/agents/a", map[string]any{"approval_callback_url": "http://127.0.0.1:9/x"}, http.StatusUnprocessableEntity, "approval_callback_url"},
+		"relative callback":  {"/v1/agents/a", map[string]any{"approval_callback_url": "/x"}, http.StatusUnprocessableEntity, "approval_callback_url"},
+		"control in model":   {"/v1/agents/a", map[string]any{"model": "gpt\n4"}, http.StatusUnprocessableEntity, "model"},
+		"egress with commas": {"/v1/agents/a", map[string]any{"egress": []string{"a.internal,b.internal"}}, http.StatusUnprocessableEntity, "own entry"},
+	} {
+		r := e.do("PUT", c.path, key, c.body)
+		code := map[int]string{http.StatusBadRequest: "bad_request", http.StatusUnprocessableEntity: "unprocessable"}[c.status]
+		requireError(t, r, c.status, code, c.want)
+		_ = name
+	}
+	list := decode[wire.AgentList](t, e.do("GET", "/v1/agents", key, nil), http.StatusOK)
+	require.Equal(t, []string{agentfleet.DefaultAgent}, names(list.Agents), "nothing refused was stored")
+}
+
+func TestRunKeepsItsAgentVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/writer", key, map[string]any{"system": "one"}), http.StatusCreated)
+	first := e.createRun(key, map[string]any{"agent": "writer", "message": "go"})
+	require.Equal(t, 1, first.AgentVersion)
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/writer", key, map[string]any{"system": "two"}), http.StatusOK)
+	second := e.createRun(key, map[string]any{"agent": "writer", "message": "go"})
+	require.Equal(t, 2, second.AgentVersion)
+	require.Equal(t, 1, e.getRun(key, first.ID).AgentVersion, "a replacement never changes an admitted run")
+
+	require.Equal(t, http.StatusNoContent, e.do("DELETE", "/v1/agents/writer", key, nil).status)
+	requireError(t, e.do("POST", "/v1/runs", key, map[string]any{"agent": "writer", "message": "go"}),
+		http.StatusUnprocessableEntity, "unprocessable", `unknown agent "writer"`)
+	require.Equal(t, 2, e.getRun(key, second.ID).AgentVersion, "nor does a delete")
+}
+
+// A dispatcher that still takes a deleted agent for existing (another
+// dispatcher deleted it, within its cache's life) is set right by the
+// store.
+func TestRunOfAnAgentDeletedElsewhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/writer", key, map[string]any{}), http.StatusCreated)
+	e.createRun(key, map[string]any{"agent": "writer", "message": "go"}) // caches it
+	require.NoError(t, e.store.AgentDelete(e.ctx, store.AgentDeleteParams{Tenant: "acme", Name: "writer"}))
+	requireError(t, e.do("POST", "/v1/runs", key, map[string]any{"agent": "writer", "message": "go"}),
+		http.StatusUnprocessableEntity, "unprocessable", `unknown agent "writer"`)
+}
+
+func TestTriggerOfADeletedAgentRejectsDeliveries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withSecrets(nil))
+	key := e.tenant("acme")
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/triage", key, map[string]any{"system": "You triage."}), http.StatusCreated)
+	tv := e.createTrigger(key, map[string]any{"name": "issues", "scheme": "github", "agent": "triage", "message": "triage {{.payload.n}}"})
+	ok := e.signed(tv, tv.Secret, "d-1", "issues", []byte(`{"n": 1}`))
+	require.Equal(t, http.StatusAccepted, ok.status, "answer: %s", ok)
+
+	require.Equal(t, http.StatusNoContent, e.do("DELETE", "/v1/agents/triage", key, nil).status)
+	r := e.signed(tv, tv.Secret, "d-2", "issues", []byte(`{"n": 2}`))
+	requireError(t, r, http.StatusUnprocessableEntity, "unprocessable", `unknown agent "triage"`)
+	log := e.deliveries(key, tv.ID)
+	require.Equal(t, "d-2", log[0].Delivery)
+	require.EqualValues(t, store.DeliveryRejected, log[0].Outcome)
+	require.Contains(t, log[0].Reason, `the trigger's agent "triage" does not exist`)
+	require.Empty(t, log[0].RunID)
+}

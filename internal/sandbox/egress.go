@@ -1,0 +1,77 @@
+package sandbox
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/agentfleet/agentfleet/internal/egress"
+)
+
+// egressNetsMax bounds the distinct agent egress lists a pool keeps a
+// client for; past it they are all dropped (their idle connections
+// closed) and made again as turns need them.
+const egressNetsMax = 256
+
+// guardedNet is a guard and the client that dials through it.
+type guardedNet struct {
+	guard  *egress.Guard
+	client *http.Client
+}
+
+// egressNets holds one guardedNet per distinct agent egress list. An agent's
+// addresses get a transport of their own: a connection to an address one
+// agent may reach must never be reused by a turn of another agent that
+// may not.
+type egressNets struct {
+	mu   sync.Mutex
+	nets map[string]*guardedNet
+}
+
+// netFor is the net of a turn whose agent adds list to what the pool's
+// NetworkConfig allows: the pool's own for an empty list, or under
+// NetworkConfig.DenyPrivate, which no agent overrides.
+func (p *Pool) netFor(list []string) (*guardedNet, error) {
+	if len(list) == 0 || p.cfg.Network.DenyPrivate {
+		return &p.base, nil
+	}
+	key := strings.Join(list, "\x00")
+	p.egress.mu.Lock()
+	defer p.egress.mu.Unlock()
+	if n, ok := p.egress.nets[key]; ok {
+		return n, nil
+	}
+	extra, err := egress.ParseAgentEntries(list)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.egress.nets) >= egressNetsMax {
+		p.egress.closeLocked()
+	}
+	g := egress.New(p.guardConfig().With(extra))
+	n := &guardedNet{guard: g, client: g.HTTPClient(p.cfg.Network.MaxRedirects)}
+	if p.egress.nets == nil {
+		p.egress.nets = map[string]*guardedNet{}
+	}
+	p.egress.nets[key] = n
+	return n, nil
+}
+
+// guardConfig is the guard of the pool's NetworkConfig.
+func (p *Pool) guardConfig() egress.Config {
+	n := p.cfg.Network
+	return egress.Config{Allow: n.Allow, AllowHosts: n.AllowHosts, Resolver: n.Resolver, DenyPrivate: n.DenyPrivate}
+}
+
+func (e *egressNets) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closeLocked()
+}
+
+func (e *egressNets) closeLocked() {
+	for _, n := range e.nets {
+		n.client.CloseIdleConnections()
+	}
+	e.nets = nil
+}
