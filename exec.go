@@ -28,6 +28,9 @@ type ExecRequest struct {
 	// http may reach past the private-address block (its agent's
 	// egress), on top of what the sandbox's own configuration allows.
 	Egress []string
+	// TurnTimeout, when positive, shortens the sandbox's wall-clock
+	// limit of the turn (its agent's turn_timeout); it cannot lengthen it.
+	TurnTimeout time.Duration
 	// AI performs ai()/aiJSON() sub-calls. Nil disables them.
 	AI AIFunc
 	// Spawn starts a child run and returns its id. Nil disables spawn().

@@ -1,6 +1,6 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, submit batches and gather their results, administer tenants,
-// agents and webhook triggers (and send signed
+// cancel them, submit batches and gather their results, administer
+// tenants, agents and webhook triggers (and send signed
 // deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //

@@ -89,7 +89,7 @@ func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 			return errUnprocessable("primitives: %q is listed twice", prim)
 		}
 	}
-	if err := sandbox.CheckApprove(spec.Approve); err != nil {
+	if err := sandbox.CheckApproveRules(spec.Approve); err != nil {
 		return errUnprocessable("approve: %v", err)
 	}
 	for _, e := range spec.Egress {

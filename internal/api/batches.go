@@ -480,7 +480,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 // publishBatch publishes a committed batch's queued events and the first
 // turns of its released runs, a page at a time.
 func (s *Server) publishBatch(ctx context.Context, b store.Batch) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
 	evs := make([]agentfleet.Event, 0, batchPage)
 	turns := make([]bus.Turn, 0, batchPage)

@@ -485,7 +485,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("last child's end -> parent's next turn", "%s", fo.Resume)
 	}
 	if ef := f.Effects; ef != nil {
-		row("side effects repeated", "%d of %d POSTs (missing: %d; without a key: %d)", ef.Repeated, ef.Expected, ef.Missing, ef.NoKey)
+		row("side effects repeated", "%d of %d (sent again with their Idempotency-Key: %d; missing: %d; without a key: %d)", ef.Repeated, ef.Expected, ef.Resent, ef.Missing, ef.NoKey)
 		row("model calls billed twice", "%d of %d billed (ai() calls: %d, made again: %d, replayed from the journal: %d)",
 			ef.BilledTwice, ef.Billed, ef.AICalls, ef.AIRepeated, ef.AIReplayed)
 	}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,18 +86,53 @@ func (b *Bus) EnqueueTurn(ctx context.Context, t Turn) error {
 }
 
 // publishWindow bounds the publishes awaiting their acks at once in a
-// bulk publish: the client's own async limit is a few thousand, and a
-// window keeps a 100,000-turn batch from holding 100,000 futures.
-const publishWindow = 1000
+// bulk publish, so a 100,000-turn batch holds a window's futures, not
+// 100,000, and a slow server acks a window within the ack timeout.
+// publishAttempts is how often a bulk publish sends what was not acked
+// (ids make the repeats harmless).
+const (
+	publishWindow   = 256
+	publishAttempts = 4
+)
 
 // EnqueueTurns publishes ts to AF_RUNQ like EnqueueTurn, asynchronously
-// in windows of publishWindow, and waits for every ack. A nil error means
-// all are stored; on error some may be, and publishing them again is safe.
+// in windows of publishWindow, and waits for every ack, sending again
+// what was not acked. A nil error means all are stored; on error some
+// may be, and publishing them again is safe.
 func (b *Bus) EnqueueTurns(ctx context.Context, ts []Turn) error {
-	for from := 0; from < len(ts); from += publishWindow {
-		_, errs := b.publishTurns(ctx, QueueRunQ, ts[from:min(len(ts), from+publishWindow)])
-		if err := errors.Join(errs...); err != nil {
-			return err
+	return inWindows(ctx, ts, func(window []Turn) []error {
+		_, errs := b.publishTurns(ctx, QueueRunQ, window)
+		return errs
+	})
+}
+
+// inWindows publishes items a window at a time with publish, which
+// returns each item's outcome, up to publishAttempts times for those that
+// failed.
+func inWindows[T any](ctx context.Context, items []T, publish func([]T) []error) error {
+	for from := 0; from < len(items); from += publishWindow {
+		window := items[from:min(len(items), from+publishWindow)]
+		for attempt := 1; ; attempt++ {
+			errs := publish(window)
+			var failed []T
+			var first error
+			for i, err := range errs {
+				if err != nil {
+					failed = append(failed, window[i])
+					first = cmp.Or(first, err)
+				}
+			}
+			if len(failed) == 0 {
+				break
+			}
+			if attempt == publishAttempts || ctx.Err() != nil {
+				return fmt.Errorf("%d of %d not stored after %d attempts: %w", len(failed), len(window), attempt, first)
+			}
+			window = failed
+			select {
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			case <-ctx.Done():
+			}
 		}
 	}
 	return nil

@@ -631,7 +631,7 @@ func (r recorder) JournalList(ctx context.Context, runID string, turn int) ([]ag
 
 // JournalRecord records a journal entry and, given an ai() call's
 // reservation, charges the call in the same store transaction.
-func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, error) {
+func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, bool, error) {
 	p := store.JournalRecordParams{JournalEntry: e}
 	if charge != nil && r.meter != nil {
 		settle := r.meter.SettleParams(*charge, e.Usage, model)
@@ -639,16 +639,16 @@ func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, 
 	}
 	res, err := r.s.JournalRecord(ctx, p)
 	if errors.Is(err, store.ErrConflict) {
-		return false, loop.ErrStale
+		return false, false, loop.ErrStale
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	charged := p.Charge != nil && !res.Existed && res.ChargeErr == nil
 	if charged {
 		r.meter.Settled(*charge, e.Usage, model, res.Settled)
 	}
-	return charged, nil
+	return res.Existed, charged, nil
 }
 
 // ModelName is the model a process reports using, for logs.

@@ -375,4 +375,3 @@ func startWorkerFleet(t *testing.T, responder fakeserver.Responder) *workerFleet
 func (f *workerFleet) startWorker(name string) *proc {
 	return startProc(f.t, name, f.workerBin, f.workerEnv)
 }
-

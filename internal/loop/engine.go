@@ -93,11 +93,12 @@ type Recorder interface {
 type Journal interface {
 	// JournalList returns the entries recorded for a turn, by index.
 	JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error)
-	// JournalRecord records an entry; one recorded already stays. It
-	// fails with ErrStale when the run has moved past the turn or ended.
-	// When charge is set, the entry's usage (of model) settles that
-	// reservation in the same write, and charged says it did.
-	JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (charged bool, err error)
+	// JournalRecord records an entry; one recorded already stays, and
+	// existed says so. It fails with ErrStale when the run has moved
+	// past the turn or ended. When charge is set, the entry's usage (of
+	// model) settles that reservation in the same write, and charged
+	// says it did.
+	JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (existed, charged bool, err error)
 }
 
 // ErrStale means the turn was already committed (or the run ended) by
@@ -603,6 +604,17 @@ func (e *Engine) call(ctx context.Context, run *agentfleet.Run, req agentfleet.M
 	return resp, fmt.Errorf("model call: %w", err)
 }
 
+// release gives back a reservation nothing will charge; a failure only
+// leaves it to expire (the keeper releases it).
+func (e *Engine) release(ctx context.Context, res *agentfleet.Reservation) {
+	if res == nil || e.cfg.Meter == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = e.cfg.Meter.Release(rctx, *res)
+}
+
 // settle charges a call's usage to its reservation. It must happen even
 // when the turn's context was cancelled mid-call: the tokens were spent.
 func (e *Engine) settle(ctx context.Context, run *agentfleet.Run, res *agentfleet.Reservation, resp agentfleet.ModelResponse) error {
@@ -653,7 +665,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	} else {
 		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
 			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
 		if cfg.Journal != nil {

@@ -11,7 +11,8 @@ import (
 
 // turnJournal is a turn's agentfleet.Journal over Config.Journal: it reads
 // the entries an earlier attempt of the turn recorded (once, at the first
-// journaled call, and never on a first attempt), checks each call against
+// journaled call; on a first attempt too, which a redelivery can be taken
+// for, so a turn without side effects reads nothing), checks each call against
 // the one recorded at its index, and records the calls made now. An ai()
 // sub-call is charged in the same write as its entry, so a turn executed
 // again neither calls the model again nor bills it twice.
@@ -35,9 +36,6 @@ type pendingCharge struct {
 
 func (j *turnJournal) Replay(ctx context.Context, call agentfleet.JournalEntry) (agentfleet.JournalEntry, bool, error) {
 	t := j.t
-	if t.in.FirstAttempt {
-		return agentfleet.JournalEntry{}, false, nil
-	}
 	j.once.Do(func() {
 		entries, err := t.e.cfg.Journal.JournalList(ctx, t.run.ID, t.n)
 		if err != nil {
@@ -87,18 +85,23 @@ func (j *turnJournal) Record(ctx context.Context, e agentfleet.JournalEntry) err
 	delete(j.pending, e.Index)
 	j.mu.Unlock()
 	t := j.t
-	var charged bool
+	var existed, charged bool
 	err := t.e.retryRecord(ctx, func() error {
 		var err error
-		charged, err = t.e.cfg.Journal.JournalRecord(ctx, e, pc.res, pc.resp.Model)
+		existed, charged, err = t.e.cfg.Journal.JournalRecord(ctx, e, pc.res, pc.resp.Model)
 		return err
 	})
-	if hasCharge && !charged {
-		// Not charged with the entry (recorded before, or not at all):
-		// the tokens were spent all the same.
-		if serr := t.e.settle(ctx, t.run, pc.res, pc.resp); serr != nil && err == nil {
-			err = serr
-		}
+	switch {
+	case !hasCharge || charged:
+	case err != nil || existed:
+		// Not this call's entry: another attempt of the turn recorded
+		// the call first, or the turn runs again and makes it again. An
+		// ai() call is billed once, with its entry; this one is not, as
+		// one a crash interrupts is not.
+		t.e.release(ctx, pc.res)
+	default:
+		// Recorded, but the reservation was gone: charge it apart.
+		err = t.e.settle(ctx, t.run, pc.res, pc.resp)
 	}
 	if err != nil {
 		return fmt.Errorf("record call %d of turn %d: %w", e.Index, t.n, err)
@@ -122,18 +125,16 @@ func (j *turnJournal) call(ctx context.Context, index int, req agentfleet.ModelR
 	return resp, nil
 }
 
-// settlePending settles the ai() calls no entry charged (the sandbox
-// recorded none: the turn was stopped, or an earlier record failed).
+// settlePending releases the reservations of the ai() calls the sandbox
+// recorded no entry for (the turn was stopped, or an earlier record
+// failed): the turn runs again, or ends, without their outcome.
 func (j *turnJournal) settlePending(ctx context.Context) error {
 	j.mu.Lock()
 	pending := j.pending
 	j.pending = map[int]pendingCharge{}
 	j.mu.Unlock()
-	var first error
 	for _, pc := range pending {
-		if err := j.t.e.settle(ctx, j.t.run, pc.res, pc.resp); err != nil && first == nil {
-			first = err
-		}
+		j.t.e.release(ctx, pc.res)
 	}
-	return first
+	return nil
 }

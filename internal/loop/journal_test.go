@@ -33,17 +33,17 @@ func (j *memJournal) JournalList(_ context.Context, _ string, turn int) ([]agent
 	return out, nil
 }
 
-func (j *memJournal) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, error) {
+func (j *memJournal) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, charge *agentfleet.Reservation, model string) (bool, bool, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if _, ok := j.entries[e.Index]; ok {
-		return false, nil
+		return true, false, nil
 	}
 	j.entries[e.Index] = e
 	if charge == nil {
-		return false, nil
+		return false, false, nil
 	}
-	return true, j.meter.Settle(ctx, *charge, e.Usage, model)
+	return false, true, j.meter.Settle(ctx, *charge, e.Usage, model)
 }
 
 func journaled(t *testing.T, replies ...llm.Reply) (*bundle, *memJournal) {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -52,4 +53,17 @@ func TestAgentEgress(t *testing.T) {
 	require.Contains(t, failed(t, as(deny, "127.0.0.1"), agentfleet.ScriptDenied), "loopback", "DenyPrivate overrides both")
 	require.Contains(t, failed(t, as(deny), agentfleet.ScriptDenied), "loopback")
 	require.EqualValues(t, 3, hits.Load())
+}
+
+// An agent's turn_timeout shortens the pool's wall-clock limit of its
+// turns, and the error names it; a longer one changes nothing.
+func TestAgentTurnTimeout(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, Config{PoolSize: 1, Limits: Limits{CPUTime: 20 * time.Second, TurnTimeout: 30 * time.Second}})
+	start := time.Now()
+	res := execute(t, p, agentfleet.ExecRequest{Script: `function run() { while (true) {} }`, TurnTimeout: 300 * time.Millisecond})
+	require.Contains(t, failed(t, res, agentfleet.ScriptTimeout), "wall-clock time limit of 300ms (its agent's turn_timeout)")
+	require.Less(t, time.Since(start), 10*time.Second)
+	res = execute(t, p, agentfleet.ExecRequest{Script: `function run() { return 1 }`, TurnTimeout: time.Hour})
+	require.Equal(t, "1", ok(t, res))
 }

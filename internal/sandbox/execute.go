@@ -19,8 +19,21 @@ import (
 // the turn ended (cancelled, or the pool closed) before it got it back.
 func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
 	lim := p.cfg.Limits
-	turnCtx, cancel := context.WithTimeoutCause(ctx, lim.TurnTimeout, errWallTime)
+	wall := lim.TurnTimeout
+	if req.TurnTimeout > 0 && req.TurnTimeout < wall {
+		wall = req.TurnTimeout
+	}
+	turnCtx, cancel := context.WithTimeoutCause(ctx, wall, errWallTime)
 	defer cancel()
+	if wall != lim.TurnTimeout {
+		// The messages name the pool's limit; this turn had its agent's.
+		defer func() {
+			if res.Err != nil && res.Err.Kind == agentfleet.ScriptTimeout && context.Cause(turnCtx) == errWallTime {
+				res.Err.Message = strings.Replace(res.Err.Message, "limit of "+shortDuration(lim.TurnTimeout),
+					"limit of "+shortDuration(wall)+" (its agent's turn_timeout)", 1)
+			}
+		}()
+	}
 
 	// Secrets stay here: what the process reports is redacted on
 	// arrival, so the process never needs them.

@@ -236,8 +236,9 @@ func hostErr(format string, args ...any) (byte, []byte) {
 	return hostError, []byte(fmt.Sprintf(format, args...))
 }
 
-// fetch performs one HTTP request for fetch or http; a journaled one
-// carries its idempotency key (the script's own header is replaced).
+// fetch performs one HTTP request for fetch or http, through the net of
+// the turn's agent egress; a journaled one carries its idempotency key
+// (the script's own header is replaced).
 func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {

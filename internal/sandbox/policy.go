@@ -122,6 +122,9 @@ func parseApproveRule(s string) (approveRule, error) {
 			if r.method == "" || strings.IndexFunc(r.method, func(c rune) bool { return c < 'A' || c > 'Z' }) >= 0 {
 				return r, fmt.Errorf("approve rule %q: the method must be letters (POST, PUT, DELETE, ...)", s)
 			}
+			if name == "http" && !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}, r.method) {
+				return r, fmt.Errorf("approve rule %q: the http module has get, post, put and del (\"http.post\")", s)
+			}
 		}
 	}
 	if pattern != "" {

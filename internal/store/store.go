@@ -338,7 +338,9 @@ type Store interface {
 	// BatchSweep settles what runs' ends owe their batches that RunEnded's
 	// callers missed: it releases held runs of batches below their
 	// max_concurrent, and finishes batches whose runs have all ended
-	// (finished_at set; running becomes completed).
+	// (finished_at set; running becomes completed). What an admission
+	// left behind when its process died (neither committed nor aborted
+	// for an hour) is deleted.
 	BatchSweep(ctx context.Context, p BatchSweepParams) (BatchSweepResult, error)
 	// BatchUnfinished lists batches not finished yet, oldest first, for
 	// their progress events.

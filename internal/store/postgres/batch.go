@@ -56,6 +56,17 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 	if err != nil {
 		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
 	}
+	// Every run of the batch is admitted under its agent's version of
+	// now (kept, whatever becomes of the agent meanwhile).
+	var version int
+	err = tx.QueryRow(ctx, `SELECT version FROM agents WHERE tenant = $1 AND name = $2`, p.Tenant, p.Agent).Scan(&version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("agent %q: %w", p.Agent, store.ErrUnknownAgent)
+	}
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+	}
 	_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
 			metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
@@ -64,7 +75,7 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
 	}
-	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, tx: tx}}, nil
+	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, tx: tx, agentVersion: version}}, nil
 }
 
 // admission is one batch's admission: one transaction.
@@ -74,11 +85,13 @@ type admission struct {
 	tx    pgx.Tx
 	next  int
 	ended bool
+	// agentVersion is the version of the batch's agent its runs use.
+	agentVersion int
 }
 
 var (
 	batchRunCopyCols = []string{"id", "tenant", "agent", "session_id", "status", "message", "context", "metadata", "idempotency_key",
-		"batch_id", "max_turns", "max_tokens", "event_seq", "created_at", "updated_at", "batch_index", "custom_id"}
+		"batch_id", "max_turns", "max_tokens", "event_seq", "created_at", "updated_at", "batch_index", "custom_id", "agent_version"}
 	stepCopyCols  = []string{"run_id", "turn", "idx", "kind", "content", "created_at"}
 	eventCopyCols = []string{"run_id", "seq", "v", "turn", "type", "ts", "content", "summary"}
 )
@@ -107,7 +120,7 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 	for i, r := range rows {
 		runRows[i] = []any{r.ID, r.Tenant, r.Agent, r.SessionID, string(r.Status), r.Message, bytesArg(r.Context),
 			rules.EncodeMetadata(r.Metadata), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
-			r.CreatedAt, r.CreatedAt, r.Index, r.CustomID}
+			r.CreatedAt, r.CreatedAt, r.Index, r.CustomID, a.agentVersion}
 		st := rules.UserStep(r.Run)
 		stepRows[i] = []any{st.RunID, st.Turn, st.Index, string(st.Kind), st.Content, st.CreatedAt}
 		ev := store.BatchQueuedEvent(r.Run)

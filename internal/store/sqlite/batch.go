@@ -38,9 +38,9 @@ func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
 }
 
 const insertBatchRunHead = `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
-	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id) VALUES `
+	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id, agent_version) VALUES `
 
-var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 17)
+var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 18)
 
 func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
 	p, err := rules.BatchAdmit(p)
@@ -59,8 +59,18 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 		}
 	}
 	now := rules.Now()
+	var version int
 	err = s.write(ctx, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
+		// Every run of the batch is admitted under its agent's version
+		// of now.
+		err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Agent).Scan(&version)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", p.Agent, store.ErrUnknownAgent)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
 				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			textArg(rules.EncodeMetadata(p.Metadata)), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now.UnixMicro())
@@ -69,7 +79,7 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 	if err != nil {
 		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
 	}
-	return store.BatchAdmitResult{Admission: &admission{s: s, p: p}}, nil
+	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, agentVersion: version}}, nil
 }
 
 // admission is one batch's admission in chunks.
@@ -78,6 +88,8 @@ type admission struct {
 	p     store.BatchAdmitParams
 	next  int
 	ended bool
+	// agentVersion is the version of the batch's agent its runs use.
+	agentVersion int
 }
 
 func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
@@ -99,11 +111,11 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 		if err := a.checkKeys(ctx, tx, rows); err != nil {
 			return err
 		}
-		err := insertRows(ctx, tx, insertBatchRunSQL, 17, len(rows), func(args []any, i int) []any {
+		err := insertRows(ctx, tx, insertBatchRunSQL, 18, len(rows), func(args []any, i int) []any {
 			r := rows[i]
 			return append(args, r.ID, r.Tenant, r.Agent, r.SessionID, rules.BatchAdmitting, r.Message, blobArg(r.Context),
 				textArg(rules.EncodeMetadata(r.Metadata)), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
-				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID)
+				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID, a.agentVersion)
 		})
 		if err != nil {
 			return fmt.Errorf("insert %d runs: %w", len(rows), err)
@@ -401,6 +413,9 @@ func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, 
 
 func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
 	now := rules.NowOr(p.Now)
+	if err := s.dropAbandonedAdmissions(ctx, now); err != nil {
+		return store.BatchSweepResult{}, err
+	}
 	bs, err := s.BatchUnfinished(ctx, p.Limit)
 	if err != nil {
 		return store.BatchSweepResult{}, err
@@ -469,4 +484,35 @@ func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
 	return scanBatch(t.tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
 		string(status), at.UnixMicro(), id))
+}
+
+// dropAbandonedAdmissions deletes what admissions left that neither
+// committed nor aborted (their process died) for
+// rules.BatchAdmissionAbandonedAfter, a chunk per transaction.
+func (s *Store) dropAbandonedAdmissions(ctx context.Context, now time.Time) error {
+	ids, err := s.readStrings(ctx, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
+		now.Add(-rules.BatchAdmissionAbandonedAfter).UnixMicro())
+	if err != nil {
+		return fmt.Errorf("find abandoned batch admissions: %w", err)
+	}
+	for _, id := range ids {
+		for deleted := int64(-1); deleted != 0; {
+			err := s.write(ctx, func(tx *wtx) error {
+				res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE seq IN (SELECT seq FROM runs WHERE batch_id = ? AND batch_id <> ''
+					AND status = '`+rules.BatchAdmitting+`' LIMIT ?)`, id, store.BatchChunkMax)
+				if err != nil {
+					return err
+				}
+				if deleted, err = res.RowsAffected(); err != nil || deleted > 0 {
+					return err
+				}
+				_, err = tx.ExecContext(ctx, `DELETE FROM batches WHERE id = ? AND status = '`+rules.BatchAdmitting+`'`, id)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("drop abandoned admission of batch %s: %w", id, mapErr(err))
+			}
+		}
+	}
+	return nil
 }

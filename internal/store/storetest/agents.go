@@ -154,6 +154,23 @@ func testAgent(t *testing.T, newStore NewStore) {
 		_, err = b.s.RunCreate(b.ctx, store.RunCreateParams{Tenant: ten.ID, Agent: "theirs", Message: "m"})
 		require.ErrorIs(t, err, store.ErrUnknownAgent)
 	})
+	t.Run("BatchVersion", func(t *testing.T) {
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		for _, persona := range []string{"one", "two"} {
+			_, err := b.s.AgentUpsert(b.ctx, store.AgentUpsertParams{Tenant: ten.ID, Name: "bulk", Spec: agentfleet.AgentSpec{Persona: persona}})
+			require.NoError(t, err)
+		}
+		bt := b.admitBatch(t, store.BatchAdmitParams{Tenant: ten.ID, Agent: "bulk"}, 3, 2, 0)
+		runs, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: -1, Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, runs, 3)
+		for _, r := range runs {
+			require.Equal(t, 2, r.Run.AgentVersion, "a batch's runs are admitted under its agent's version")
+		}
+		_, err = b.s.BatchAdmit(b.ctx, store.BatchAdmitParams{Tenant: ten.ID, Agent: "ghost"})
+		require.ErrorIs(t, err, store.ErrUnknownAgent)
+	})
 	t.Run("Errors", func(t *testing.T) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})

@@ -15,6 +15,11 @@ import (
 // of its runs: no reader sees either until the admission commits.
 const BatchAdmitting = "admitting"
 
+// BatchAdmissionAbandonedAfter is how long a batch may stay admitting
+// before BatchSweep takes it for abandoned (its process died) and deletes
+// what it wrote.
+const BatchAdmissionAbandonedAfter = time.Hour
+
 // OpenBatchSQL repeats runs_open_batch's predicate (a batch's runs not
 // ended) for the runs table under alias a ("" for none), so the index
 // serves the queries.
