@@ -39,6 +39,7 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite
   --nats-url URL       an external NATS server instead of the embedded one
+  --nats-creds FILE    its creds (default $AGENTFLEET_NATS_CREDS)
   --spawn              run NATS, the dispatcher and the workers as processes
                        (this binary, re-executed); needs --database-url
   --url URL --token T  drive an existing fleet with its admin token; point its
@@ -66,6 +67,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "Postgres URL: run the fleet on Postgres in a fresh schema")
 	fs.StringVar(&cfg.Schema, "schema", "", "Postgres schema to use instead of a fresh one")
 	fs.StringVar(&cfg.NATSURL, "nats-url", "", "external NATS server (with --url: the fleet's, for the latency scenario's subscriber)")
+	fs.StringVar(&cfg.NATSCreds, "nats-creds", os.Getenv("AGENTFLEET_NATS_CREDS"), "creds file for --nats-url (default $AGENTFLEET_NATS_CREDS)")
 	fs.StringVar(&cfg.URL, "url", "", "drive the existing fleet at this API URL")
 	fs.StringVar(&cfg.Token, "token", "", "the --url fleet's admin token")
 	fs.BoolVar(&cfg.Spawn, "spawn", false, "run the fleet as processes (NATS, dispatcher, workers) on --database-url")

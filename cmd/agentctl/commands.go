@@ -295,7 +295,7 @@ func (e cliEnv) cmdRuns(ctx context.Context, args []string) error {
 
 func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usagef("tenants needs a subcommand: create, show, set-budget, usage, keys or callback-secret")
+		return usagef("tenants needs a subcommand: create, show, set-budget, usage, keys, callback-secret or nats-creds")
 	}
 	c := e.client()
 	settings := func(fs *flag.FlagSet) func() wire.TenantRequest {
@@ -422,8 +422,10 @@ func (e cliEnv) cmdTenants(ctx context.Context, args []string) error {
 		return nil
 	case "keys":
 		return e.cmdTenantKeys(ctx, c, args[1:])
+	case "nats-creds":
+		return e.cmdTenantNATSCreds(ctx, c, args[1:])
 	}
-	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, keys, callback-secret)", args[0])
+	return usagef("unknown tenants subcommand %q (create, show, set-budget, usage, keys, callback-secret, nats-creds)", args[0])
 }
 
 // cmdTenantKeys is `agentctl tenants keys create|ls|revoke`.

@@ -46,7 +46,10 @@ func (e cliEnv) cmdDev(ctx context.Context, args []string) error {
 		model = llm.DemoModelLabel + " — set AGENTFLEET_MODEL and OPENAI_BASE_URL for a real model"
 	}
 	nats := "in-process only"
-	if dev.Embedded != nil && dev.Embedded.Listen() != "" {
+	if dev.Embedded != nil && dev.Embedded.Listen() != "" && dev.TenantNATSCreds != "" {
+		nats = fmt.Sprintf("nats://%s, authenticated; the dev tenant's events:\n"+
+			"               nats sub -s nats://%s --creds %s 'af.events.%s.>'", dev.Embedded.Listen(), dev.Embedded.Listen(), dev.TenantNATSCreds, fleet.DevTenant)
+	} else if dev.Embedded != nil && dev.Embedded.Listen() != "" {
 		nats = "nats://" + dev.Embedded.Listen() + "  (try: nats sub 'af.events.>')"
 	} else if cfg.NATSURL != "" {
 		nats = cfg.NATSURL

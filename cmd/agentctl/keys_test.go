@@ -23,14 +23,18 @@ import (
 // admin.
 type cli struct{}
 
-func newCLI(t *testing.T) cli {
+func newCLI(t *testing.T, mods ...func(*api.Config)) cli {
 	t.Helper()
 	emb := bustest.StartServer(t)
 	b := bustest.Connect(t, emb)
 	st, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(t.TempDir(), "cli.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = st.Close() })
-	srv, err := api.New(api.Config{Store: st, Bus: b, AdminToken: "admin", KeyRevocations: b, Logger: slog.New(slog.DiscardHandler)})
+	cfg := api.Config{Store: st, Bus: b, AdminToken: "admin", KeyRevocations: b, Logger: slog.New(slog.DiscardHandler)}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	srv, err := api.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv)

@@ -55,6 +55,8 @@ Usage:
                               [--exhausted queue|fail] ID
   agentctl tenants usage [--by model|run] ID
   agentctl tenants callback-secret ID
+  agentctl tenants nats-creds [--ttl D] [-o FILE] ID   (admin; --revoke revokes all issued)
+  agentctl nats-auth [--account NAME] [--resolver-dir D] [--force] DIR
   agentctl triggers create [--scheme github|standard|stripe|hmac] [--agent A] [--message T] [--session T]
                            [--events E[,E]] [--secret S] [--max-turns N] [--max-tokens N] NAME
   agentctl triggers ls|show|rm [--json] [ID]
@@ -153,6 +155,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdApprovals(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
+	case "nats-auth":
+		err = env.cmdNATSAuth(ctx, args[1:])
 	case "bench":
 		err = env.cmdBench(ctx, args[1:])
 	case bench.RoleCommand:

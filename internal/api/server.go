@@ -107,6 +107,8 @@ type Config struct {
 	// BatchMaxBytes caps the body of POST /v1/batches
 	// (AGENTFLEET_BATCH_MAX_BYTES; zero: BatchMaxBytesDefault).
 	BatchMaxBytes int64
+	// NATSCreds, when set, serves /v1/tenants/{id}/nats-creds.
+	NATSCreds NATSCreds
 }
 
 // Server serves the API.
@@ -254,6 +256,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/tenants/{id}/keys", s.authed(s.handleKeyCreate))
 	s.mux.HandleFunc("GET /v1/tenants/{id}/keys", s.authed(s.handleKeyList))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/keys/{key}", s.authed(s.handleKeyRevoke))
+	s.mux.HandleFunc("GET /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsGet))
+	s.mux.HandleFunc("DELETE /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsRevoke))
 	// Agents (agents.go).
 	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentPut)))
 	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))

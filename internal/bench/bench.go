@@ -105,6 +105,8 @@ type Config struct {
 	Schema      string
 	// NATSURL runs an embedded fleet on an external NATS server.
 	NATSURL string
+	// NATSCreds is the creds file for NATSURL (AGENTFLEET_NATS_CREDS).
+	NATSCreds string
 	// URL and Token drive an existing fleet through its API with the
 	// admin token; NATSURL then names its NATS server for the latency
 	// scenario's subscriber.
@@ -344,7 +346,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	switch {
 	case cfg.URL != "":
 		p.Mode, p.Workers, p.Slots = "url", 0, 0
-		e.fleet = &urlFleet{url: cfg.URL, token: cfg.Token, nats: cfg.NATSURL}
+		e.fleet = &urlFleet{url: cfg.URL, token: cfg.Token, nats: cfg.NATSURL, creds: cfg.NATSCreds}
 		rep.note("the bench's tenants (bench-%s-*) stay in the fleet", e.tag)
 		e.printf("fake model listening at %s (AGENTFLEET_MODEL=%s OPENAI_BASE_URL=%s for the fleet's workers)\n", m.URL(), ModelName, m.URL())
 	case cfg.Spawn:

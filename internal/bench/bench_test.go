@@ -417,7 +417,7 @@ func TestFleetByURL(t *testing.T) {
 		t.Run(sc, func(t *testing.T) {
 			rep := run(t, bench.Config{
 				Scenario: sc, Runs: 10, Warmup: 2, ModelLatency: bench.LatencyDefault,
-				URL: dev.URL(), Token: "admin-secret", NATSURL: dev.Embedded.ClientURL(), ModelListen: modelAddr,
+				URL: dev.URL(), Token: "admin-secret", NATSURL: dev.Embedded.ClientURL(), NATSCreds: dev.Config.NATSCreds, ModelListen: modelAddr,
 			})
 			require.Equal(t, "url", rep.Parameters.Mode)
 			if sc == bench.Throughput {

@@ -44,7 +44,7 @@ func (e *env) latency(ctx context.Context) error {
 	}
 	haveNATS := false
 	if url := e.fleet.natsURL(); url != "" {
-		b, err := bus.Connect(ctx, bus.Config{URL: url, Name: "agentctl-bench-subscriber", Observer: true})
+		b, err := bus.Connect(ctx, bus.Config{URL: url, CredsFile: e.fleet.natsCreds(), Name: "agentctl-bench-subscriber", Observer: true})
 		if err != nil {
 			return fmt.Errorf("connect the NATS subscriber to %s: %w", url, err)
 		}

@@ -596,6 +596,7 @@ func (f *procFleet) killWorker(i int) {
 func (f *procFleet) apiURL() string     { return "http://127.0.0.1:" + strconv.Itoa(f.apiPort) }
 func (f *procFleet) adminToken() string { return f.token }
 func (f *procFleet) store() store.Store { return f.st }
+func (f *procFleet) natsCreds() string  { return "" }
 func (f *procFleet) local() bool        { return true }
 func (f *procFleet) schema() string     { return schemaOf(f.dbURL) }
 func (f *procFleet) logDir() string     { return f.dir }

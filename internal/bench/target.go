@@ -28,8 +28,10 @@ type target interface {
 	// store is its store of record, or nil when the bench cannot read it
 	// (a fleet driven by URL).
 	store() store.Store
-	// natsURL is its NATS server, or "" when unknown.
+	// natsURL is its NATS server, or "" when unknown; natsCreds the
+	// creds file to connect with ("" for none).
 	natsURL() string
+	natsCreds() string
 	// local reports whether the fleet's processes are this process and
 	// its descendants, so that CPU and memory can be measured.
 	local() bool
@@ -107,7 +109,7 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 	}
 	fcfg := fleet.Config{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: newToken(), DatabaseURL: dbURL,
-		NATSURL: cfg.NATSURL, NATSListen: natsListen, DataDir: dir,
+		NATSURL: cfg.NATSURL, NATSCreds: cfg.NATSCreds, NATSListen: natsListen, DataDir: dir,
 		Workers: cfg.Workers, WorkerSlots: cfg.Slots, DrainTimeout: 10 * time.Second,
 		AckWait: cfg.AckWait, MaxWaiting: mw, ReadyDepth: cfg.ReadyDepth,
 		Model: llm.Config{Model: ModelName, BaseURL: m.URL()},
@@ -141,6 +143,8 @@ func (f *embeddedFleet) natsURL() string {
 	return f.dev.Config.NATSURL
 }
 
+func (f *embeddedFleet) natsCreds() string { return f.dev.Config.NATSCreds }
+
 func (f *embeddedFleet) close() error {
 	f.cancel()
 	err := <-f.done
@@ -157,13 +161,14 @@ func (f *embeddedFleet) removeDir() {
 // urlFleet is an existing fleet, reached through its API with an admin
 // token; its workers must be pointed at the bench's fake model.
 type urlFleet struct {
-	url, token, nats string
+	url, token, nats, creds string
 }
 
 func (f *urlFleet) apiURL() string     { return f.url }
 func (f *urlFleet) adminToken() string { return f.token }
 func (f *urlFleet) store() store.Store { return nil }
 func (f *urlFleet) natsURL() string    { return f.nats }
+func (f *urlFleet) natsCreds() string  { return f.creds }
 func (f *urlFleet) local() bool        { return false }
 func (f *urlFleet) close() error       { return nil }
 

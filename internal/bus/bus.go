@@ -93,13 +93,7 @@ func Connect(ctx context.Context, cfg Config, opts ...Option) (*Bus, error) {
 	b.conn, b.connCancel = context.WithCancelCause(b.ctx)
 	b.connCancel(ErrNotConnected) // not connected yet
 
-	nopts := b.natsOptions()
-	url := cfg.URL
-	if co.embedded != nil {
-		nopts = append(nopts, nats.InProcessServer(inProcess{co.embedded}))
-		url = ""
-	}
-	nc, err := nats.Connect(url, nopts...)
+	nc, url, err := co.dial(cfg, b.natsOptions())
 	if err != nil {
 		b.cancel()
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)

@@ -34,6 +34,12 @@ func (b *Bus) natsOptions() []nats.Option {
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
+	return append(opts, tlsOptions(cfg)...)
+}
+
+// tlsOptions are Config's TLS settings as client options.
+func tlsOptions(cfg Config) []nats.Option {
+	var opts []nats.Option
 	if cfg.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(cfg.TLSCA))
 	}

@@ -39,6 +39,10 @@ type EmbeddedConfig struct {
 	// bytes; zero lets the server size them from the machine.
 	MaxMemory int64
 	MaxStore  int64
+	// AuthConf is a nats-server configuration fragment that secures the
+	// server (natsauth's server.conf: operator, accounts, resolver).
+	// Empty: no authentication.
+	AuthConf string
 	// ReadyTimeout bounds how long StartEmbedded waits for the server to
 	// accept connections (default 10s).
 	ReadyTimeout time.Duration
@@ -75,14 +79,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 10 * time.Second
 	}
-	opts := &server.Options{
-		ServerName:         cfg.Name,
-		JetStream:          true,
-		JetStreamMaxMemory: cfg.MaxMemory,
-		JetStreamMaxStore:  cfg.MaxStore,
-		NoSigs:             true,
-		NoLog:              cfg.Logger == nil,
+	opts := &server.Options{}
+	if cfg.AuthConf != "" {
+		if err := opts.ProcessConfigString(cfg.AuthConf); err != nil {
+			return nil, fmt.Errorf("embedded nats: auth configuration: %w", err)
+		}
 	}
+	opts.ServerName, opts.JetStream, opts.NoSigs, opts.NoLog = cfg.Name, true, true, cfg.Logger == nil
+	opts.JetStreamMaxMemory, opts.JetStreamMaxStore = cfg.MaxMemory, cfg.MaxStore
 	if cfg.Listen == "" {
 		opts.DontListen = true
 	} else {

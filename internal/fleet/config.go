@@ -58,6 +58,14 @@ type Config struct {
 	// NATSURL is the NATS server, or every node of a cluster separated
 	// by commas (tls:// for TLS); empty means an embedded server.
 	NATSURL string
+	// NATSCreds (AGENTFLEET_NATS_CREDS) is the fleet's NATS creds file;
+	// NATSSigningKey (AGENTFLEET_NATS_SIGNING_KEY) the issuer bundle a
+	// dispatcher signs and revokes tenants' subscriber creds with. Both
+	// are written by `agentctl nats-auth`; dev mode makes its own.
+	NATSCreds      string
+	NATSSigningKey string
+	// natsAuthDir holds the embedded server's auth (dev mode).
+	natsAuthDir string
 	// NATSReplicas (AGENTFLEET_NATS_REPLICAS, default 1) is the replicas
 	// of every stream and KV bucket on a NATS cluster; the scheduler's
 	// lease holder applies it to the existing ones. The embedded server
@@ -160,23 +168,25 @@ type Config struct {
 // ConfigFromEnv reads the environment, applying defaults.
 func ConfigFromEnv() (Config, error) {
 	c := Config{
-		Listen:        envOr("AGENTFLEET_LISTEN", ListenDefault),
-		AdminToken:    os.Getenv("AGENTFLEET_ADMIN_TOKEN"),
-		DatabaseURL:   os.Getenv("AGENTFLEET_DATABASE_URL"),
-		NATSURL:       os.Getenv("AGENTFLEET_NATS_URL"),
-		NATSListen:    envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
-		NATSTLSCA:     os.Getenv("AGENTFLEET_NATS_TLS_CA"),
-		NATSTLSCert:   os.Getenv("AGENTFLEET_NATS_TLS_CERT"),
-		NATSTLSKey:    os.Getenv("AGENTFLEET_NATS_TLS_KEY"),
-		DataDir:       envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
-		MetricsListen: os.Getenv("AGENTFLEET_METRICS_LISTEN"),
-		Prefix:        os.Getenv("AGENTFLEET_NATS_PREFIX"),
-		DrainTimeout:  DrainTimeoutDefault,
-		Model:         llm.ConfigFromEnv(),
-		SecretsKey:    os.Getenv(secrets.EnvKey),
-		PublicURL:     strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
-		EgressAllow:   os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
-		EgressPrivate: os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
+		Listen:         envOr("AGENTFLEET_LISTEN", ListenDefault),
+		AdminToken:     os.Getenv("AGENTFLEET_ADMIN_TOKEN"),
+		DatabaseURL:    os.Getenv("AGENTFLEET_DATABASE_URL"),
+		NATSURL:        os.Getenv("AGENTFLEET_NATS_URL"),
+		NATSListen:     envOr("AGENTFLEET_NATS_LISTEN", NATSListenDefault),
+		NATSTLSCA:      os.Getenv("AGENTFLEET_NATS_TLS_CA"),
+		NATSTLSCert:    os.Getenv("AGENTFLEET_NATS_TLS_CERT"),
+		NATSTLSKey:     os.Getenv("AGENTFLEET_NATS_TLS_KEY"),
+		NATSCreds:      os.Getenv("AGENTFLEET_NATS_CREDS"),
+		NATSSigningKey: os.Getenv("AGENTFLEET_NATS_SIGNING_KEY"),
+		DataDir:        envOr("AGENTFLEET_DATA_DIR", DataDirDefault),
+		MetricsListen:  os.Getenv("AGENTFLEET_METRICS_LISTEN"),
+		Prefix:         os.Getenv("AGENTFLEET_NATS_PREFIX"),
+		DrainTimeout:   DrainTimeoutDefault,
+		Model:          llm.ConfigFromEnv(),
+		SecretsKey:     os.Getenv(secrets.EnvKey),
+		PublicURL:      strings.TrimRight(os.Getenv("AGENTFLEET_PUBLIC_URL"), "/"),
+		EgressAllow:    os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
+		EgressPrivate:  os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
 	}
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -214,6 +215,27 @@ func TestWebhookSettingsFromEnv(t *testing.T) {
 	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
 	_, err = ConfigFromEnv()
 	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
+}
+
+func TestNATSAuthFilesFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	creds, key := filepath.Join(dir, "fleet.creds"), filepath.Join(dir, "signing.nk")
+	require.NoError(t, os.WriteFile(creds, []byte("x"), 0o600))
+	require.NoError(t, os.WriteFile(key, []byte("x"), 0o600))
+	t.Setenv("AGENTFLEET_NATS_CREDS", creds)
+	t.Setenv("AGENTFLEET_NATS_SIGNING_KEY", key)
+	c, err := ConfigFromEnv()
+	require.NoError(t, err)
+	require.Equal(t, creds, c.NATSCreds)
+	require.Equal(t, key, c.NATSSigningKey)
+
+	// A missing file is the process's startup error, naming the variable
+	// (the deploy files name paths of the machines they run on).
+	c.NATSCreds = filepath.Join(dir, "missing.creds")
+	c.NATSURL = "nats://127.0.0.1:1"
+	_, _, err = OpenBus(context.Background(), c, "worker", slog.New(slog.DiscardHandler))
+	require.ErrorContains(t, err, "AGENTFLEET_NATS_CREDS")
+	require.ErrorContains(t, err, "agentctl nats-auth")
 }
 
 func TestNATSClusterFromEnv(t *testing.T) {

@@ -34,7 +34,10 @@ type Dev struct {
 	AdminToken string
 	// TenantKey is an API key of DevTenant.
 	TenantKey string
-	log       *slog.Logger
+	// TenantNATSCreds is a creds file DevTenant's own NATS subscribers
+	// can use (24h), "" when the fleet issues none.
+	TenantNATSCreds string
+	log             *slog.Logger
 }
 
 // DevOptions adjusts dev mode for tests and benchmarks.
@@ -72,6 +75,9 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	if _, err := secrets.ParseKey(cfg.SecretsKey); err != nil {
 		return nil, fmt.Errorf("%s/secrets-key: %w", cfg.DataDir, err)
 	}
+	if err := cfg.prepareEmbeddedNATSAuth(); err != nil {
+		return nil, err
+	}
 	d.Config = cfg
 	if d.Store, err = OpenStore(ctx, cfg); err != nil {
 		return nil, err
@@ -82,6 +88,20 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	if d.TenantKey, err = ensureDevTenant(ctx, d.Store, filepath.Join(cfg.DataDir, "dev-tenant-key")); err != nil {
 		return nil, err
 	}
+	natsCreds, err := newNATSCreds(cfg, d.Bus, d.Embedded)
+	if err != nil {
+		return nil, err
+	}
+	if natsCreds != nil && cfg.natsAuthDir != "" {
+		creds, err := natsCreds.TenantCreds(ctx, DevTenant, 0)
+		if err != nil {
+			return nil, err
+		}
+		d.TenantNATSCreds = filepath.Join(cfg.natsAuthDir, DevTenant+".creds")
+		if err := os.WriteFile(d.TenantNATSCreds, creds, 0o600); err != nil {
+			return nil, err
+		}
+	}
 	reg := NewRegistry()
 	bm := budget.NewMetrics(reg)
 	d.Dispatcher, err = NewDispatcher(DispatcherConfig{
@@ -89,7 +109,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter, BatchMaxBytes: cfg.BatchMaxBytes,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
-		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,
 	})
 	if err != nil {
 		return nil, err

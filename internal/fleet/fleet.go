@@ -63,8 +63,11 @@ func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
 func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) (*bus.Bus, *bus.Embedded, error) {
 	bcfg := bus.Config{
 		URL: cfg.NATSURL, Name: connName(role), Prefix: cfg.Prefix, AckWait: cfg.AckWait, MaxWaiting: cfg.MaxWaiting,
-		EventsMaxAge: cfg.EventsMaxAge, Logger: logger,
+		EventsMaxAge: cfg.EventsMaxAge, Logger: logger, CredsFile: cfg.NATSCreds,
 		Replicas: cfg.NATSReplicas, TLSCA: cfg.NATSTLSCA, TLSCert: cfg.NATSTLSCert, TLSKey: cfg.NATSTLSKey,
+	}
+	if _, err := os.Stat(cfg.NATSCreds); cfg.NATSCreds != "" && err != nil {
+		return nil, nil, fmt.Errorf("AGENTFLEET_NATS_CREDS=%q: %w (write it with: agentctl nats-auth DIR)", cfg.NATSCreds, err)
 	}
 	if cfg.NATSURL != "" {
 		b, err := bus.Connect(ctx, bcfg)
@@ -80,7 +83,11 @@ func OpenBus(ctx context.Context, cfg Config, role string, logger *slog.Logger) 
 		logger.Warn("the embedded NATS server is one server: its streams have 1 replica", "AGENTFLEET_NATS_REPLICAS", bcfg.Replicas)
 	}
 	bcfg.Replicas = 1
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger})
+	authConf, err := cfg.embeddedAuthConf()
+	if err != nil {
+		return nil, nil, err
+	}
+	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: cfg.NATSListen, StoreDir: cfg.NATSStoreDir(), Logger: logger, AuthConf: authConf})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start embedded NATS: %w", err)
 	}
@@ -161,6 +168,9 @@ type DispatcherConfig struct {
 	RetentionInterval time.Duration
 	RetentionBatch    int
 	RetentionPause    time.Duration
+	// NATSCreds issues tenants' NATS subscriber creds (nil: the
+	// endpoints answer 503).
+	NATSCreds api.NATSCreds
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -251,6 +261,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		KeyRevocations: cfg.Bus,
 		Console:        console.Handler(),
 		Tracer:         d.tracer,
+		NATSCreds:      cfg.NATSCreds,
 	})
 	if err != nil {
 		return nil, err

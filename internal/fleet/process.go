@@ -29,6 +29,9 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	if err := cfg.prepareEmbeddedNATSAuth(); err != nil {
+		return err
+	}
 	b, emb, err := OpenBus(ctx, cfg, "dispatcher", logger)
 	if err != nil {
 		return err
@@ -39,12 +42,16 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 			emb.Shutdown()
 		}
 	}()
+	natsCreds, err := newNATSCreds(cfg, b, emb)
+	if err != nil {
+		return err
+	}
 	d, err := NewDispatcher(DispatcherConfig{
 		Listen: cfg.Listen, MetricsListen: cfg.dispatcherMetricsListen(), AdminToken: cfg.AdminToken, ReadyDepth: cfg.ReadyDepth,
 		StrandedInterval: cfg.StrandedInterval, StrandedAfter: cfg.StrandedAfter, BatchMaxBytes: cfg.BatchMaxBytes,
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: st, Bus: b, Logger: logger, Elect: true,
-		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(),
+		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,
 	})
 	if err != nil {
 		return err
@@ -85,6 +92,9 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
+	if err := cfg.prepareEmbeddedNATSAuth(); err != nil {
+		return err
+	}
 	b, _, err := OpenBus(ctx, cfg, "worker", logger)
 	if err != nil {
 		return err

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/natsauth"
+)
+
+// cmdNATSAuth is `agentctl nats-auth [--account NAME] [--resolver-dir D]
+// [--force] DIR`: the servers' and the fleet's side of NATS JWT auth.
+func (e cliEnv) cmdNATSAuth(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("nats-auth", flag.ContinueOnError)
+	account := fs.String("account", natsauth.AccountNameDefault, "name of the fleet's NATS account")
+	resolverDir := fs.String("resolver-dir", natsauth.ResolverDirDefault, "where each server keeps account JWTs (per node, writable; relative to its working directory)")
+	force := fs.Bool("force", false, "replace an existing set (every creds issued with it stops working)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("nats-auth takes one DIR")
+	}
+	setup, err := natsauth.Generate(natsauth.GenerateConfig{AccountName: *account, ResolverDir: *resolverDir})
+	if err != nil {
+		return err
+	}
+	dir := pos[0]
+	if err := setup.WriteDir(dir, *force); err != nil {
+		if errors.Is(err, natsauth.ErrExists) {
+			return usagef("%v", err)
+		}
+		return err
+	}
+	p := func(name string) string { return filepath.Join(dir, name) }
+	fmt.Fprintf(e.stdout, `NATS auth written to %s (fleet account %s)
+  %-12s include it in every nats-server's configuration:  include "%s"
+  %-12s the fleet's processes:  AGENTFLEET_NATS_CREDS=%s
+  %-12s the dispatchers (issue and revoke tenants' creds):  AGENTFLEET_NATS_SIGNING_KEY=%s
+  %-12s a system-account user for operators' tools (nats --creds %s server list)
+  %-12s the operator's key: no process needs it; keep it offline
+Tenants' subscribers: agentctl tenants nats-creds ID -o ID.creds
+`, dir, setup.Account, natsauth.FileServerConf, p(natsauth.FileServerConf), natsauth.FileFleetCreds, p(natsauth.FileFleetCreds),
+		natsauth.FileSigningKey, p(natsauth.FileSigningKey), natsauth.FileSysCreds, p(natsauth.FileSysCreds), natsauth.FileOperatorNK)
+	return nil
+}
+
+// cmdTenantNATSCreds is `agentctl tenants nats-creds [--ttl D] [--revoke]
+// [-o FILE] ID`.
+func (e cliEnv) cmdTenantNATSCreds(ctx context.Context, c *client.Client, args []string) error {
+	fs := flag.NewFlagSet("tenants nats-creds", flag.ContinueOnError)
+	ttl := fs.Duration("ttl", 0, "how long the creds work (default 24h)")
+	revoke := fs.Bool("revoke", false, "revoke every creds issued to the tenant so far instead")
+	out := fs.String("o", "", "write the creds to this file (mode 0600) instead of stdout")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("tenants nats-creds takes one tenant ID")
+	}
+	tenant := pos[0]
+	if *revoke {
+		if *ttl != 0 || *out != "" {
+			return usagef("tenants nats-creds --revoke takes no --ttl or -o")
+		}
+		r, err := c.RevokeNATSCreds(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "revoked every NATS creds of %s issued up to %s\n", r.Tenant, r.RevokedBefore.Format(time.RFC3339))
+		return nil
+	}
+	if *ttl < 0 {
+		return usagef("--ttl must be positive")
+	}
+	creds, err := c.NATSCreds(ctx, tenant, *ttl)
+	if err != nil {
+		return err
+	}
+	if *out == "" {
+		_, err := e.stdout.Write(creds)
+		return err
+	}
+	if err := os.WriteFile(*out, creds, 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "wrote %s; subscribe with: nats sub --creds %s '%s'\n", *out, *out, "af.events."+tenant+".>")
+	return nil
+}
