@@ -50,11 +50,15 @@ type ModelResponse struct {
 type ModelUnavailableError struct {
 	Model  string
 	Reason string
+	// Err is the provider's refusal it comes from, if any.
+	Err error
 }
 
 func (e *ModelUnavailableError) Error() string {
 	return "model " + strconv.Quote(e.Model) + " is not served by this worker: " + e.Reason
 }
+
+func (e *ModelUnavailableError) Unwrap() error { return e.Err }
 
 // ModelChunk is one piece of a streamed reply. The last chunk has Done set
 // and carries the whole response with usage.

@@ -607,5 +607,17 @@ func (c *Client) response(req agentfleet.ModelRequest, params openai.ChatComplet
 
 // wrap adds which model at which provider failed.
 func (c *Client) wrap(params openai.ChatCompletionNewParams, err error) error {
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && modelNotFound(apiErr) {
+		// An agent's model the provider does not have: no retry helps.
+		err = &agentfleet.ModelUnavailableError{Model: string(params.Model), Err: err,
+			Reason: "the provider at " + c.host + " does not have it (" + apiErr.Error() + ")"}
+	}
 	return fmt.Errorf("chat completion with %s at %s: %w", params.Model, c.host, err)
+}
+
+// modelNotFound reports whether the provider refused the request's model:
+// OpenAI's code model_not_found, or a 404 that says so (gateways).
+func modelNotFound(e *APIError) bool {
+	return e.Code == "model_not_found" || e.StatusCode == http.StatusNotFound && strings.Contains(strings.ToLower(e.Message), "model")
 }

@@ -789,3 +789,27 @@ func TestCompleteReadsRefusalsAndRetriesBrokenReplies(t *testing.T) {
 	require.Positive(t, resp.Usage.PromptTokens)
 	require.EqualValues(t, 3, b.hits.Load(), "the broken replies were retried")
 }
+
+// A model the provider does not have is a ModelUnavailableError (the
+// turn fails saying so), still carrying the provider's APIError.
+func TestModelNotFoundIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = fmt.Fprint(w, `{"error":{"message":"The model 'gpt-9' does not exist","type":"invalid_request_error","code":"model_not_found"}}`)
+	})
+	_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Model: "gpt-9", Messages: testMessages})
+	var mu *agentfleet.ModelUnavailableError
+	require.ErrorAs(t, err, &mu)
+	require.Equal(t, "gpt-9", mu.Model)
+	require.Contains(t, err.Error(), "does not exist")
+	var apiErr *APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.EqualValues(t, 1, b.hits.Load(), "not retried")
+
+	// Another 4xx is not.
+	b = setup(t, func(w http.ResponseWriter, r *http.Request) { writeError(w, http.StatusBadRequest, "bad") })
+	_, err = b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+	require.False(t, errors.As(err, &mu))
+}
