@@ -34,6 +34,11 @@ func (e *env) batch(ctx context.Context) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeBatchInputs(pw, t.tag, e.cfg.Runs, e.cfg.Turns)) }()
 	e.say("admitting %d inputs as one batch", e.cfg.Runs)
+	local := e.fleet.local()
+	var cpu0 cpuSample
+	if local {
+		cpu0 = e.sampleCPU()
+	}
 	start := time.Now()
 	b, err := t.c.SubmitBatch(ctx, client.BatchSubmitParams{MaxTurns: e.cfg.Turns + 1}, pr)
 	admitted := time.Now()
@@ -41,6 +46,13 @@ func (e *env) batch(ctx context.Context) error {
 	if err != nil {
 		stopRSS()
 		return fmt.Errorf("submit the batch: %w", err)
+	}
+	if local {
+		cpu1 := e.sampleCPU()
+		f.AdmissionCPU = durPtr(cpu1.self - cpu0.self + cpu1.kids - cpu0.kids)
+		if e.rep.Parameters.Store == "postgres" && cpu1.postgres > cpu0.postgres {
+			f.AdmissionCPUPostgres = durPtr(cpu1.postgres - cpu0.postgres)
+		}
 	}
 	f.Admission = Duration(admitted.Sub(start))
 	f.AdmittedPerSec = float64(b.Total) / admitted.Sub(start).Seconds()
@@ -103,6 +115,12 @@ type BatchFigures struct {
 	// Admission is from the first byte of the POST to its 202.
 	Admission      Duration `json:"admission"`
 	AdmittedPerSec float64  `json:"admitted_per_sec"`
+	// AdmissionCPU is the CPU this process and its children (the whole
+	// fleet, the bench's client included) spent during the admission,
+	// and AdmissionCPUPostgres the local PostgreSQL's: what the
+	// admission costs whatever else the machine runs.
+	AdmissionCPU         *Duration `json:"admission_cpu,omitempty"`
+	AdmissionCPUPostgres *Duration `json:"admission_cpu_postgres,omitempty"`
 	// DurableAtAdmission is how many of the batch's runs the store had
 	// right after the 202 (the bench's own store only).
 	DurableAtAdmission int `json:"durable_at_admission,omitempty"`

@@ -443,6 +443,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if b := f.Batch; b != nil {
 		row("admission", "%d inputs in %s (%.0f/s), %d durable at the 202", b.Inputs, b.Admission, b.AdmittedPerSec, b.DurableAtAdmission)
+		if b.AdmissionCPU != nil {
+			pg := ""
+			if b.AdmissionCPUPostgres != nil {
+				pg = fmt.Sprintf(" + %s PostgreSQL", *b.AdmissionCPUPostgres)
+			}
+			row("admission CPU", "%s%s (the fleet and the bench's client)", *b.AdmissionCPU, pg)
+		}
 		row("batch run", "%.0f turns/s, %.1f runs/s over %s (202 to last completion)", b.TurnsPerSec, b.RunsPerSec, b.Wall)
 		row("RSS idle / peak", "%s / %s (this process + its children)", mib(b.IdleRSS), mib(b.PeakRSS))
 	}

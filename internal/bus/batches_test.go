@@ -51,5 +51,5 @@ func TestEnqueueTurnsInWindows(t *testing.T) {
 	require.NoError(t, s.b.EnqueueTurns(s.ctx, ts[:10]), "repeats are dropped")
 	require.EqualValues(t, 2500, streamInfo(t, s.js, "AF_RUNQ").State.Msgs)
 	bad := []bus.Turn{{RunID: "r", Tenant: "acme", Turn: 0}}
-	require.Error(t, s.b.EnqueueTurns(s.ctx, bad))
+	require.Error(t, s.b.EnqueueTurns(s.ctx, bad), "refused before anything is sent")
 }

@@ -92,7 +92,7 @@ func (b *Bus) EnqueueTurn(ctx context.Context, t Turn) error {
 // (ids make the repeats harmless).
 const (
 	publishWindow   = 256
-	publishAttempts = 4
+	publishAttempts = 10
 )
 
 // EnqueueTurns publishes ts to AF_RUNQ like EnqueueTurn, asynchronously
@@ -100,6 +100,11 @@ const (
 // what was not acked. A nil error means all are stored; on error some
 // may be, and publishing them again is safe.
 func (b *Bus) EnqueueTurns(ctx context.Context, ts []Turn) error {
+	for _, t := range ts {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("publish turn to %s: %w", QueueRunQ, err)
+		}
+	}
 	return inWindows(ctx, ts, func(window []Turn) []error {
 		_, errs := b.publishTurns(ctx, QueueRunQ, window)
 		return errs
@@ -129,8 +134,11 @@ func inWindows[T any](ctx context.Context, items []T, publish func([]T) []error)
 				return fmt.Errorf("%d of %d not stored after %d attempts: %w", len(failed), len(window), attempt, first)
 			}
 			window = failed
+			// The connection's async window may be full of other
+			// publishes (the workers' on a shared connection): give
+			// their acks time to come back.
 			select {
-			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			case <-time.After(min(time.Duration(attempt)*250*time.Millisecond, 2*time.Second)):
 			case <-ctx.Done():
 			}
 		}

@@ -2,8 +2,10 @@ package fleet_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
+	"github.com/agentfleet/agentfleet/internal/webhook"
 	"github.com/agentfleet/agentfleet/wire"
 )
 
@@ -228,4 +231,32 @@ func TestFleetBatchMaxConcurrent(t *testing.T) {
 		require.LessOrEqual(t, m.peak.Load(), int64(3), "model calls at once")
 		require.GreaterOrEqual(t, m.peak.Load(), int64(2), "the cap, not a queue of one, set the pace")
 	})
+}
+
+// A batch with a callback_url: once its runs have all ended, its done
+// event is POSTed signed under the tenant's callback secret, and tried
+// again with the same webhook-id while the receiver fails.
+func TestFleetBatchCallback(t *testing.T) {
+	t.Parallel()
+	m := &itemTurns{}
+	f := setupFleetWith(t, fleetOptions{responder: m.respond})
+	tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "cb"})
+	require.NoError(t, err)
+	c := client.New(f.dispatcher.URL(), tv.APIKey)
+	rc := newReceiver(t, http.StatusServiceUnavailable)
+	b, err := c.SubmitBatch(f.ctx, client.BatchSubmitParams{CallbackURL: rc.srv.URL + "/batch"}, itemsJSONL(5))
+	require.NoError(t, err)
+	first := rc.next(t)
+	rc.status.Store(http.StatusNoContent)
+	second := rc.next(t)
+	for _, cb := range []receivedCallback{first, second} {
+		require.NoError(t, webhook.Verify(webhook.Standard, []string{tv.CallbackSecret}, cb.header, cb.body, time.Now()))
+		require.Equal(t, "batch_"+b.ID+"_done", cb.header.Get(webhook.HeaderStandardID))
+		var ev wire.BatchEvent
+		require.NoError(t, json.Unmarshal(cb.body, &ev))
+		require.Equal(t, wire.BatchEventDone, ev.Type)
+		require.Equal(t, b.ID, ev.Batch)
+		require.Equal(t, "completed", ev.Status)
+		require.Equal(t, 5, ev.Counts[agentfleet.StatusCompleted])
+	}
 }
