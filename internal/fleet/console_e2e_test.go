@@ -250,7 +250,10 @@ func TestConsole(t *testing.T) {
 		p.Type("form.submit textarea", xss+" xss")
 		p.Click("form.submit button[type=submit]")
 		p.WaitJS("the run is listed", `[...document.querySelectorAll('td.message')].some((td) => td.textContent.includes('onerror'))`)
-		p.Click("table.runs tbody tr:first-child td.id a")
+		// The list redraws live: find the run's own row, not the first.
+		id := browsertest.Eval[string](p, `[...document.querySelectorAll('table.runs tbody tr')].find((tr) => tr.querySelector('td.message')?.textContent.includes('onerror'))?.dataset.run || ''`)
+		require.NotEmpty(t, id)
+		p.Click(row(id) + " td.id a")
 		p.WaitVisible(`dd[data-fact="status"] [data-status="completed"]`)
 		p.WaitVisible(`.turn[data-turn="2"] .block.answer`)
 
@@ -261,8 +264,8 @@ func TestConsole(t *testing.T) {
 		require.Zero(t, browsertest.Eval[int](p, `document.querySelectorAll('img').length`), "no element was made of the markup")
 		require.False(t, browsertest.Eval[bool](p, `'__pwned' in window`), "the handler never ran")
 		p.Click(`#nav a[href="#/runs"]`)
-		p.WaitVisible("table.runs tbody tr")
-		require.Contains(t, p.Text("table.runs tbody tr:first-child td.message"), xss)
+		p.WaitVisible(row(id))
+		require.Contains(t, p.Text(row(id)+" td.message"), xss)
 		require.Zero(t, browsertest.Eval[int](p, `document.querySelectorAll('img').length`))
 		require.False(t, browsertest.Eval[bool](p, `'__pwned' in window`))
 		requireClean(t, p)
