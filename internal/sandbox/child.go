@@ -38,6 +38,14 @@ func init() {
 	os.Exit(childMain(spec))
 }
 
+// childTestGlobals, when set, adds globals to every runtime a sandbox
+// process builds. Only a test file of this package sets it (from a
+// package-level initializer, which runs before the child hook above), to
+// give its scripts Go code that probes the confinement from inside a
+// real sandbox process; in any other binary it is nil, and no script or
+// request can set it.
+var childTestGlobals func(vm *goja.Runtime)
+
 // Child exit codes, for the parent's logs.
 const (
 	exitOK       = 0 // the parent closed the request pipe
@@ -55,6 +63,9 @@ type childSpec struct {
 	wall     time.Duration
 	logBytes int
 	carry    int
+	// layers is layerAll unless a test binary asks for fewer ("confine"
+	// is refused in any other binary).
+	layers confineLayers
 }
 
 func (s childSpec) String() string {
@@ -62,7 +73,7 @@ func (s childSpec) String() string {
 }
 
 func parseChildSpec(v string) (childSpec, error) {
-	var s childSpec
+	s := childSpec{layers: layerAll}
 	for _, kv := range strings.Split(v, ";") {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -85,6 +96,11 @@ func parseChildSpec(v string) (childSpec, error) {
 			s.logBytes = int(n)
 		case "carry":
 			s.carry = int(n)
+		case "confine":
+			if childTestGlobals == nil || n > int64(layerAll) {
+				return s, fmt.Errorf("bad field %q: only a test binary may choose the confinement", kv)
+			}
+			s.layers = confineLayers(n)
 		}
 	}
 	if s.procs == 0 || s.memory == 0 || s.cpu == 0 || s.wall == 0 || s.logBytes == 0 || s.carry == 0 {
@@ -135,8 +151,16 @@ func childMain(specStr string) int {
 		fmt.Fprintln(os.Stderr, "sandbox child: fds 3, 4 and 5 are not open; a sandbox process is started by sandbox.Pool")
 		return exitSetup
 	}
+	// Last: from here on the process can open nothing, so everything it
+	// opens at start is open by now.
+	confined, err := confine(spec.layers)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox child: %v\n", err)
+		return exitSetup
+	}
 	requests := &requestPipe{f: in, fd: in.Fd()}
 	s := &childServer{
+		confined: confined,
 		spec:     spec,
 		limits:   spec.limits(),
 		requests: requests,
@@ -157,6 +181,7 @@ func childMain(specStr string) int {
 // JavaScript.
 type childServer struct {
 	spec     childSpec
+	confined confinement
 	limits   Limits
 	requests *requestPipe
 	in       *bufio.Reader
@@ -177,6 +202,14 @@ func (s *childServer) serve() int {
 	s.enc.uint(protoVersion)
 	s.enc.uint(uint64(os.Getpid()))
 	s.enc.uint(uint64(processCPU()))
+	// What confines the process, for the parent's log and the tests.
+	s.enc.uint(uint64(s.confined.landlock))
+	if s.confined.seccomp {
+		s.enc.byte(1)
+	} else {
+		s.enc.byte(0)
+	}
+	s.enc.str(s.confined.note)
 	s.write(s.enc.frame())
 	s.spare = s.newEnv()
 	max := maxFrame(s.spec.carry)

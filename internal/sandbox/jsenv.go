@@ -68,6 +68,9 @@ func (s *childServer) newEnv() *jsEnv {
 	set("spawn", t.spawnFn)
 	set("wait", t.waitFn)
 	set("require", t.requireFn)
+	if childTestGlobals != nil {
+		childTestGlobals(vm)
+	}
 	return e
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -29,6 +30,8 @@ type child struct {
 	// cpuMark is the process's CPU time at its hello or its last
 	// result: where the next turn's CPU time is counted from.
 	cpuMark time.Duration
+	// confined is what the process reported confines it.
+	confined confinement
 
 	idleSince time.Time // when it last went idle; guarded by Pool.mu
 
@@ -175,6 +178,9 @@ func (p *Pool) startChild() (*child, error) {
 		}
 		_ = d.uint() // pid
 		c.cpuMark = time.Duration(d.uint())
+		c.confined.landlock = int(d.uint())
+		c.confined.seccomp = d.byte() == 1
+		c.confined.note = d.str()
 		if err == nil && d.err != nil {
 			err = fmt.Errorf("hello: %w", d.err)
 		}
@@ -187,7 +193,23 @@ func (p *Pool) startChild() (*child, error) {
 		return nil, fmt.Errorf("sandbox: start process %s: %v (%s); the binary must import the sandbox package so that its init can serve as a sandbox process: %s",
 			p.exe, err, exitDescription(c.waitErr), firstLines(strings.TrimSpace(stderr.String()), 12))
 	}
+	confinementLog.Do(func() { logConfinement(p.cfg.Logger, c.confined) })
 	return c, nil
+}
+
+// confinementLog says once per worker process what confines its sandbox
+// processes: the kernel does not change while it runs.
+var confinementLog sync.Once
+
+func logConfinement(log *slog.Logger, c confinement) {
+	switch {
+	case c.seccomp && c.landlock > 0:
+		log.Info("sandbox processes confined by the kernel", "seccomp", true, "landlock_abi", c.landlock)
+	case c.seccomp:
+		log.Warn("sandbox processes confined by seccomp only: no Landlock", "seccomp", true, "landlock_abi", 0, "reason", c.note)
+	default:
+		log.Warn("sandbox processes not confined by the kernel", "reason", c.note)
+	}
 }
 
 // write sends one frame on the request pipe. Only the goroutine running

@@ -27,6 +27,9 @@ func TestExecFrameCarriesNoSecret(t *testing.T) {
 	e.uint(protoVersion)
 	e.uint(1) // pid
 	e.uint(0) // CPU time
+	e.uint(0) // Landlock ABI
+	e.byte(1) // seccomp
+	e.str("") // note
 	var hello strings.Builder
 	for _, b := range e.frame() {
 		fmt.Fprintf(&hello, `\%03o`, b)
