@@ -36,6 +36,37 @@
 // the soft ones, and the highest OOM score, so that a machine or cgroup
 // short of memory loses a sandbox process rather than the worker.
 //
+// # Kernel confinement
+//
+// goja is not the only wall: a sandbox process runs as the worker's user,
+// so code that escaped the JavaScript runtime could otherwise read the
+// worker's /proc/<pid>/environ (provider key, database URL) and the data
+// directory (signing key, admin token). Once started (limits set, pipes
+// and zone file open), a process confines itself on every thread
+// (confine_linux.go), before it reads its first request:
+//
+//   - Landlock, where the kernel has it (Linux 5.13+, enabled at boot):
+//     no file system access at all and no TCP bind or connect (UDP too
+//     from ABI 10), abstract unix sockets scoped to the process, and
+//     signals too from ABI 8 (with one domain for all threads; before it,
+//     go-landlock applies the ruleset thread by thread, and scoping
+//     signals would break the Go runtime's preemption). Missing, the
+//     process says so and the pool logs it once.
+//   - A seccomp filter (required; synchronized to all threads with
+//     TSYNC): an allow-list of what the Go runtime and the child's loop
+//     use (seccompAllowed), every other system call failing with EPERM.
+//     No open or stat of any path, no socket, no exec, no ptrace or
+//     process_vm_readv; clone for threads only (no fork), signals to
+//     itself only, prctl only to name memory. This alone keeps files,
+//     the parent's environ and the network out of reach where Landlock
+//     is missing. A process that cannot install it exits and the pool
+//     reports the error rather than run scripts unconfined.
+//
+// Off Linux there is neither; production runs on Linux. Tests show each
+// protection from inside a real process (confine_linux_test.go: a hook
+// compiled only into the test binary gives its scripts Go code that
+// tries to open files, sockets and processes).
+//
 // # The process pool
 //
 // A Pool runs JavaScript in PoolSize processes at once (default

@@ -18,7 +18,7 @@ import (
 func TestChildLimits(t *testing.T) {
 	t.Parallel()
 	p := newPool(t, Config{PoolSize: 1})
-	// Date loads the zone file: the process can still open what it needs.
+	// Date needs the zone file, loaded before the process was confined.
 	ok(t, run(t, p, `function run() { return new Date(0).getFullYear() }`, ""))
 	pid := onlyChildPid(t, p)
 	dir := "/proc/" + strconv.Itoa(pid)
