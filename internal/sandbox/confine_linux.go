@@ -93,8 +93,8 @@ func restrictLandlock() (abi int, note string, err error) {
 //
 // Names this architecture lacks (epoll_wait on arm64) are dropped.
 var seccompAllowed = []string{
-	"futex", "read", "write", "nanosleep", "epoll_pwait", "epoll_wait",
-	"sched_yield", "clock_gettime", "getrusage", "madvise", "mmap", "munmap",
+	"futex", "read", "write", "getrusage", "nanosleep", "epoll_pwait",
+	"epoll_wait", "sched_yield", "clock_gettime", "madvise", "mmap", "munmap",
 	"rt_sigreturn", "rt_sigprocmask", "sigaltstack", "gettid", "getpid",
 	"getrandom", "clock_nanosleep", "gettimeofday", "restart_syscall",
 	"epoll_ctl", "epoll_create1", "eventfd2", "close", "rt_sigaction",
@@ -109,10 +109,6 @@ var seccompAllowed = []string{
 // an older call the filter can check: glibc's pthread_create tries
 // clone3, whose flags are out of a filter's reach, before clone.
 var seccompENOSYS = []string{"clone3"}
-
-// seccompConditional are the system calls allowed with some arguments
-// only; see seccompConditions.
-var seccompConditional = []string{"clone", "tgkill", "kill", "prctl"}
 
 // cloneNamespaces are the clone flags that make new namespaces.
 const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |

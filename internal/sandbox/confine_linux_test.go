@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/dop251/goja"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -362,6 +363,33 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// TestSeccompPolicyNames: the filter assembles here, and on each
+// architecture production runs on every system call it names exists,
+// but for the old ones newer architectures replaced (epoll_wait).
+func TestSeccompPolicyNames(t *testing.T) {
+	t.Parallel()
+	policy, err := seccompPolicy(os.Getpid())
+	require.NoError(t, err)
+	insts, err := policy.Assemble()
+	require.NoError(t, err)
+	t.Logf("%d BPF instructions for %s", len(insts), runtime.GOARCH)
+	optional := map[string]bool{"epoll_wait": true}
+	var conditional []string
+	for _, c := range seccompConditions(1) {
+		conditional = append(conditional, c.Name)
+	}
+	for _, info := range []*arch.Info{arch.X86_64, arch.AARCH64} {
+		for _, list := range [][]string{seccompAllowed, conditional, seccompENOSYS} {
+			for _, n := range list {
+				if _, ok := info.SyscallNames[n]; !ok {
+					require.True(t, optional[n], "%s has no system call %s", info.Name, n)
+					t.Logf("%s has no %s: left out", info.Name, n)
+				}
+			}
+		}
+	}
 }
 
 // onlyChild is p's one sandbox process.
