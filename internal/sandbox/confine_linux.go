@@ -69,11 +69,15 @@ const landlockScopeSignalABI = 8
 // Landlock refuses it.
 func restrictLandlock() (abi int, note string, err error) {
 	v, err := llsys.LandlockGetABIVersion()
-	if err != nil {
-		if errors.Is(err, unix.EOPNOTSUPP) {
-			return 0, "the kernel has Landlock but it is not enabled at boot (lsm=)", nil
-		}
-		return 0, fmt.Sprintf("the kernel has no Landlock (%v)", err), nil
+	switch {
+	case errors.Is(err, unix.ENOSYS):
+		return 0, "the kernel has no Landlock (Linux 5.13 or later with CONFIG_SECURITY_LANDLOCK)", nil
+	case errors.Is(err, unix.EOPNOTSUPP):
+		return 0, "the kernel has Landlock but it is not enabled at boot (landlock is not in lsm=)", nil
+	case errors.Is(err, unix.EPERM):
+		return 0, "a seccomp profile the worker runs under (a container's) refuses Landlock's system calls", nil
+	case err != nil:
+		return 0, fmt.Sprintf("Landlock is unavailable: %v", err), nil
 	}
 	cfg := landlock.V11.BestEffort()
 	if v < landlockScopeSignalABI {
