@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/dop251/goja"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -131,32 +132,37 @@ func denied(err error) string {
 }
 
 // kernelConfinement logs, and returns, what this machine's kernel offers
-// a sandbox process: the seccomp mode of the test process (to see that
-// the kernel has seccomp at all) and the Landlock ABI version.
+// a sandbox process: seccomp filters (asked whether the kernel knows the
+// filter action the child's filter returns) and the Landlock ABI
+// version.
 func kernelConfinement(t *testing.T) (landlockABI int) {
 	t.Helper()
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
-	_, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
-	seccompOK := err == nil
+	release := unix.ByteSliceToString(uts.Release[:])
+	action := uint32(unix.SECCOMP_RET_ERRNO)
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptr(unsafe.Pointer(&action)))
+	filters := "seccomp filters available"
+	if errno != 0 {
+		filters = fmt.Sprintf("seccomp filters not available (%v): sandbox processes cannot start", errno)
+	}
 	abi, err := llsys.LandlockGetABIVersion()
 	if err != nil {
-		t.Logf("kernel %s: seccomp %v; Landlock missing (%v): seccomp alone must block", unix.ByteSliceToString(uts.Release[:]), seccompOK, err)
+		t.Logf("kernel %s: %s; Landlock missing (%v): seccomp alone must block", release, filters, err)
 		return 0
 	}
-	t.Logf("kernel %s: seccomp %v; Landlock ABI %d (TSYNC from ABI %d; this build applies it %s)",
-		unix.ByteSliceToString(uts.Release[:]), seccompOK, abi, landlockScopeSignalABI, landlockPath(abi))
+	t.Logf("kernel %s: %s; Landlock ABI %d, applied %s", release, filters, abi, landlockPath(abi))
 	return abi
 }
 
 func landlockPath(abi int) string {
 	switch {
 	case abi >= landlockScopeSignalABI:
-		return "to all threads at once (TSYNC)"
+		return "to all threads at once (TSYNC, ABI 8)"
 	case cgoEnabled():
-		return "thread by thread through libpsx (cgo)"
+		return "thread by thread through libpsx (cgo build; TSYNC needs ABI 8)"
 	default:
-		return "thread by thread through syscall.AllThreadsSyscall"
+		return "thread by thread through syscall.AllThreadsSyscall (TSYNC needs ABI 8)"
 	}
 }
 
@@ -186,8 +192,13 @@ func newProbeTargets(t *testing.T) probeTargets {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "admin-token"), []byte("admin-probe-token"), 0o600))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-accepted
+	})
 	go func() {
+		defer close(accepted)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
