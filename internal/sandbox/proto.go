@@ -23,9 +23,9 @@ import (
 // anyway (args, return, host-call arguments and replies).
 
 const (
-	protoVersion = 3
+	protoVersion = 4
 
-	frameHello    byte = 'h' // child -> parent: ready (version, pid, CPU time)
+	frameHello    byte = 'h' // child -> parent: ready (version, pid, CPU time, confinement)
 	frameExec     byte = 'x' // parent -> child: run a turn
 	frameCancel   byte = 'c' // parent -> child: stop the turn (seq, reason)
 	frameHostCall byte = 'q' // child -> parent: run a host primitive
