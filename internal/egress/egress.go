@@ -54,6 +54,9 @@ import (
 type BlockedError struct {
 	Target string // what was refused: an address or a host name
 	Reason string // why, as "is a loopback address"
+	// Metadata is set for a cloud metadata address or service, which no
+	// allow-list opens (a message should not suggest one).
+	Metadata bool
 }
 
 func (e *BlockedError) Error() string {
@@ -319,7 +322,7 @@ func (g *Guard) checkDial(host string, a netip.Addr) error {
 	case classPublic:
 		return nil
 	case classMetadata:
-		return &BlockedError{Target: a.String(), Reason: reason + ", which nothing opens"}
+		return &BlockedError{Target: a.String(), Reason: reason + ", which nothing opens", Metadata: true}
 	}
 	if containsAddr(g.allow, a) || host != "" && matchHost(g.allowHosts, host) {
 		return nil
@@ -489,7 +492,7 @@ func checkAgentHost(host string) error {
 	name := strings.TrimSuffix(strings.ToLower(host), ".")
 	var be *BlockedError
 	if errors.As(checkHostName(strings.TrimPrefix(name, "*.")), &be) {
-		if strings.Contains(be.Reason, "metadata") {
+		if be.Metadata {
 			return errors.New("names a cloud metadata service, which nothing opens")
 		}
 		return fmt.Errorf("names the local machine: %s", agentRangesHint)
@@ -549,7 +552,7 @@ func spelledIPv4(name string) (netip.Addr, bool) {
 func metadataName(h string) error {
 	err := checkHostName(strings.TrimPrefix(strings.TrimSuffix(strings.ToLower(h), "."), "*."))
 	var be *BlockedError
-	if errors.As(err, &be) && strings.Contains(be.Reason, "metadata") {
+	if errors.As(err, &be) && be.Metadata {
 		return fmt.Errorf("egress entry %q names a cloud metadata service, which nothing opens", h)
 	}
 	return nil
@@ -566,7 +569,7 @@ func checkHostName(host string) error {
 		return &BlockedError{Target: host, Reason: "names the local machine"}
 	case h == "metadata.google.internal" || h == "metadata.goog" || h == "metadata" ||
 		h == "instance-data" || h == "instance-data.ec2.internal":
-		return &BlockedError{Target: host, Reason: "is a cloud metadata service"}
+		return &BlockedError{Target: host, Reason: "is a cloud metadata service", Metadata: true}
 	}
 	return nil
 }
