@@ -32,7 +32,8 @@ import (
 // backoff until CallbackGiveUpDefault after the first; each attempt is
 // in the run's view (GET /v1/runs/{id}: "callback"). The POST dials
 // through the same network guard as scripts' fetch (internal/egress): no
-// private address unless AGENTFLEET_EGRESS_ALLOW lists it.
+// private or loopback address unless AGENTFLEET_EGRESS_ALLOW lists it,
+// and no cloud metadata address at all.
 
 // Defaults of the callback sender.
 const (
@@ -99,6 +100,9 @@ func (s *Server) checkCallbackURLField(field, raw string) error {
 		return errUnprocessable("%s %q must be an absolute http:// or https:// URL", field, raw)
 	}
 	if _, err := s.callbacks.guard.CheckURL(raw); err != nil {
+		if be := (*egress.BlockedError)(nil); errors.As(err, &be) && be.Metadata {
+			return errUnprocessable("%s: %v", field, err)
+		}
 		return errUnprocessable("%s: %v (the operator can allow it in AGENTFLEET_EGRESS_ALLOW)", field, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,7 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -118,8 +121,12 @@ func TestFleetAgentPersonaAndPrimitives(t *testing.T) {
 	require.Contains(t, d.Messages[0].Content, "declare function fetch")
 }
 
-// An agent's egress lets its runs reach a loopback server the guard
-// blocks for every other agent, decided when the connection is made.
+// An agent's egress opens private ranges only, never loopback: the API
+// refuses a loopback entry or the name localhost (422 naming it), and an
+// agent stored with them before it did reaches nothing there, by
+// address or by the name localhost, decided when the connection is made.
+// The operator's fleet-wide allow (the sandbox's NetworkConfig, as
+// AGENTFLEET_EGRESS_ALLOW=127.0.0.1 sets it) is what opens loopback.
 func TestFleetAgentEgress(t *testing.T) {
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -127,21 +134,35 @@ func TestFleetAgentEgress(t *testing.T) {
 		fmt.Fprint(w, "internal service")
 	}))
 	t.Cleanup(srv.Close)
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	m := newAgentModel()
 	f := setupFleet(t, m.respond, 0)
-	f.putAgent("insider", map[string]any{"egress": []string{"127.0.0.1"}})
+	for _, entry := range []string{"127.0.0.1", "localhost", "169.254.170.23", "fd20:ce::254", "169.254.169.254.nip.io"} {
+		body, err := json.Marshal(map[string]any{"egress": []string{"10.0.0.0/8", entry}})
+		require.NoError(t, err)
+		_, err = f.tenant.PutAgentJSON(f.ctx, "insider", body)
+		var apiErr *client.Error
+		require.ErrorAs(t, err, &apiErr, entry)
+		require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status, entry)
+		require.Contains(t, apiErr.Message, fmt.Sprintf("%q", entry))
+	}
+	_, err := f.store.AgentUpsert(f.ctx, store.AgentUpsertParams{Tenant: "acme", Name: "insider",
+		Spec: agentfleet.AgentSpec{Egress: []string{"localhost", "127.0.0.1", "127.0.0.0/8"}}})
+	require.NoError(t, err)
 	f.putAgent("outsider", map[string]any{"egress": []string{"10.0.0.0/8"}})
 
-	task := "fetch " + srv.URL + "/status"
-	in := f.wait(f.submit(wire.RunCreateRequest{Agent: "insider", Message: task}).ID, 30*time.Second)
-	require.Equal(t, agentfleet.StatusCompleted, in.Status, in.Error)
-	require.JSONEq(t, `"internal service"`, string(in.Answer))
-	for _, agent := range []string{"outsider", agentfleet.DefaultAgent} {
-		out := f.wait(f.submit(wire.RunCreateRequest{Agent: agent, Message: task}).ID, 30*time.Second)
-		require.Equal(t, agentfleet.StatusCompleted, out.Status, out.Error)
-		require.Contains(t, string(out.Answer), "127.0.0.1 is a loopback address", agent)
+	for _, agent := range []string{"insider", "outsider", agentfleet.DefaultAgent} {
+		for url, want := range map[string]string{
+			srv.URL + "/status":                             "127.0.0.1 is a loopback address",
+			fmt.Sprintf("http://localhost:%d/status", port): "blocked by the network guard: localhost",
+		} {
+			out := f.wait(f.submit(wire.RunCreateRequest{Agent: agent, Message: "fetch " + url}).ID, 30*time.Second)
+			require.Equal(t, agentfleet.StatusCompleted, out.Status, out.Error)
+			require.Contains(t, string(out.Answer), "refused: ", agent)
+			require.Contains(t, string(out.Answer), want, agent)
+		}
 	}
-	require.EqualValues(t, 1, hits.Load(), "only the insider reached the server")
+	require.Zero(t, hits.Load(), "no agent reached the server")
 }
 
 // A run keeps the agent version it was admitted under: replacing the

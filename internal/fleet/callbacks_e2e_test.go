@@ -128,13 +128,22 @@ func TestFleetRunCallbackGuard(t *testing.T) {
 	tv, err := apiClient(t, d.URL(), "admin-secret").CreateTenant(t.Context(), wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)
 	c := apiClient(t, d.URL(), tv.APIKey)
-	for _, u := range []string{"http://127.0.0.1:9/cb", "http://localhost:9/cb", "http://169.254.169.254/latest"} {
+	for _, u := range []string{"http://127.0.0.1:9/cb", "http://localhost:9/cb", "http://10.1.2.3/cb"} {
 		_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: u})
 		var apiErr *client.Error
 		require.ErrorAs(t, err, &apiErr, u)
 		require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status, u)
 		require.Contains(t, apiErr.Message, "blocked by the network guard", u)
 		require.Contains(t, apiErr.Message, "AGENTFLEET_EGRESS_ALLOW", u)
+	}
+	// A metadata address is refused too, and no allow-list would open it.
+	for _, u := range []string{"http://169.254.169.254/latest", "http://168.63.129.16/machine", "http://[fd20:ce::254]/", "http://169.254.170.23/v1/credentials"} {
+		_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: u})
+		var apiErr *client.Error
+		require.ErrorAs(t, err, &apiErr, u)
+		require.Equal(t, http.StatusUnprocessableEntity, apiErr.Status, u)
+		require.Contains(t, apiErr.Message, "is a cloud metadata address, which nothing opens", u)
+		require.NotContains(t, apiErr.Message, "AGENTFLEET_EGRESS_ALLOW", u)
 	}
 	_, err = c.CreateRun(t.Context(), wire.RunCreateRequest{Message: "x", CallbackURL: "ftp://example.com/"})
 	require.ErrorContains(t, err, "absolute http")

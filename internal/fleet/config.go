@@ -143,8 +143,13 @@ type Config struct {
 	SecretsKey string
 	PublicURL  string
 	// EgressAllow (AGENTFLEET_EGRESS_ALLOW) opens host names, IPs and
-	// CIDRs past the network guard, for the scripts' fetch and http and
-	// for run callbacks.
+	// CIDRs past the network guard, fleet-wide: for every agent's fetch
+	// and http and for run callbacks and approval notifications. It is
+	// the only thing that opens loopback (an agent's egress opens private
+	// ranges only); nothing opens a cloud metadata address, and an entry
+	// naming only one is refused at start. Dev mode adds nothing to it:
+	// set it to 127.0.0.1 to let scripts reach a local test server, and
+	// know that they then reach the fleet's own ports there too.
 	EgressAllow string
 	// EgressPrivate (AGENTFLEET_EGRESS_PRIVATE) "deny" keeps every
 	// private range closed, whatever EgressAllow and the agents' egress

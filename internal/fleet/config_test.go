@@ -215,6 +215,9 @@ func TestWebhookSettingsFromEnv(t *testing.T) {
 	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "ftp://nope")
 	_, err = ConfigFromEnv()
 	require.ErrorContains(t, err, "AGENTFLEET_EGRESS_ALLOW")
+	t.Setenv("AGENTFLEET_EGRESS_ALLOW", "127.0.0.1,169.254.169.254")
+	_, err = ConfigFromEnv()
+	require.ErrorContains(t, err, `AGENTFLEET_EGRESS_ALLOW: egress allow-list entry "169.254.169.254" is a cloud metadata address, which nothing opens`)
 }
 
 func TestNATSAuthFilesFromEnv(t *testing.T) {

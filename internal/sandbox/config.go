@@ -135,11 +135,14 @@ type Limits struct {
 // guard blocks, and no script can change it.
 type NetworkConfig struct {
 	// Allow lists addresses the guard lets through although they are in
-	// a blocked range, e.g. 127.0.0.1/32 for a test server or a private
-	// service the agents are meant to reach.
+	// a blocked range, for every turn, e.g. 127.0.0.1/32 for a test
+	// server or a private service the agents are meant to reach. It is
+	// the only thing that opens loopback; no cloud metadata address
+	// opens.
 	Allow []netip.Prefix
-	// AllowHosts lists host names reached whatever they resolve to
-	// ("*.corp.example" for its subdomains).
+	// AllowHosts lists host names whose addresses the guard lets through
+	// likewise ("*.corp.example" for its subdomains): what a name
+	// resolves to is still checked when it is dialled.
 	AllowHosts []string
 	// Resolver resolves host names; nil means net.DefaultResolver. The
 	// guard checks the addresses it returns at connect time, so a

@@ -186,10 +186,11 @@
 // such as 127.1 or [::ffff:7f00:1]) and, decisively, on the resolved
 // address at connect time, which covers DNS rebinding and redirects (at
 // most NetworkConfig.MaxRedirects). Only NetworkConfig.Allow and
-// AllowHosts, set by the operator, and ExecRequest.Egress, the run's
-// agent's egress (on a transport of its own per egress list, egress.go),
-// open a blocked range; NetworkConfig.DenyPrivate closes them all; no
-// script and no Policy can open one. The guard
+// AllowHosts, set by the operator, open a blocked range (loopback
+// included), and ExecRequest.Egress, the run's agent's egress (on a
+// transport of its own per egress list, egress.go), a private one;
+// NetworkConfig.DenyPrivate closes them all; nothing opens a cloud
+// metadata address; no script and no Policy can open one. The guard
 // itself is internal/egress, which the dispatcher's callbacks dial
 // through too.
 package sandbox

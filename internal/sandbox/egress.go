@@ -30,7 +30,10 @@ type egressNets struct {
 
 // netFor is the net of a turn whose agent adds list to what the pool's
 // NetworkConfig allows: the pool's own for an empty list, or under
-// NetworkConfig.DenyPrivate, which no agent overrides.
+// NetworkConfig.DenyPrivate, which no agent overrides. The list is read
+// for its form only: the guard holds an agent's entries to the private
+// ranges when it dials, so an entry the API would refuse today (an agent
+// stored before it did) opens nothing more.
 func (p *Pool) netFor(list []string) (*guardedNet, error) {
 	if len(list) == 0 || p.cfg.Network.DenyPrivate {
 		return &p.base, nil
@@ -41,14 +44,16 @@ func (p *Pool) netFor(list []string) (*guardedNet, error) {
 	if n, ok := p.egress.nets[key]; ok {
 		return n, nil
 	}
-	extra, err := egress.ParseAgentEntries(list)
+	agent, err := egress.ParseEntries(list)
 	if err != nil {
 		return nil, err
 	}
 	if len(p.egress.nets) >= egressNetsMax {
 		p.egress.closeLocked()
 	}
-	g := egress.New(p.guardConfig().With(extra))
+	cfg := p.guardConfig()
+	cfg.Agent = agent
+	g := egress.New(cfg)
 	n := &guardedNet{guard: g, client: g.HTTPClient(p.cfg.Network.MaxRedirects)}
 	if p.egress.nets == nil {
 		p.egress.nets = map[string]*guardedNet{}

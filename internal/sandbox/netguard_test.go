@@ -55,6 +55,8 @@ func TestNetworkGuardMatrix(t *testing.T) {
 		"broadcast.example":   addrs("255.255.255.255"),
 		"multicast6.example":  addrs("ff02::1"),
 		"unspecified.example": addrs("0.0.0.0"),
+		"azure.example":       addrs("168.63.129.16"),
+		"gcp6.example":        addrs("fd20:ce::254"),
 	}
 	p := newPool(t, Config{PoolSize: 2, Network: NetworkConfig{Resolver: res}})
 	cases := []struct {
@@ -81,6 +83,9 @@ func TestNetworkGuardMatrix(t *testing.T) {
 		{"http://169.254.1.1/", "link-local"},
 		{"http://169.254.169.254/latest/meta-data/", "cloud metadata address"},
 		{"http://[fd00:ec2::254]/", "cloud metadata address"},
+		{"http://169.254.170.23/", "cloud metadata address"},
+		{"http://[fd20:ce::254]/", "cloud metadata address"},
+		{"http://168.63.129.16/", "cloud metadata address"},
 		{"http://[fc00::1]/", "unique local"},
 		{"http://[fe80::1]/", "link-local"},
 		{"http://224.0.0.1/", "multicast"},
@@ -104,6 +109,8 @@ func TestNetworkGuardMatrix(t *testing.T) {
 		{"http://broadcast.example/", "broadcast"},
 		{"http://multicast6.example/", "multicast"},
 		{"http://unspecified.example/", "unspecified"},
+		{"http://azure.example/", "168.63.129.16 is a cloud metadata address"},
+		{"http://gcp6.example/", "fd20:ce::254 is a cloud metadata address"},
 	}
 	for _, c := range cases {
 		t.Run(c.url, func(t *testing.T) {
@@ -113,6 +120,26 @@ func TestNetworkGuardMatrix(t *testing.T) {
 			require.Contains(t, msg, "blocked by the network guard")
 			require.Contains(t, msg, c.want)
 		})
+	}
+}
+
+// No allow-list opens a cloud metadata address: not the operator's
+// widest ranges, nor a host name of the operator's that resolves to one.
+func TestOperatorAllowNeverOpensMetadata(t *testing.T) {
+	t.Parallel()
+	res := fakeResolver{"meta.corp.example": addrs("169.254.169.254"), "azure.corp.example": addrs("168.63.129.16")}
+	p := newPool(t, Config{PoolSize: 1, Network: NetworkConfig{
+		Allow:      []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+		AllowHosts: []string{"*.corp.example"},
+		Resolver:   res,
+	}})
+	for _, u := range []string{
+		"http://169.254.169.254/latest/meta-data/", "http://169.254.170.2/", "http://169.254.170.23/", "http://[fd00:ec2::254]/",
+		"http://[fd20:ce::254]/", "http://168.63.129.16/", "http://100.100.100.200/", "http://[fe80::1]/",
+		"http://meta.corp.example/", "http://azure.corp.example/",
+	} {
+		msg := failed(t, run(t, p, `function run(a) { return fetch(a.url).status }`, fmt.Sprintf(`{"url":%q}`, u)), agentfleet.ScriptDenied)
+		require.Contains(t, msg, "which nothing opens", u)
 	}
 }
 
