@@ -237,26 +237,36 @@ func TestTenantStreamCap(t *testing.T) {
 		s.position()
 		streams = append(streams, s)
 	}
-	r := e.do("GET", "/v1/events", acme, nil)
+	r := e.tryStream(acme, "/v1/events")
 	requireError(t, r, http.StatusTooManyRequests, "too_many_streams", "AGENTFLEET_TENANT_STREAMS", "64")
 	require.Equal(t, "5", r.header.Get("Retry-After"))
 	run := e.createRun(acme, map[string]any{"message": "hi"})
-	requireError(t, e.do("GET", "/v1/runs/"+run.ID+"/events", acme, nil), http.StatusTooManyRequests, "too_many_streams")
+	requireError(t, e.tryStream(acme, "/v1/runs/"+run.ID+"/events"), http.StatusTooManyRequests, "too_many_streams")
 	e.openEvents(other, "/v1/events").position()
 
 	_ = streams[0].resp.Body.Close()
-	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithCancel(e.ctx)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.srv.URL+"/v1/events", nil)
-		req.Header.Set("Authorization", "Bearer "+acme)
-		resp, err := e.srv.Client().Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, waitFor, 20*time.Millisecond, "a closed stream makes room")
+	require.Eventually(t, func() bool { return e.tryStream(acme, "/v1/events").status == http.StatusOK },
+		waitFor, 20*time.Millisecond, "a closed stream makes room")
+}
+
+// tryStream opens a stream and answers its status, with the body of a
+// refusal; an open stream is closed at once.
+func (e *env) tryStream(key, path string) reply {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, waitFor)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", e.srv.URL+path, nil)
+	require.NoError(e.t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := e.srv.Client().Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	r := reply{status: resp.StatusCode, header: resp.Header}
+	if r.status != http.StatusOK {
+		r.body, err = io.ReadAll(resp.Body)
+		require.NoError(e.t, err)
+	}
+	return r
 }
 
 // The API's HTTP server sets read, write and idle timeouts, and an event

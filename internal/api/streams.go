@@ -12,10 +12,11 @@ import (
 
 // What holds a request open, and the HTTP server's timeouts. Every
 // request is bounded by the server's read, write and idle timeouts, but
-// an event stream or a ?wait poll lives as long as its client wants: its
-// read deadline is lifted and each of its writes gets WriteTimeout of its
-// own, so a stream outlives the timeouts while a client that stops
-// reading is still cut off. Such requests are counted per tenant and
+// an event stream or a ?wait poll lives as long as its client wants: each
+// of its writes gets WriteTimeout of its own, so a stream outlives the
+// timeouts while a client that stops reading is still cut off. (The read
+// deadline ends with the body: the server clears it once it watches the
+// connection for a close.) Such requests are counted per tenant and
 // capped at Config.TenantStreams; beyond it a request is 429 with
 // Retry-After.
 
@@ -96,7 +97,7 @@ func waits(r *http.Request) bool {
 
 // stream serves h as a stream whose writes each get their own deadline;
 // a request that held says is held open also counts toward its tenant's
-// cap and lives without a read deadline.
+// cap.
 func (s *Server) stream(held func(*http.Request) bool, h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request, p principal) {
 		sw := &streamWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
@@ -116,9 +117,6 @@ func (s *Server) stream(held func(*http.Request) bool, h handler) handler {
 			return
 		}
 		defer s.streams.release(key)
-		// The server's read deadline would end the request (its
-		// background read times out and cancels the context).
-		_ = sw.rc.SetReadDeadline(time.Time{})
 		h(sw, r, p)
 	}
 }
