@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/api"
@@ -160,6 +161,11 @@ func TestHookRefusalsCannotFlushTheLog(t *testing.T) {
 	require.Equal(t, 60, rejected, "at most 60 refusals a minute are logged")
 	require.Equal(t, 5, accepted, "the accepted deliveries' lines survive")
 	require.Equal(t, float64(flood-60), unloggedCount(t, reg, "github"))
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	require.NoError(t, err)
+	require.Empty(t, problems)
 	require.Equal(t, float64(flood), hookCount(t, reg, "github", "rejected"), "every refusal is counted")
 	require.Zero(t, e.runCount("acme")-5)
 
@@ -169,7 +175,8 @@ func TestHookRefusalsCannotFlushTheLog(t *testing.T) {
 	requireError(t, e.hook(tv.ID, h, bytes.Repeat([]byte("x"), 64<<10)), http.StatusUnauthorized, "bad_signature", "missing")
 	// Signed, declaring a length over the limit: 413 before the read.
 	big := bytes.Repeat([]byte("x"), 2048)
-	hs, err := webhook.Sign(webhook.GitHub, tv.Secret, big, "big-2", "push", time.Now())
+	var hs http.Header
+	hs, err = webhook.Sign(webhook.GitHub, tv.Secret, big, "big-2", "push", time.Now())
 	require.NoError(t, err)
 	requireError(t, e.hook(tv.ID, hs, big), http.StatusRequestEntityTooLarge, "payload_too_large", "max_body_bytes")
 }
