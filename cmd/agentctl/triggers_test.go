@@ -88,4 +88,19 @@ func TestTriggersCLI(t *testing.T) {
 	require.Contains(t, errOut.String(), "X-Hub-Signature-256")
 	require.Equal(t, exitUsage, run(ctx, []string{"triggers", "send", tv.ID, "--file", payload, "--secret", ""}, &bytes.Buffer{}, &bytes.Buffer{}))
 	agentctl("triggers", "rm", tv.ID)
+
+	// hmac: send signs the id and the time with the body, as the intake
+	// verifies; the same delivery again is its first run.
+	out, stderr = agentctl("triggers", "create", "--scheme", "hmac", "--message", "List the prime numbers below 20", "generic")
+	var hv wire.TriggerView
+	require.NoError(t, json.Unmarshal([]byte(out), &hv))
+	hsecret := regexp.MustCompile(`\(shown once\): (\S+)`).FindStringSubmatch(stderr)
+	require.NotNil(t, hsecret, stderr)
+	out, stderr = agentctl("triggers", "send", hv.ID, "--file", payload, "--delivery", "h-1", "--secret", hsecret[1])
+	require.Contains(t, stderr, "HTTP 202")
+	require.NoError(t, json.Unmarshal([]byte(out), &ans))
+	_, stderr = agentctl("triggers", "send", hv.ID, "--file", payload, "--delivery", "h-1", "--secret", hsecret[1])
+	require.Contains(t, stderr, "HTTP 200")
+	out, _ = agentctl("triggers", "test", hv.ID)
+	require.Contains(t, out, `"run_id"`, "the server signs a test delivery the same way")
 }

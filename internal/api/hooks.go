@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -8,10 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +36,25 @@ import (
 //
 // A found trigger, with its secrets opened and its templates parsed, is
 // kept for Config.LookupCacheTTL: a trigger changed on another
-// dispatcher (disabled, rotated) takes effect here within that time.
+// dispatcher (disabled, rotated) takes effect here within that time. An
+// id that is no trigger is kept as unknown for Config.UnknownKeyTTL (and
+// forgotten here when a trigger is made), so a stranger's guesses cost
+// no store lookup each.
+//
+// What a stranger can send costs little and is logged sparingly: the
+// checks that need no body (a known, enabled trigger; the signature
+// headers present; a signed timestamp within the tolerance; a declared
+// length within the limit) come before the body is read, and refusals
+// (bad signature, stale timestamp, disabled trigger, body over the
+// limit) are logged at most refusalsPerMinute a minute per trigger, the
+// rest only counted, so they cannot flush the log of the deliveries
+// that count.
+//
+// GitHub signs the body but not its delivery id, so a captured body
+// could be replayed under new ids: a GitHub delivery also claims its
+// body's SHA-256 for Config.HookDigestWindow (store.TriggerDigestClaim),
+// and a body claimed by an earlier delivery is admitted under that
+// delivery's idempotency key, which finds its run.
 
 // Bounds of what a delivery log line keeps of an unverified request.
 const (
@@ -44,22 +63,37 @@ const (
 	maxKeptPayload    = 1 << 20
 	hookLogBatchMax   = 256
 	hookTemplateLimit = maxMessageLen
+	// refusalsPerMinute bounds the refused deliveries a trigger's log
+	// takes per minute (per dispatcher).
+	refusalsPerMinute = 60
 )
 
 // hookState is the intake's: cached triggers, the log writer, metrics.
 type hookState struct {
-	cache *ttlcache.Cache[string, *hookTrigger]
-	log   group.Queue[*logCall]
-	keep  int
+	cache   *ttlcache.Cache[string, *hookTrigger]
+	unknown *ttlcache.Cache[string, struct{}]
+	log     group.Queue[*logCall]
+	claims  group.Queue[*claimCall]
+	keep    int
+	window  time.Duration
+	// refusals paces the log lines of refused deliveries.
+	refusals refusalBudget
 	// deliveries counts deliveries by scheme and outcome; seconds times
-	// the intake from the request to its answer.
+	// the intake from the request to its answer; unlogged counts the
+	// refusals the log did not take.
 	deliveries *prometheus.CounterVec
 	seconds    *prometheus.HistogramVec
+	unlogged   *prometheus.CounterVec
 }
 
 func (h *hookState) init(cfg Config) error {
 	h.cache = ttlcache.New[string, *hookTrigger](cfg.LookupCacheTTL, lookupCacheMax)
-	h.keep = cfg.DeliveryLogKeep
+	h.unknown = ttlcache.New[string, struct{}](cfg.UnknownKeyTTL, lookupCacheMax)
+	h.keep, h.window = cfg.DeliveryLogKeep, cfg.HookDigestWindow
+	h.unlogged = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "agentfleet_webhook_refusals_unlogged_total",
+		Help: "Refused webhook deliveries (bad signature, stale timestamp, disabled trigger, body over the limit) left out of the delivery log because their trigger had logged 60 refusals that minute, by scheme.",
+	}, []string{"scheme"})
 	h.deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "agentfleet_webhook_deliveries_total",
 		Help: "Webhook deliveries the intake answered, by scheme and outcome (accepted, duplicate, ignored, rejected, failed).",
@@ -70,7 +104,7 @@ func (h *hookState) init(cfg Config) error {
 		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"scheme"})
 	if cfg.Registerer != nil {
-		for _, c := range []prometheus.Collector{h.deliveries, h.seconds} {
+		for _, c := range []prometheus.Collector{h.deliveries, h.seconds, h.unlogged} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				return fmt.Errorf("api: register webhook metrics: %w", err)
 			}
@@ -97,16 +131,27 @@ func (t *hookTrigger) secretsAt(now time.Time) []string {
 	return t.secrets
 }
 
-// forget drops a cached trigger, after a change made here.
-func (h *hookState) forget(id string) { h.cache.Put(id, nil) }
+// forget drops a cached trigger, after a change made here (a trigger
+// just made is no longer unknown).
+func (h *hookState) forget(id string) {
+	h.cache.Put(id, nil)
+	h.unknown.Delete(id)
+}
 
 // trigger returns the trigger id ready for deliveries, enabled or not.
 func (h *hookState) trigger(ctx context.Context, s *Server, id string) (*hookTrigger, error) {
 	if ht, ok := h.cache.Get(id); ok && ht != nil {
 		return ht, nil
 	}
+	if !validID(id) {
+		return nil, errNotFound("no such trigger (a trigger id is letters, digits and '-', up to 64)")
+	}
+	if _, ok := h.unknown.Get(id); ok {
+		return nil, errNotFound("no trigger %q", id)
+	}
 	t, err := s.cfg.Store.TriggerGetByID(ctx, store.TriggerGetByIDParams{ID: id})
 	if errors.Is(err, store.ErrNotFound) {
+		h.unknown.Put(id, struct{}{})
 		return nil, errNotFound("no trigger %q", id)
 	}
 	if err != nil {
@@ -143,6 +188,16 @@ type hookReply struct {
 	answer wire.HookAnswer
 	err    *apiError // for an error status
 	line   store.TriggerDelivery
+	// refused says the request was refused before it was found signed
+	// (anyone can send it): its line is logged within the trigger's
+	// refusal budget.
+	refused bool
+}
+
+// refused is the answer to a request refused before its signature held.
+func refused(ae *apiError, line store.TriggerDelivery) hookReply {
+	line.Outcome = store.DeliveryRejected
+	return hookReply{status: ae.status, err: ae, line: line, refused: true}
 }
 
 func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
@@ -154,35 +209,59 @@ func (s *Server) handleHook(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ht.Enabled {
 		// Logged, so the user sees their sender knocking.
-		rep := hookReply{status: http.StatusNotFound, err: errNotFound("no enabled trigger %q", ht.ID).(*apiError)}
-		rep.line = store.TriggerDelivery{Outcome: store.DeliveryRejected, Reason: "the trigger is disabled"}
-		s.answerHook(w, r, ht, rep)
+		s.answerHook(w, r, ht, refused(errNotFound("no enabled trigger %q", ht.ID).(*apiError),
+			store.TriggerDelivery{Reason: "the trigger is disabled", Delivery: claimedDelivery(ht, r.Header)}))
+		return
+	}
+	// What needs no body first: a stranger's unsigned or stale request
+	// is refused unread.
+	if err := webhook.Precheck(webhook.Scheme(ht.Scheme), r.Header, start); err != nil {
+		s.answerHook(w, r, ht, badSignature(ht, r.Header, err))
 		return
 	}
 	limit := hookBodyLimit(ht.Trigger)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
+	tooLarge := func() {
+		ae := &apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large",
+			msg: fmt.Sprintf("the body exceeds the trigger's max_body_bytes (%d)", limit)}
+		s.answerHook(w, r, ht, refused(ae, store.TriggerDelivery{Reason: ae.msg, Delivery: claimedDelivery(ht, r.Header)}))
+	}
+	if r.ContentLength > limit {
+		tooLarge()
+		return
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+1))
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
 		var mbe *http.MaxBytesError
 		if !errors.As(err, &mbe) {
 			s.fail(w, r, errBadRequest("read the body: %v", err))
 			return
 		}
-		rep := hookReply{status: http.StatusRequestEntityTooLarge, err: &apiError{status: http.StatusRequestEntityTooLarge,
-			code: "payload_too_large", msg: fmt.Sprintf("the body exceeds the trigger's max_body_bytes (%d)", limit)}}
-		rep.line = store.TriggerDelivery{Outcome: store.DeliveryRejected, Reason: rep.err.msg, Delivery: claimedDelivery(ht, r.Header)}
-		s.answerHook(w, r, ht, rep)
+		tooLarge()
 		return
 	}
-	rep := s.intake(w, r, ht, r.Header, body, start)
+	rep := s.intake(w, r, ht, r.Header, buf.Bytes(), start, true)
 	s.answerHook(w, r, ht, rep)
 	s.hooks.seconds.WithLabelValues(ht.Scheme).Observe(time.Since(start).Seconds())
+}
+
+// badSignature is the answer to a refused signature: one bounded line,
+// no body and no dedupe record.
+func badSignature(ht *hookTrigger, h http.Header, err error) hookReply {
+	var se *webhook.SignatureError
+	if !errors.As(err, &se) {
+		return failed(store.TriggerDelivery{}, &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"})
+	}
+	return refused(&apiError{status: http.StatusUnauthorized, code: "bad_signature", msg: "signature refused: " + se.Error()},
+		store.TriggerDelivery{Delivery: claimedDelivery(ht, h), Reason: bound(se.Error() + " (headers: " + headerNames(h) + ")")})
 }
 
 // answerHook logs what the intake did, counts it, and answers.
 func (s *Server) answerHook(w http.ResponseWriter, r *http.Request, ht *hookTrigger, rep hookReply) {
 	rep.line.TriggerID = ht.ID
 	s.hooks.deliveries.WithLabelValues(ht.Scheme, string(rep.line.Outcome)).Inc()
-	if err := s.recordDelivery(r.Context(), rep.line); err != nil {
+	if rep.refused && !s.hooks.refusals.allow(ht.ID, time.Now()) {
+		s.hooks.unlogged.WithLabelValues(ht.Scheme).Inc()
+	} else if err := s.recordDelivery(r.Context(), rep.line); err != nil {
 		// The answer stands: the run (or its absence) is what counts.
 		s.log.Warn("record a delivery in the log", "trigger", ht.ID, "delivery", rep.line.Delivery, "err", err)
 	}
@@ -193,19 +272,13 @@ func (s *Server) answerHook(w http.ResponseWriter, r *http.Request, ht *hookTrig
 	writeJSON(w, rep.status, rep.answer)
 }
 
-// intake verifies, parses, filters and admits one delivery.
-func (s *Server) intake(w http.ResponseWriter, r *http.Request, ht *hookTrigger, h http.Header, body []byte, now time.Time) hookReply {
+// intake verifies, parses, filters and admits one delivery. dedupeBody
+// says a GitHub delivery claims its body's digest (a test delivery,
+// signed by the server for the tenant, does not).
+func (s *Server) intake(w http.ResponseWriter, r *http.Request, ht *hookTrigger, h http.Header, body []byte, now time.Time, dedupeBody bool) hookReply {
 	scheme := webhook.Scheme(ht.Scheme)
 	if err := webhook.Verify(scheme, ht.secretsAt(now), h, body, now); err != nil {
-		var se *webhook.SignatureError
-		if !errors.As(err, &se) {
-			return failed(store.TriggerDelivery{}, &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"})
-		}
-		// No body and no dedupe record: one bounded line.
-		line := store.TriggerDelivery{Outcome: store.DeliveryRejected, Delivery: claimedDelivery(ht, h),
-			Reason: bound(se.Error() + " (headers: " + headerNames(h) + ")")}
-		return hookReply{status: http.StatusUnauthorized, line: line,
-			err: &apiError{status: http.StatusUnauthorized, code: "bad_signature", msg: "signature refused: " + se.Error()}}
+		return badSignature(ht, h, err)
 	}
 	d, err := webhook.Parse(scheme, h, body)
 	if err != nil {
@@ -219,7 +292,19 @@ func (s *Server) intake(w http.ResponseWriter, r *http.Request, ht *hookTrigger,
 	if !webhook.Match(ht.Events, d.Event, d.Action) {
 		return ignored(line, d.ID, fmt.Sprintf("event %q is not among the trigger's events %v", webhook.EventName(d.Event, d.Action), ht.Events))
 	}
-	return s.admitDelivery(w, r, ht, d, line, hookKey(ht.ID, d.ID))
+	first := d.ID
+	if scheme == webhook.GitHub && dedupeBody {
+		sum := sha256.Sum256(body)
+		var err error
+		if first, err = s.claimDigest(r.Context(), store.DigestClaim{TriggerID: ht.ID, Digest: sum[:], Delivery: d.ID}); err != nil {
+			return failed(line, s.apiErrorOf(r, fmt.Errorf("claim the body's digest: %w", err)))
+		}
+	}
+	rep := s.admitDelivery(w, r, ht, d, line, hookKey(ht.ID, first))
+	if first != d.ID && rep.line.Outcome == store.DeliveryDuplicate {
+		rep.line.Reason = bound(fmt.Sprintf("the body of delivery %s again, under a new delivery id (a replay): its run, no new one", first))
+	}
+	return rep
 }
 
 // admitDelivery renders the templates and admits the delivery's run.
@@ -381,6 +466,44 @@ func (s *Server) recordDelivery(ctx context.Context, line store.TriggerDelivery)
 	return c.err
 }
 
+// claimCall is one delivery's digest claim waiting for its group's write.
+type claimCall struct {
+	claim  store.DigestClaim
+	holder string
+	err    error
+}
+
+// claimDigest claims a delivery's body digest and returns the delivery
+// that holds it: this one, or the first of that body within the window.
+// Concurrent claims share one store call, and a group that fails is
+// claimed one by one, as the log's lines are.
+func (s *Server) claimDigest(ctx context.Context, claim store.DigestClaim) (string, error) {
+	c := &claimCall{claim: claim}
+	s.hooks.claims.Do(c, hookLogBatchMax, func(calls []*claimCall) {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		defer cancel()
+		run := func(calls []*claimCall) error {
+			claims := make([]store.DigestClaim, len(calls))
+			for i, c := range calls {
+				claims[i] = c.claim
+			}
+			holders, err := s.cfg.Store.TriggerDigestClaim(bctx, store.TriggerDigestClaimParams{Claims: claims, Window: s.hooks.window})
+			for i, c := range calls {
+				if c.err = err; err == nil {
+					c.holder = holders[i]
+				}
+			}
+			return err
+		}
+		if err := run(calls); err != nil && len(calls) > 1 {
+			for _, c := range calls {
+				_ = run([]*claimCall{c})
+			}
+		}
+	})
+	return c.holder, c.err
+}
+
 // handleRedeliver starts a new run from a logged delivery: an accepted
 // one's payload is its run's context; a rejected one (no room) kept its
 // payload, and its redelivery keeps its dedupe key, so a sender's later
@@ -401,6 +524,7 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, errNotFound("no delivery %q in trigger %s's log (it keeps the last %d)", delivery, t.ID, cmp.Or(s.hooks.keep, 1000)))
 		return
 	}
+	s.hooks.unknown.Delete(t.ID) // found: made on another dispatcher since
 	ht, err := s.hooks.trigger(r.Context(), s, t.ID)
 	if err != nil {
 		s.fail(w, r, err)
@@ -438,4 +562,46 @@ func (s *Server) handleRedeliver(w http.ResponseWriter, r *http.Request, p princ
 		return
 	}
 	s.fail(w, r, errConflict("delivery %q started no run whose payload is still here (only accepted deliveries, and those rejected for want of room, can be redelivered)", delivery))
+}
+
+// refusalBudget lets each trigger's log take refusalsPerMinute refused
+// deliveries per minute, counted from the first of the minute.
+type refusalBudget struct {
+	mu sync.Mutex
+	m  map[string]*refusalWindow
+}
+
+type refusalWindow struct {
+	start time.Time
+	n     int
+}
+
+// refusalTriggersMax is how many triggers' windows the budget holds
+// before it drops the windows that ended.
+const refusalTriggersMax = 10_000
+
+// allow reports whether trigger's log may take one more refusal at now.
+func (b *refusalBudget) allow(trigger string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.m[trigger]
+	if w == nil || now.Sub(w.start) >= time.Minute {
+		if b.m == nil {
+			b.m = map[string]*refusalWindow{}
+		}
+		if w == nil && len(b.m) >= refusalTriggersMax {
+			for id, o := range b.m {
+				if now.Sub(o.start) >= time.Minute {
+					delete(b.m, id)
+				}
+			}
+		}
+		w = &refusalWindow{start: now}
+		b.m[trigger] = w
+	}
+	if w.n >= refusalsPerMinute {
+		return false
+	}
+	w.n++
+	return true
 }

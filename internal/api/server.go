@@ -109,6 +109,18 @@ type Config struct {
 	BatchMaxBytes int64
 	// NATSCreds, when set, serves /v1/tenants/{id}/nats-creds.
 	NATSCreds NATSCreds
+
+	// HookDigestWindow is how long a GitHub delivery's body digest is
+	// held against its replay under another delivery id (zero:
+	// store.TriggerDigestWindowDefault).
+	HookDigestWindow time.Duration
+	// TenantStreams caps each tenant's concurrent event streams and
+	// ?wait polls (AGENTFLEET_TENANT_STREAMS; zero: TenantStreamsDefault).
+	TenantStreams int
+	// ReadTimeout, WriteTimeout and IdleTimeout are HTTPServer's (zero:
+	// ReadTimeoutDefault, WriteTimeoutDefault, IdleTimeoutDefault). A
+	// stream's writes each get WriteTimeout of their own (streams.go).
+	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 }
 
 // Server serves the API.
@@ -146,6 +158,8 @@ type Server struct {
 	hooks     hookState
 	callbacks callbackState
 	approvals approvalState
+	// streams counts each tenant's open streams (streams.go).
+	streams streamGate
 }
 
 // New returns a Server.
@@ -173,6 +187,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.UnknownKeyTTL == 0 {
 		cfg.UnknownKeyTTL = UnknownKeyTTLDefault
+	}
+	if err := cfg.streamDefaults(); err != nil {
+		return nil, err
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, mux: &routeMux{ServeMux: http.NewServeMux()},
@@ -227,7 +244,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/runs", s.tenantOnly(s.handleRunCreate))
 	s.mux.HandleFunc("GET /v1/runs", s.authed(s.handleRunList))
 	s.mux.HandleFunc("GET /v1/runs/{id}", s.authed(s.handleRunGet))
-	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.handleRunEvents))
+	s.mux.HandleFunc("GET /v1/runs/{id}/events", s.authed(s.stream(always, s.handleRunEvents)))
 	s.mux.HandleFunc("GET /v1/runs/{id}/steps", s.authed(s.handleRunSteps))
 	s.mux.HandleFunc("POST /v1/runs/{id}/cancel", s.authed(s.handleRunCancel))
 	s.mux.HandleFunc("DELETE /v1/runs/{id}", s.authed(s.handleRunDelete))
@@ -246,10 +263,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/triggers/{id}/test", s.authed(s.tenantTrigger(s.handleTriggerTest)))
 	s.mux.HandleFunc("POST /v1/hooks/{id}", s.handleHook)
 	// Batches (batches.go), with a body limit of their own.
-	s.mux.HandleFunc("POST /v1/batches", s.authedBody(s.cfg.BatchMaxBytes, s.tenantOnlyHandler(s.handleBatchCreate)))
+	s.mux.HandleFunc("POST /v1/batches", s.longBody(s.authedBody(s.cfg.BatchMaxBytes, s.tenantOnlyHandler(s.handleBatchCreate))))
 	s.mux.HandleFunc("GET /v1/batches", s.authed(s.handleBatchList))
 	s.mux.HandleFunc("GET /v1/batches/{id}", s.authed(s.handleBatchGet))
-	s.mux.HandleFunc("GET /v1/batches/{id}/results", s.authed(s.handleBatchResults))
+	s.mux.HandleFunc("GET /v1/batches/{id}/results", s.authed(s.stream(waits, s.handleBatchResults)))
 	s.mux.HandleFunc("POST /v1/batches/{id}/cancel", s.authed(s.handleBatchCancel))
 	s.mux.HandleFunc("POST /v1/batches/{id}/retry", s.authed(s.handleBatchRetry))
 	s.mux.HandleFunc("POST /v1/tenants/{id}/callback-secret", s.authed(s.handleCallbackSecretRotate))
@@ -269,7 +286,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /v1/approvals/{id}/approve", s.authed(s.handleApprovalApprove))
 	s.mux.HandleFunc("POST /v1/approvals/{id}/deny", s.authed(s.handleApprovalDeny))
 	// What the console reads, and the console itself when it is served.
-	s.mux.HandleFunc("GET /v1/events", s.authed(s.handleEvents))
+	s.mux.HandleFunc("GET /v1/events", s.authed(s.stream(always, s.handleEvents)))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
 	if s.cfg.Console != nil {
 		s.mux.Handle("GET /{$}", s.cfg.Console)

@@ -187,6 +187,7 @@ func (s *Server) handleTriggerCreate(w http.ResponseWriter, r *http.Request, p p
 		s.fail(w, r, err)
 		return
 	}
+	s.hooks.forget(t.ID) // no longer unknown
 	writeJSON(w, http.StatusCreated, s.triggerView(t, shown))
 }
 
@@ -372,6 +373,7 @@ func (s *Server) handleTriggerTest(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, err)
 		return
 	}
+	s.hooks.unknown.Delete(t.ID) // found: made on another dispatcher since
 	ht, err := s.hooks.trigger(r.Context(), s, t.ID)
 	if err != nil {
 		s.fail(w, r, err)
@@ -389,7 +391,7 @@ func (s *Server) handleTriggerTest(w http.ResponseWriter, r *http.Request, p pri
 		s.fail(w, r, err)
 		return
 	}
-	s.answerHook(w, r, ht, s.intake(w, r, ht, h, body, now))
+	s.answerHook(w, r, ht, s.intake(w, r, ht, h, body, now, false))
 }
 
 // testPayload is the body a test delivery sends: the given payload ({}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
@@ -168,6 +169,10 @@ type Config struct {
 	// RetentionIntervalDefault).
 	Retention         time.Duration
 	RetentionInterval time.Duration
+	// TenantStreams caps each tenant's concurrent event streams and
+	// ?wait polls on a dispatcher (AGENTFLEET_TENANT_STREAMS; zero:
+	// api.TenantStreamsDefault).
+	TenantStreams int
 }
 
 // ConfigFromEnv reads the environment, applying defaults.
@@ -203,6 +208,9 @@ func ConfigFromEnv() (Config, error) {
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
 	c.SandboxMemory = envBytes("AGENTFLEET_SANDBOX_MEMORY", &errs)
 	c.BatchMaxBytes = envBytes("AGENTFLEET_BATCH_MAX_BYTES", &errs)
+	if c.TenantStreams = envInt("AGENTFLEET_TENANT_STREAMS", 0, &errs); c.TenantStreams < 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_TENANT_STREAMS=%d must be at least 1 (unset: %d)", c.TenantStreams, api.TenantStreamsDefault))
+	}
 	c.DrainTimeout = envDuration("AGENTFLEET_DRAIN_TIMEOUT", DrainTimeoutDefault, 0, "30s", &errs)
 	c.AckWait = envDuration("AGENTFLEET_ACK_WAIT", 0, time.Second, "30s", &errs)
 	c.StrandedInterval = envDuration("AGENTFLEET_STRANDED_INTERVAL", 0, time.Second, "30s", &errs)

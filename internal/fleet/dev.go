@@ -110,6 +110,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
 		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,
+		TenantStreams: cfg.TenantStreams,
 	})
 	if err != nil {
 		return nil, err

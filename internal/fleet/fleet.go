@@ -171,6 +171,9 @@ type DispatcherConfig struct {
 	// NATSCreds issues tenants' NATS subscriber creds (nil: the
 	// endpoints answer 503).
 	NATSCreds api.NATSCreds
+	// TenantStreams caps each tenant's concurrent event streams and
+	// ?wait polls (AGENTFLEET_TENANT_STREAMS; zero: api.TenantStreamsDefault).
+	TenantStreams int
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API (with its
@@ -262,6 +265,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		Console:        console.Handler(),
 		Tracer:         d.tracer,
 		NATSCreds:      cfg.NATSCreds,
+		TenantStreams:  cfg.TenantStreams,
 	})
 	if err != nil {
 		return nil, err
@@ -279,7 +283,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	}
 	d.listener = ln
 	d.api = srv
-	d.server = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	d.server = srv.HTTPServer()
 	return d, nil
 }
 

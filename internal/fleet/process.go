@@ -52,6 +52,7 @@ func RunDispatcher(ctx context.Context, cfg Config, logger *slog.Logger) error {
 		Retention: cfg.Retention, RetentionInterval: cfg.RetentionInterval,
 		Store: st, Bus: b, Logger: logger, Elect: true,
 		Secrets: cfg.secretsBox(), PublicURL: cfg.PublicURL, Egress: cfg.egress(), NATSCreds: natsCreds,
+		TenantStreams: cfg.TenantStreams,
 	})
 	if err != nil {
 		return err

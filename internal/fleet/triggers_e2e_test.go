@@ -199,3 +199,37 @@ func TestFleetWebhookAuth(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, res.Status)
 	require.True(t, strings.HasPrefix(tv.URL, "/v1/hooks/"))
 }
+
+// A signed GitHub body replayed under a new delivery id after the
+// dispatcher restarted (caches gone: the store holds the digest) answers
+// 200 with the first delivery's run and starts none. On SQLite and on
+// PostgreSQL.
+func TestFleetWebhookReplayUnderNewDeliveryID(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			start := restartable(t, backend, nil)
+			ctx := t.Context()
+			d1, stop1 := start()
+			tv, err := apiClient(t, d1.URL(), "admin-secret").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
+			require.NoError(t, err)
+			trig, err := apiClient(t, d1.URL(), tv.APIKey).CreateTrigger(ctx, wire.TriggerRequest{Name: new("t"), Scheme: new("github")})
+			require.NoError(t, err)
+			body := []byte(`{"action":"opened","number":1}`)
+			first := sendHook(t, apiClient(t, d1.URL(), ""), trig, trig.Secret, "orig-1", "pull_request", body)
+			require.Equal(t, http.StatusAccepted, first.Status)
+			stop1()
+
+			d2, stop2 := start()
+			defer stop2()
+			hook := apiClient(t, d2.URL(), "")
+			for _, id := range []string{"replay-1", "replay-2"} {
+				again := sendHook(t, hook, trig, trig.Secret, id, "pull_request", body)
+				require.Equal(t, http.StatusOK, again.Status, id)
+				require.Equal(t, first.Answer.RunID, again.Answer.RunID, id)
+			}
+			runs, err := apiClient(t, d2.URL(), tv.APIKey).ListRuns(ctx, client.ListRunsParams{})
+			require.NoError(t, err)
+			require.Len(t, runs.Runs, 1, "no second run")
+		})
+	}
+}

@@ -363,6 +363,14 @@ type Store interface {
 	TriggerDeliveryRecord(ctx context.Context, p TriggerDeliveryRecordParams) ([]TriggerDelivery, error)
 	// TriggerDeliveryList pages a trigger's delivery log, newest first.
 	TriggerDeliveryList(ctx context.Context, p TriggerDeliveryListParams) (TriggerDeliveryListResult, error)
+	// TriggerDigestClaim claims, in one transaction, each claim's body
+	// digest for its delivery: the first delivery to claim a trigger's
+	// digest holds it for Window, and a later claim of it within Window
+	// gets that first delivery back (a signed body replayed under a new
+	// delivery id). It returns the holder of each claim, in order, and
+	// drops the claims of those triggers that are older than Window. A
+	// claim of an unknown trigger fails the call.
+	TriggerDigestClaim(ctx context.Context, p TriggerDigestClaimParams) ([]string, error)
 
 	// TenantCallbackSecretSet stores (or replaces) a tenant's sealed
 	// callback secret; TenantCallbackSecretGet reads it (ErrNotFound:
@@ -1292,6 +1300,25 @@ type TriggerDeliveryListParams struct {
 type TriggerDeliveryListResult struct {
 	Deliveries []TriggerDelivery
 	NextCursor string // empty on the last page
+}
+
+// TriggerDigestWindowDefault is how long a body digest's claim holds.
+const TriggerDigestWindowDefault = 72 * time.Hour
+
+// DigestClaim is one delivery's claim of its body's digest (SHA-256, 32
+// bytes) in its trigger.
+type DigestClaim struct {
+	TriggerID string
+	Digest    []byte
+	Delivery  string
+}
+
+// TriggerDigestClaimParams claims digests at At (zero: now) for Window
+// (zero: TriggerDigestWindowDefault).
+type TriggerDigestClaimParams struct {
+	Claims []DigestClaim
+	Window time.Duration
+	At     time.Time
 }
 
 type TenantCallbackSecretSetParams struct {

@@ -15,6 +15,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -41,8 +42,9 @@ var Schemes = []Scheme{GitHub, Standard, Stripe, HMAC}
 func (s Scheme) Valid() bool { return slices.Contains(Schemes, s) }
 
 // Timestamped reports whether the scheme signs a timestamp, which must be
-// within Tolerance of the receiver's clock.
-func (s Scheme) Timestamped() bool { return s == Standard || s == Stripe }
+// within Tolerance of the receiver's clock. GitHub's is the one that
+// does not: its deliveries are deduped on their body's digest instead.
+func (s Scheme) Timestamped() bool { return s != GitHub }
 
 // Tolerance is how far a signed timestamp may be from the receiver's
 // clock, either way.
@@ -57,8 +59,9 @@ const (
 	HeaderStandardTime    = "webhook-timestamp"
 	HeaderStandardSig     = "webhook-signature"
 	HeaderStripeSignature = "Stripe-Signature"
-	HeaderHMACSignature   = "X-Signature"
-	HeaderHMACDelivery    = "X-Delivery-Id"
+	HeaderHMACSignature   = "X-Agentfleet-Signature"
+	HeaderHMACDelivery    = "X-Agentfleet-Id"
+	HeaderHMACTime        = "X-Agentfleet-Timestamp"
 	HeaderHMACEvent       = "X-Event"
 )
 
@@ -80,54 +83,105 @@ func sigErr(header, format string, a ...any) error {
 // one), and that a signed timestamp is within Tolerance of now. Every
 // comparison is in constant time. A refusal is a *SignatureError.
 func Verify(s Scheme, secrets []string, h http.Header, body []byte, now time.Time) error {
+	if err := Precheck(s, h, now); err != nil {
+		return err
+	}
 	switch s {
 	case GitHub:
-		return verifyHex(HeaderGitHubSignature, secrets, h, body)
+		return verifyHex(HeaderGitHubSignature, secrets, h.Get(HeaderGitHubSignature), body)
 	case HMAC:
-		return verifyHex(HeaderHMACSignature, secrets, h, body)
+		prefix := []byte(h.Get(HeaderHMACDelivery) + "." + h.Get(HeaderHMACTime) + ".")
+		return verifyHex(HeaderHMACSignature, secrets, h.Get(HeaderHMACSignature), prefix, body)
 	case Standard:
-		return verifyStandard(secrets, h, body, now)
+		return verifyStandard(secrets, h, body)
 	case Stripe:
-		return verifyStripe(secrets, h, body, now)
+		return verifyStripe(secrets, h, body)
 	}
 	return fmt.Errorf("webhook: unknown scheme %q", s)
 }
 
-// verifyHex checks a "sha256=<hex>" header over the body alone.
-func verifyHex(header string, secrets []string, h http.Header, body []byte) error {
-	v := h.Get(header)
+// Precheck is what Verify checks before it needs the body: the headers
+// it signs are present and well-formed, and a signed timestamp is within
+// Tolerance of now. The intake runs it before it reads a body, so a
+// stranger's unsigned or stale request costs no read. A refusal is a
+// *SignatureError.
+func Precheck(s Scheme, h http.Header, now time.Time) error {
+	switch s {
+	case GitHub:
+		_, err := hexSig(HeaderGitHubSignature, h.Get(HeaderGitHubSignature))
+		return err
+	case HMAC:
+		switch {
+		case h.Get(HeaderHMACDelivery) == "":
+			return sigErr(HeaderHMACDelivery, "is missing: the delivery id is signed with the body (%s.%s.body)", HeaderHMACDelivery, HeaderHMACTime)
+		case h.Get(HeaderHMACTime) == "":
+			return sigErr(HeaderHMACTime, "is missing: a Unix time in seconds, signed with the body")
+		}
+		if _, err := hexSig(HeaderHMACSignature, h.Get(HeaderHMACSignature)); err != nil {
+			return err
+		}
+		return checkTime(HeaderHMACTime, h.Get(HeaderHMACTime), now)
+	case Standard:
+		switch {
+		case h.Get(HeaderStandardID) == "":
+			return sigErr(HeaderStandardID, "is missing")
+		case h.Get(HeaderStandardTime) == "":
+			return sigErr(HeaderStandardTime, "is missing")
+		case h.Get(HeaderStandardSig) == "":
+			return sigErr(HeaderStandardSig, "is missing")
+		}
+		return checkTime(HeaderStandardTime, h.Get(HeaderStandardTime), now)
+	case Stripe:
+		v := h.Get(HeaderStripeSignature)
+		if v == "" {
+			return sigErr(HeaderStripeSignature, "is missing")
+		}
+		ts, _ := stripeParts(v)
+		if ts == "" {
+			return sigErr(HeaderStripeSignature, "has no t=<unix time>")
+		}
+		return checkTime(HeaderStripeSignature, ts, now)
+	}
+	return fmt.Errorf("webhook: unknown scheme %q", s)
+}
+
+// hexSig decodes a "sha256=<hex>" header value.
+func hexSig(header, v string) ([]byte, error) {
 	if v == "" {
-		return sigErr(header, "is missing")
+		return nil, sigErr(header, "is missing")
 	}
 	hexSig, ok := strings.CutPrefix(v, "sha256=")
 	if !ok {
-		return sigErr(header, "must be sha256=<hex digest>")
+		return nil, sigErr(header, "must be sha256=<hex digest>")
 	}
 	got, err := hex.DecodeString(hexSig)
 	if err != nil || len(got) != sha256.Size {
-		return sigErr(header, "is not a hex SHA-256 digest")
+		return nil, sigErr(header, "is not a hex SHA-256 digest")
+	}
+	return got, nil
+}
+
+// verifyHex checks a "sha256=<hex>" header value over the signed parts.
+func verifyHex(header string, secrets []string, v string, signed ...[]byte) error {
+	got, err := hexSig(header, v)
+	if err != nil {
+		return err
 	}
 	for _, secret := range secrets {
-		if hmac.Equal(got, mac([]byte(secret), body)) {
+		if hmac.Equal(got, mac([]byte(secret), signed...)) {
 			return nil
 		}
+	}
+	if header == HeaderHMACSignature {
+		return sigErr(header, "does not match the id, timestamp and body signed with the trigger's secret")
 	}
 	return sigErr(header, "does not match the body signed with the trigger's secret")
 }
 
-func verifyStandard(secrets []string, h http.Header, body []byte, now time.Time) error {
+// verifyStandard checks the signatures; Precheck has checked the headers
+// are there and the time.
+func verifyStandard(secrets []string, h http.Header, body []byte) error {
 	id, ts, sigs := h.Get(HeaderStandardID), h.Get(HeaderStandardTime), h.Get(HeaderStandardSig)
-	switch {
-	case id == "":
-		return sigErr(HeaderStandardID, "is missing")
-	case ts == "":
-		return sigErr(HeaderStandardTime, "is missing")
-	case sigs == "":
-		return sigErr(HeaderStandardSig, "is missing")
-	}
-	if err := checkTime(HeaderStandardTime, ts, now); err != nil {
-		return err
-	}
 	var candidates [][]byte
 	for _, entry := range strings.Fields(sigs) {
 		version, b64, ok := strings.Cut(entry, ",")
@@ -141,13 +195,13 @@ func verifyStandard(secrets []string, h http.Header, body []byte, now time.Time)
 	if len(candidates) == 0 {
 		return sigErr(HeaderStandardSig, "has no v1,<base64> signature")
 	}
-	signed := []byte(id + "." + ts + "." + string(body))
+	prefix := []byte(id + "." + ts + ".")
 	for _, secret := range secrets {
 		key, err := StandardKey(secret)
 		if err != nil {
 			continue
 		}
-		want := mac(key, signed)
+		want := mac(key, prefix, body)
 		for _, c := range candidates {
 			if hmac.Equal(c, want) {
 				return nil
@@ -157,13 +211,9 @@ func verifyStandard(secrets []string, h http.Header, body []byte, now time.Time)
 	return sigErr(HeaderStandardSig, "has no signature that matches the trigger's secret")
 }
 
-func verifyStripe(secrets []string, h http.Header, body []byte, now time.Time) error {
-	v := h.Get(HeaderStripeSignature)
-	if v == "" {
-		return sigErr(HeaderStripeSignature, "is missing")
-	}
-	var ts string
-	var candidates [][]byte
+// stripeParts splits a Stripe-Signature value into its timestamp and its
+// decodable v1 signatures.
+func stripeParts(v string) (ts string, candidates [][]byte) {
 	for _, part := range strings.Split(v, ",") {
 		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
@@ -175,19 +225,19 @@ func verifyStripe(secrets []string, h http.Header, body []byte, now time.Time) e
 			}
 		}
 	}
-	if ts == "" {
-		return sigErr(HeaderStripeSignature, "has no t=<unix time>")
-	}
-	if err := checkTime(HeaderStripeSignature, ts, now); err != nil {
-		return err
-	}
+	return ts, candidates
+}
+
+// verifyStripe checks the signatures; Precheck has checked the time.
+func verifyStripe(secrets []string, h http.Header, body []byte) error {
+	ts, candidates := stripeParts(h.Get(HeaderStripeSignature))
 	if len(candidates) == 0 {
 		return sigErr(HeaderStripeSignature, "has no v1=<hex> signature")
 	}
-	signed := []byte(ts + "." + string(body))
+	prefix := []byte(ts + ".")
 	for _, secret := range secrets {
 		// Stripe's secret is the HMAC key as given, whsec_ prefix and all.
-		want := mac([]byte(secret), signed)
+		want := mac([]byte(secret), prefix, body)
 		for _, c := range candidates {
 			if hmac.Equal(c, want) {
 				return nil
@@ -197,25 +247,40 @@ func verifyStripe(secrets []string, h http.Header, body []byte, now time.Time) e
 	return sigErr(HeaderStripeSignature, "has no v1 signature that matches the trigger's secret")
 }
 
-// checkTime checks a signed Unix timestamp against now.
+// checkTime checks a signed Unix timestamp against now, either way. It
+// compares seconds, never a time.Duration: a timestamp centuries away
+// would saturate one and pass.
 func checkTime(header, ts string, now time.Time) error {
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
 		return sigErr(header, "has a timestamp that is not a Unix time in seconds")
 	}
-	off := now.Sub(time.Unix(sec, 0))
-	if off < 0 {
-		off = -off
-	}
-	if off > Tolerance {
-		return sigErr(header, "has a timestamp %s from the receiver's clock; at most %s is accepted (a replay, or a clock off)", off.Round(time.Second), Tolerance)
+	tol := int64(Tolerance / time.Second)
+	switch off := now.Unix(); {
+	case sec < off-tol:
+		return sigErr(header, "has a timestamp %s before the receiver's clock; at most %s is accepted (a replay, or a clock off)", ago(off-sec), Tolerance)
+	case sec > off+tol:
+		return sigErr(header, "has a timestamp %s after the receiver's clock; at most %s is accepted (a clock off, or a forged time)", ago(sec-off), Tolerance)
 	}
 	return nil
 }
 
-func mac(key, msg []byte) []byte {
+// ago renders a positive offset in seconds, without overflowing a
+// Duration for offsets of centuries.
+func ago(sec int64) string {
+	if sec > int64(100*365*24*time.Hour/time.Second) {
+		return "over a century"
+	}
+	return (time.Duration(sec) * time.Second).String()
+}
+
+// mac is the HMAC-SHA256 under key of the parts written one after the
+// other (no copy of a large body to prefix it).
+func mac(key []byte, parts ...[]byte) []byte {
 	m := hmac.New(sha256.New, key)
-	m.Write(msg)
+	for _, p := range parts {
+		m.Write(p)
+	}
 	return m.Sum(nil)
 }
 
@@ -271,7 +336,8 @@ func NewSecret(s Scheme) string {
 // Sign returns the headers a sender of scheme s attaches to body: the
 // signature under secret, and the delivery id and event where the scheme
 // carries them in headers (stripe carries both in the body). now is the
-// signed timestamp of the timestamped schemes.
+// signed timestamp of the timestamped schemes. An hmac delivery needs an
+// id: it is signed.
 func Sign(s Scheme, secret string, body []byte, delivery, event string, now time.Time) (http.Header, error) {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
@@ -281,8 +347,13 @@ func Sign(s Scheme, secret string, body []byte, delivery, event string, now time
 		h.Set(HeaderGitHubDelivery, delivery)
 		h.Set(HeaderGitHubEvent, event)
 	case HMAC:
-		h.Set(HeaderHMACSignature, "sha256="+hex.EncodeToString(mac([]byte(secret), body)))
+		if delivery == "" {
+			return nil, errors.New("webhook: an hmac delivery needs an id (it is signed)")
+		}
+		ts := strconv.FormatInt(now.Unix(), 10)
 		h.Set(HeaderHMACDelivery, delivery)
+		h.Set(HeaderHMACTime, ts)
+		h.Set(HeaderHMACSignature, "sha256="+hex.EncodeToString(mac([]byte(secret), []byte(delivery+"."+ts+"."), body)))
 		if event != "" {
 			h.Set(HeaderHMACEvent, event)
 		}

@@ -32,10 +32,12 @@ var (
 	stripeBody   = []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI6ZsXXX","type":"invoice.paid"}`)
 	stripeV1     = "a0454215d03dde6652335f93b1f440f7ad7f41be8a77aed23416029029a6c120"
 
-	// printf '%s' 'Hello, World!' | openssl dgst -sha256 -hmac agentfleet-hmac-test-vector
+	// printf '%s' 'msg_7.1700000000.Hello, World!' | openssl dgst -sha256 -hmac agentfleet-hmac-test-vector
 	hmacSecret = "agentfleet-hmac-test-vector"
+	hmacID     = "msg_7"
+	hmacTS     = int64(1700000000)
 	hmacBody   = []byte("Hello, World!")
-	hmacSig    = "sha256=062e15c0b81251b9bb5e6672243d967c6f7d0ee05543930daece543477870cc2"
+	hmacSig    = "sha256=9d2eceddd2ef2c8bfcf9f0dfa8e4588633ef7342e50226a9301c1fc55be8c321"
 )
 
 func hdr(kv ...string) http.Header {
@@ -58,6 +60,13 @@ func TestVerify(t *testing.T) {
 		return hdr(HeaderStandardID, standardID, HeaderStandardTime, ts(at), HeaderStandardSig, sig)
 	}
 	stripeHdr := func(v string) http.Header { return hdr(HeaderStripeSignature, v) }
+	hmacAt := time.Unix(hmacTS, 0)
+	hmacHdr := func(id string, at int64) http.Header {
+		return hdr(HeaderHMACDelivery, id, HeaderHMACTime, ts(at), HeaderHMACSignature, hmacSig)
+	}
+	// far is a timestamp thousands of years ahead: an offset that would
+	// saturate a time.Duration.
+	const far = 99999999999
 	wrongB64 := "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="
 	for _, tc := range []struct {
 		name    string
@@ -99,10 +108,23 @@ func TestVerify(t *testing.T) {
 		{"stripe just outside the window", Stripe, []string{stripeSecret}, stripeHdr("t=1700000000,v1=" + stripeV1), stripeBody, stripeAt.Add(Tolerance + time.Second), HeaderStripeSignature},
 		{"stripe no timestamp", Stripe, []string{stripeSecret}, stripeHdr("v1=" + stripeV1), stripeBody, stripeAt, HeaderStripeSignature},
 
-		{"hmac vector", HMAC, []string{hmacSecret}, hdr(HeaderHMACSignature, hmacSig), hmacBody, time.Now(), ""},
-		{"hmac tampered", HMAC, []string{hmacSecret}, hdr(HeaderHMACSignature, hmacSig), []byte("Hello, World"), time.Now(), HeaderHMACSignature},
-		{"hmac wrong secret", HMAC, []string{"agentfleet-hmac-other-secret"}, hdr(HeaderHMACSignature, hmacSig), hmacBody, time.Now(), HeaderHMACSignature},
-		{"hmac missing", HMAC, []string{hmacSecret}, hdr(HeaderGitHubSignature, hmacSig), hmacBody, time.Now(), HeaderHMACSignature},
+		{"standard far in the future", Standard, []string{standardSecret}, stdHdr(standardSig, far), standardBody, stdAt, HeaderStandardTime},
+		{"standard far in the past", Standard, []string{standardSecret}, stdHdr(standardSig, -far), standardBody, stdAt, HeaderStandardTime},
+		{"stripe far in the future", Stripe, []string{stripeSecret}, stripeHdr("t=99999999999,v1=" + stripeV1), stripeBody, stripeAt, HeaderStripeSignature},
+		{"stripe from the future", Stripe, []string{stripeSecret}, stripeHdr("t=1700000000,v1=" + stripeV1), stripeBody, stripeAt.Add(-Tolerance - time.Second), HeaderStripeSignature},
+
+		{"hmac vector", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS), hmacBody, hmacAt, ""},
+		{"hmac tampered", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS), []byte("Hello, World"), hmacAt, HeaderHMACSignature},
+		{"hmac id changed", HMAC, []string{hmacSecret}, hmacHdr("msg_8", hmacTS), hmacBody, hmacAt, HeaderHMACSignature},
+		{"hmac timestamp changed", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS+1), hmacBody, hmacAt, HeaderHMACSignature},
+		{"hmac wrong secret", HMAC, []string{"agentfleet-hmac-other-secret"}, hmacHdr(hmacID, hmacTS), hmacBody, hmacAt, HeaderHMACSignature},
+		{"hmac signature missing", HMAC, []string{hmacSecret}, hdr(HeaderHMACDelivery, hmacID, HeaderHMACTime, ts(hmacTS), HeaderGitHubSignature, hmacSig), hmacBody, hmacAt, HeaderHMACSignature},
+		{"hmac id missing", HMAC, []string{hmacSecret}, hdr(HeaderHMACTime, ts(hmacTS), HeaderHMACSignature, hmacSig), hmacBody, hmacAt, HeaderHMACDelivery},
+		{"hmac timestamp missing", HMAC, []string{hmacSecret}, hdr(HeaderHMACDelivery, hmacID, HeaderHMACSignature, hmacSig), hmacBody, hmacAt, HeaderHMACTime},
+		{"hmac just inside the window", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS), hmacBody, hmacAt.Add(-Tolerance), ""},
+		{"hmac stale", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS), hmacBody, hmacAt.Add(Tolerance + time.Second), HeaderHMACTime},
+		{"hmac from the future", HMAC, []string{hmacSecret}, hmacHdr(hmacID, hmacTS), hmacBody, hmacAt.Add(-Tolerance - time.Second), HeaderHMACTime},
+		{"hmac far in the future", HMAC, []string{hmacSecret}, hmacHdr(hmacID, far), hmacBody, hmacAt, HeaderHMACTime},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Verify(tc.scheme, tc.secrets, tc.h, tc.body, tc.now)
@@ -138,9 +160,13 @@ func TestSignMatchesTheVectors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "t=1700000000,v1="+stripeV1, h.Get(HeaderStripeSignature))
 
-	h, err = Sign(HMAC, hmacSecret, hmacBody, "d2", "build", time.Now())
+	h, err = Sign(HMAC, hmacSecret, hmacBody, hmacID, "build", time.Unix(hmacTS, 0))
 	require.NoError(t, err)
 	require.Equal(t, hmacSig, h.Get(HeaderHMACSignature))
+	require.Equal(t, hmacID, h.Get(HeaderHMACDelivery))
+	require.Equal(t, ts(hmacTS), h.Get(HeaderHMACTime))
+	_, err = Sign(HMAC, hmacSecret, hmacBody, "", "", time.Now())
+	require.Error(t, err, "an hmac delivery's id is signed: there must be one")
 
 	for _, s := range Schemes {
 		secret := NewSecret(s)
@@ -153,10 +179,42 @@ func TestSignMatchesTheVectors(t *testing.T) {
 	require.True(t, strings.HasPrefix(NewSecret(Standard), "whsec_"))
 }
 
+// TestPrecheck: what the intake refuses before it reads a body, and
+// that it passes whatever Verify would accept.
+func TestPrecheck(t *testing.T) {
+	now := time.Now()
+	for _, s := range Schemes {
+		secret := NewSecret(s)
+		h, err := Sign(s, secret, stripeBody, "d1", "e", now)
+		require.NoError(t, err)
+		require.NoError(t, Precheck(s, h, now), s)
+		require.Error(t, Precheck(s, http.Header{}, now), s)
+		if s.Timestamped() {
+			require.Error(t, Precheck(s, h, now.Add(Tolerance+time.Minute)), s)
+			require.Error(t, Precheck(s, h, now.Add(-Tolerance-time.Minute)), s)
+		}
+	}
+}
+
 func TestCheckSecret(t *testing.T) {
 	require.NoError(t, CheckSecret(Standard, standardSecret))
 	require.Error(t, CheckSecret(Standard, "whsec_not base64!"))
 	require.Error(t, CheckSecret(Standard, "whsec_c2hvcnQ="), "a 5-byte key")
 	require.NoError(t, CheckSecret(GitHub, githubSecret))
 	require.Error(t, CheckSecret(GitHub, "short"))
+}
+
+// TestFarFutureTimestampRefused: a delivery correctly signed with a
+// timestamp thousands of years ahead is refused for its time; the offset
+// must not saturate and pass.
+func TestFarFutureTimestampRefused(t *testing.T) {
+	for _, s := range []Scheme{Standard, Stripe, HMAC} {
+		secret := NewSecret(s)
+		h, err := Sign(s, secret, stripeBody, "d-far", "e", time.Unix(99999999999, 0))
+		require.NoError(t, err)
+		err = Verify(s, []string{secret}, h, stripeBody, time.Now())
+		var se *SignatureError
+		require.ErrorAs(t, err, &se, s)
+		require.Contains(t, se.Reason, "after the receiver's clock", s)
+	}
 }

@@ -216,3 +216,57 @@ func (s *Store) TriggerDeliveryList(ctx context.Context, p store.TriggerDelivery
 	}
 	return rules.DeliveryPage(rows, limit), nil
 }
+
+// TriggerDigestClaim drops the triggers' lapsed claims and upserts the
+// claims in one pipelined transaction; a row held since the cutoff
+// keeps its delivery. Claims come sorted, so two dispatchers' calls
+// lock rows in one order.
+func (s *Store) TriggerDigestClaim(ctx context.Context, p store.TriggerDigestClaimParams) ([]string, error) {
+	dc, err := rules.TriggerDigestClaim(p)
+	if err != nil || len(dc.Claims) == 0 {
+		return nil, err
+	}
+	n := len(dc.Claims)
+	trig, dlv, digest := make([]string, n), make([]string, n), make([][]byte, n)
+	for i, c := range dc.Claims {
+		trig[i], dlv[i], digest[i] = c.TriggerID, c.Delivery, c.Digest
+	}
+	holders := make([]string, n)
+	err = s.withBatch(ctx, func() *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM trigger_digests WHERE trigger_id = ANY($1::text[]) AND claimed_at <= $2`, dc.Triggers(), dc.Cutoff)
+		b.Queue(`INSERT INTO trigger_digests AS d (trigger_id, digest, delivery, claimed_at)
+			SELECT t, g, v, $4 FROM unnest($1::text[], $2::bytea[], $3::text[]) WITH ORDINALITY AS i(t, g, v, ord) ORDER BY ord
+			ON CONFLICT (trigger_id, digest) DO UPDATE SET
+				delivery = CASE WHEN d.claimed_at <= $5 THEN excluded.delivery ELSE d.delivery END,
+				claimed_at = CASE WHEN d.claimed_at <= $5 THEN excluded.claimed_at ELSE d.claimed_at END
+			RETURNING trigger_id, digest, delivery`, trig, digest, dlv, dc.At, dc.Cutoff)
+		return b
+	}, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		at := make(map[string]int, n)
+		for i, c := range dc.Claims {
+			at[c.TriggerID+"\x00"+string(c.Digest)] = i
+		}
+		for rows.Next() {
+			var t, v string
+			var g []byte
+			if err := rows.Scan(&t, &g, &v); err != nil {
+				return err
+			}
+			holders[at[t+"\x00"+string(g)]] = v
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %d body digests: %w", n, err)
+	}
+	return dc.Holders(holders), nil
+}

@@ -214,3 +214,36 @@ func (s *Store) TriggerDeliveryList(ctx context.Context, p store.TriggerDelivery
 	}
 	return rules.DeliveryPage(rs, limit), nil
 }
+
+// TriggerDigestClaim drops each trigger's lapsed claims, then upserts
+// each claim: a row held since the cutoff keeps its delivery.
+func (s *Store) TriggerDigestClaim(ctx context.Context, p store.TriggerDigestClaimParams) ([]string, error) {
+	dc, err := rules.TriggerDigestClaim(p)
+	if err != nil || len(dc.Claims) == 0 {
+		return nil, err
+	}
+	at, cutoff := dc.At.UnixMicro(), dc.Cutoff.UnixMicro()
+	holders := make([]string, len(dc.Claims))
+	err = s.write(ctx, func(tx *wtx) error {
+		for _, id := range dc.Triggers() {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM trigger_digests WHERE trigger_id = ? AND claimed_at <= ?`, id, cutoff); err != nil {
+				return err
+			}
+		}
+		for i, c := range dc.Claims {
+			err := tx.QueryRowContext(ctx, `INSERT INTO trigger_digests (trigger_id, digest, delivery, claimed_at) VALUES (?, ?, ?, ?)
+				ON CONFLICT (trigger_id, digest) DO UPDATE SET
+					delivery = CASE WHEN claimed_at <= ? THEN excluded.delivery ELSE delivery END,
+					claimed_at = CASE WHEN claimed_at <= ? THEN excluded.claimed_at ELSE claimed_at END
+				RETURNING delivery`, c.TriggerID, c.Digest, c.Delivery, at, cutoff, cutoff).Scan(&holders[i])
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %d body digests: %w", len(dc.Claims), mapErr(err))
+	}
+	return dc.Holders(holders), nil
+}

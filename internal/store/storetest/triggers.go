@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -123,6 +124,7 @@ func testTrigger(t *testing.T, newStore NewStore) {
 }
 
 func testTriggerDelivery(t *testing.T, newStore NewStore) {
+	t.Run("DigestClaim", func(t *testing.T) { testTriggerDigestClaim(t, newStore) })
 	t.Run("RecordListPrune", func(t *testing.T) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
@@ -238,4 +240,53 @@ func deliveryIDs(ds []store.TriggerDelivery) []string {
 		out[i] = d.Delivery
 	}
 	return out
+}
+
+// testTriggerDigestClaim: the first delivery of a body holds its digest
+// for the window, per trigger, in one call as across calls; a lapsed
+// claim is taken anew; a trigger deleted takes its claims along.
+func testTriggerDigestClaim(t *testing.T, newStore NewStore) {
+	b := setup(t, newStore)
+	ten := b.tenant(t, store.TenantCreateParams{})
+	trig, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Name: "t", Scheme: "github", Secret: "s"})
+	require.NoError(t, err)
+	two, err := b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{Tenant: ten.ID, Name: "u", Scheme: "github", Secret: "s"})
+	require.NoError(t, err)
+	digest := func(body string) []byte { d := sha256.Sum256([]byte(body)); return d[:] }
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	claim := func(at time.Time, window time.Duration, cs ...store.DigestClaim) []string {
+		t.Helper()
+		got, err := b.s.TriggerDigestClaim(b.ctx, store.TriggerDigestClaimParams{Claims: cs, At: at, Window: window})
+		require.NoError(t, err)
+		return got
+	}
+	c := func(trigger, body, delivery string) store.DigestClaim {
+		return store.DigestClaim{TriggerID: trigger, Digest: digest(body), Delivery: delivery}
+	}
+
+	require.Equal(t, []string{"d-1"}, claim(t0, 0, c(trig.ID, "a", "d-1")))
+	// A replay under a new id, and the sender's retry, find the first.
+	require.Equal(t, []string{"d-1", "d-1"}, claim(t0.Add(time.Hour), 0, c(trig.ID, "a", "d-2"), c(trig.ID, "a", "d-1")))
+	// Several in one call: a body twice in it is held by its first; the
+	// same body in another trigger is that trigger's own.
+	require.Equal(t, []string{"d-3", "d-1", "d-3", "u-1"},
+		claim(t0.Add(2*time.Hour), 0, c(trig.ID, "b", "d-3"), c(trig.ID, "a", "d-4"), c(trig.ID, "b", "d-5"), c(two.ID, "a", "u-1")))
+	// The default window is 72 h: held at 71 h, lapsed after 72 h.
+	require.Equal(t, []string{"d-1"}, claim(t0.Add(71*time.Hour), 0, c(trig.ID, "a", "d-6")))
+	require.Equal(t, []string{"d-7"}, claim(t0.Add(72*time.Hour+time.Second), 0, c(trig.ID, "a", "d-7")))
+	require.Equal(t, []string{"d-7"}, claim(t0.Add(73*time.Hour), 0, c(trig.ID, "a", "d-8")))
+	// A window of the caller's.
+	require.Equal(t, []string{"d-9"}, claim(t0.Add(73*time.Hour+2*time.Minute), time.Minute, c(trig.ID, "a", "d-9")))
+	require.Empty(t, claim(t0, 0))
+
+	_, err = b.s.TriggerDigestClaim(b.ctx, store.TriggerDigestClaimParams{Claims: []store.DigestClaim{{TriggerID: trig.ID, Digest: []byte("short"), Delivery: "x"}}})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	_, err = b.s.TriggerDigestClaim(b.ctx, store.TriggerDigestClaimParams{Claims: []store.DigestClaim{c("no-such-trigger", "a", "x")}})
+	require.Error(t, err, "a claim of an unknown trigger")
+
+	// Deleted and made again under the same id: its old claims are gone.
+	require.NoError(t, b.s.TriggerDelete(b.ctx, store.TriggerDeleteParams{ID: two.ID, Tenant: ten.ID}))
+	_, err = b.s.TriggerCreate(b.ctx, store.TriggerCreateParams{ID: two.ID, Tenant: ten.ID, Name: "u", Scheme: "github", Secret: "s"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"u-2"}, claim(t0.Add(2*time.Hour), 0, c(two.ID, "a", "u-2")))
 }

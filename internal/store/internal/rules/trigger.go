@@ -1,10 +1,12 @@
 package rules
 
 import (
+	"cmp"
 	"encoding/base64"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -121,6 +123,84 @@ func TriggerDeliveryRecord(p store.TriggerDeliveryRecordParams) (store.TriggerDe
 	}
 	p.Lines = lines
 	return p, nil
+}
+
+// TriggerDigestClaim validates p and fills its defaults: At, Window.
+// Claims keeps one claim per trigger and digest, the first (a
+// statement may not claim one row twice), sorted by trigger and digest
+// (so concurrent calls lock rows in one order); Of maps each of p's
+// claims to its entry in Claims.
+func TriggerDigestClaim(p store.TriggerDigestClaimParams) (DigestClaims, error) {
+	var dc DigestClaims
+	switch {
+	case p.Window < 0:
+		return dc, Invalidf("digest claim: window must not be negative (zero: %s)", store.TriggerDigestWindowDefault)
+	case p.Window == 0:
+		p.Window = store.TriggerDigestWindowDefault
+	}
+	dc.At = NowOr(p.At)
+	dc.Cutoff = dc.At.Add(-p.Window)
+	type key struct{ trigger, digest string }
+	first := map[key]int{}
+	for _, c := range p.Claims {
+		if c.TriggerID == "" || len(c.Digest) != 32 {
+			return dc, Invalidf("digest claim: a trigger id and a 32-byte SHA-256 digest are required")
+		}
+		k := key{c.TriggerID, string(c.Digest)}
+		if _, ok := first[k]; !ok {
+			first[k] = len(dc.Claims)
+			c.Delivery = Clean(c.Delivery)
+			dc.Claims = append(dc.Claims, c)
+		}
+	}
+	order := make([]int, len(dc.Claims))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		ca, cb := dc.Claims[a], dc.Claims[b]
+		return cmp.Or(strings.Compare(ca.TriggerID, cb.TriggerID), strings.Compare(string(ca.Digest), string(cb.Digest)))
+	})
+	at := make([]int, len(order))
+	sorted := make([]store.DigestClaim, len(order))
+	for to, from := range order {
+		sorted[to], at[from] = dc.Claims[from], to
+	}
+	dc.Claims = sorted
+	for _, c := range p.Claims {
+		dc.Of = append(dc.Of, at[first[key{c.TriggerID, string(c.Digest)}]])
+	}
+	return dc, nil
+}
+
+// DigestClaims is a validated TriggerDigestClaim call.
+type DigestClaims struct {
+	Claims []store.DigestClaim
+	Of     []int
+	// At is the claims' time; a claim held since Cutoff or before has
+	// lapsed.
+	At, Cutoff time.Time
+}
+
+// Holders maps the holders of Claims (holders[i] of Claims[i]) back to
+// the caller's claims.
+func (dc DigestClaims) Holders(holders []string) []string {
+	out := make([]string, len(dc.Of))
+	for i, k := range dc.Of {
+		out[i] = holders[k]
+	}
+	return out
+}
+
+// Triggers lists the distinct triggers of Claims, sorted.
+func (dc DigestClaims) Triggers() []string {
+	var ids []string
+	for _, c := range dc.Claims {
+		if len(ids) == 0 || ids[len(ids)-1] != c.TriggerID {
+			ids = append(ids, c.TriggerID)
+		}
+	}
+	return ids
 }
 
 // DeliveryTriggers lists the distinct triggers of lines, sorted: the
