@@ -31,7 +31,7 @@ const (
 	// tenantMetaKey marks a consumer made through TenantAPI with its
 	// tenant, so every dispatcher can count and remove a tenant's
 	// consumers without shared state.
-	tenantMetaKey = "agentfleet_tenant"
+	tenantMetaKey  = "agentfleet_tenant"
 	tenantAPIQueue = "agentfleet-tenant-js"
 	jsAPI          = "$JS.API."
 )

@@ -339,7 +339,7 @@ func TestTenantNATSCredsConsumerGuards(t *testing.T) {
 	// The JetStream API itself is closed to tenant creds: a durable
 	// create, a push consumer onto the work queue.
 	for subj, body := range map[string]string{
-		"$JS.API.CONSUMER.DURABLE.CREATE.AF_EVENTS.keep": `{"stream_name":"AF_EVENTS","config":{"durable_name":"keep","filter_subject":"af.events.acme.>","ack_policy":"none"}}`,
+		"$JS.API.CONSUMER.DURABLE.CREATE.AF_EVENTS.keep":          `{"stream_name":"AF_EVENTS","config":{"durable_name":"keep","filter_subject":"af.events.acme.>","ack_policy":"none"}}`,
 		"$JS.API.CONSUMER.CREATE.AF_EVENTS.keep.af.events.acme.>": `{"stream_name":"AF_EVENTS","config":{"durable_name":"keep","filter_subject":"af.events.acme.>","ack_policy":"none"}}`,
 		"$JS.API.CONSUMER.CREATE.AF_EVENTS.push.af.events.acme.>": `{"stream_name":"AF_EVENTS","config":{"name":"push","deliver_subject":"af.work.acme.x","filter_subject":"af.events.acme.>","ack_policy":"none"}}`,
 	} {
