@@ -95,8 +95,15 @@ func TestNATSAuthServerConfIncluded(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, out, `include "nats-auth/server.conf"`)
 
+	// The README's line, as it stands.
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	line := regexp.MustCompile(`nats\.conf:\s+(include "[^"]+")`).FindSubmatch(readme)
+	require.NotNil(t, line, "the README's include line")
+	require.Equal(t, `include "nats-auth/server.conf"`, string(line[1]))
+
 	conf := filepath.Join(etc, "nats.conf")
-	require.NoError(t, os.WriteFile(conf, []byte("include \"nats-auth/server.conf\"\nlisten: \"127.0.0.1:-1\"\n"+
+	require.NoError(t, os.WriteFile(conf, []byte(string(line[1])+"\nlisten: \"127.0.0.1:-1\"\n"+
 		"jetstream { store_dir: \""+filepath.ToSlash(filepath.Join(etc, "data"))+"\" }\n"), 0o644))
 	opts, err := server.ProcessConfigFile(conf)
 	require.NoError(t, err)
