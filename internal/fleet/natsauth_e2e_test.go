@@ -37,11 +37,14 @@ type authFleet struct {
 // setupAuthFleet starts dev mode with the NATS auth it makes itself or,
 // with external, on a server secured by the files agentctl nats-auth
 // writes, reached by URL as a production fleet reaches its cluster.
-func setupAuthFleet(t *testing.T, external bool) *authFleet {
+func setupAuthFleet(t *testing.T, external bool, mods ...func(*fleet.Config)) *authFleet {
 	t.Helper()
 	cfg := fleet.Config{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", NATSListen: "127.0.0.1:0", DataDir: t.TempDir(),
 		Workers: 1, WorkerSlots: 2, DrainTimeout: 5 * time.Second,
+	}
+	for _, m := range mods {
+		m(&cfg)
 	}
 	if external {
 		dir := t.TempDir()
@@ -448,4 +451,26 @@ func TestTenantNATSAPIRepliesOnlyToTenantInboxes(t *testing.T) {
 	requirePermissionError(t, errs, "af.js.globex")
 	_, err = spy.NextMsg(500 * time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout, "the fleet published a reply onto the work queue")
+}
+
+// AGENTFLEET_NATS_TENANT_CONSUMERS sets the cap, on a fleet whose NATS
+// is set up with agentctl nats-auth's files; a consumer deleted frees
+// its place at once.
+func TestTenantNATSCredsConsumerCapConfigured(t *testing.T) {
+	f := setupAuthFleet(t, true, func(c *fleet.Config) { c.NATSTenantConsumers = 2 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, _ := f.tenantConn(t, f.creds(t, "acme", 0), "acme")
+	js, err := jetstream.NewWithAPIPrefix(nc, "af.js.acme")
+	require.NoError(t, err)
+	pull := func(name string) error {
+		_, err := js.CreateConsumer(ctx, "AF_EVENTS", jetstream.ConsumerConfig{Name: name, FilterSubject: "af.events.acme.>", AckPolicy: jetstream.AckNonePolicy})
+		return err
+	}
+	require.NoError(t, pull("a"))
+	require.NoError(t, pull("b"))
+	require.ErrorIs(t, pull("c"), jetstream.ErrMaximumConsumersLimit)
+	require.NoError(t, js.DeleteConsumer(ctx, "AF_EVENTS", "a"))
+	require.NoError(t, pull("c"))
+	require.Len(t, f.fleetConsumers(t, "acme"), 2)
 }
