@@ -58,8 +58,10 @@ type TenantAPIConfig struct {
 // it creates ephemeral consumers (pull, or push onto the tenant's own
 // inboxes) filtered to the tenant's subjects, at most MaxConsumers per
 // tenant, each gone TenantConsumerInactive after its client; and it
-// answers info, delete and pull requests for the tenant's own consumers.
-// Anything else is refused with a JetStream API error.
+// answers info, delete and pull requests for the tenant's own consumers
+// and lists their names, and gives the stream's name and configuration
+// (not its state). Anything else
+// is refused with a JetStream API error.
 type TenantAPI struct {
 	b   *Bus
 	cfg TenantAPIConfig
@@ -180,6 +182,16 @@ func (a *TenantAPI) serve(m *nats.Msg) {
 		})
 	case r.is("CONSUMER", "MSG", "NEXT") && len(r.api) == 5:
 		a.pull(ctx, r, stream, r.api[3], r.api[4])
+	case r.is("STREAM", "NAMES") && len(r.api) == 2:
+		// What a client looking a subject's stream up (the nats CLI)
+		// asks first: the tenant has the one.
+		b, _ := json.Marshal(map[string]any{"type": "io.nats.jetstream.api.v1.stream_names_response",
+			"total": 1, "offset": 0, "limit": 1, "streams": []string{stream}})
+		r.respond(b)
+	case (r.is("CONSUMER", "NAMES") || r.is("CONSUMER", "LIST")) && len(r.api) == 3 && r.api[2] == stream:
+		a.list(ctx, r)
+	case r.is("STREAM", "INFO") && len(r.api) == 3 && r.api[2] == stream:
+		a.streamInfo(ctx, r, stream)
 	default:
 		r.fail(400, 0, fmt.Sprintf("%s is not available to tenant creds: they create, read, pull from and delete their own consumers on %s", api, stream))
 	}
@@ -214,6 +226,55 @@ func (a *TenantAPI) relay(ctx context.Context, r tenantReq, subject string, data
 		return
 	}
 	r.respond(resp.Data)
+}
+
+// list answers CONSUMER.NAMES or CONSUMER.LIST with the tenant's own
+// consumers, all on one page (there are at most MaxConsumers).
+func (a *TenantAPI) list(ctx context.Context, r tenantReq) {
+	held, err := a.b.tenantConsumers(ctx, r.tenant)
+	if err != nil {
+		r.fail(503, 0, "agentfleet: "+err.Error())
+		return
+	}
+	page := map[string]any{"total": len(held), "offset": 0, "limit": max(len(held), 1)}
+	if r.api[1] == "NAMES" {
+		names := []string{}
+		for _, c := range held {
+			names = append(names, c.name)
+		}
+		page["type"], page["consumers"] = "io.nats.jetstream.api.v1.consumer_names_response", names
+	} else {
+		infos := []json.RawMessage{}
+		for _, c := range held {
+			infos = append(infos, c.raw)
+		}
+		page["type"], page["consumers"] = "io.nats.jetstream.api.v1.consumer_list_response", infos
+	}
+	b, _ := json.Marshal(page)
+	r.respond(b)
+}
+
+// streamInfo answers the stream's configuration and nothing of its
+// state: its counts and subjects are every tenant's.
+func (a *TenantAPI) streamInfo(ctx context.Context, r tenantReq, stream string) {
+	resp, err := a.b.nc.RequestWithContext(ctx, jsAPI+"STREAM.INFO."+stream, nil)
+	if err != nil {
+		r.fail(503, 0, "agentfleet: the JetStream API did not answer: "+err.Error())
+		return
+	}
+	var info map[string]json.RawMessage
+	if err := json.Unmarshal(resp.Data, &info); err != nil || info["error"] != nil {
+		r.respond(resp.Data)
+		return
+	}
+	out := map[string]json.RawMessage{"state": json.RawMessage(`{}`)}
+	for _, k := range []string{"type", "config", "created", "ts", "cluster"} {
+		if v, ok := info[k]; ok {
+			out[k] = v
+		}
+	}
+	b, _ := json.Marshal(out)
+	r.respond(b)
 }
 
 // createRequest is the body of $JS.API.CONSUMER.CREATE.
@@ -420,13 +481,27 @@ func (b *Bus) consumerInfo(ctx context.Context, stream, name string) (raw []byte
 // TenantConsumers names the consumers on the events stream made for
 // tenant through TenantAPI.
 func (b *Bus) TenantConsumers(ctx context.Context, tenant string) ([]string, error) {
+	infos, err := b.tenantConsumers(ctx, tenant)
+	names := make([]string, 0, len(infos))
+	for _, c := range infos {
+		names = append(names, c.name)
+	}
+	return names, err
+}
+
+type tenantConsumer struct {
+	name string
+	raw  json.RawMessage // the server's consumer info
+}
+
+func (b *Bus) tenantConsumers(ctx context.Context, tenant string) ([]tenantConsumer, error) {
 	if err := validToken(tenant); err != nil {
 		return nil, fmt.Errorf("tenant consumers: %w", err)
 	}
 	ctx, cancel := b.apiCtx(ctx)
 	defer cancel()
 	stream := b.n.stream(streamEvents)
-	var names []string
+	var out []tenantConsumer
 	for offset := 0; ; {
 		req, _ := json.Marshal(map[string]int{"offset": offset})
 		resp, err := b.nc.RequestWithContext(ctx, jsAPI+"CONSUMER.LIST."+stream, req)
@@ -434,9 +509,9 @@ func (b *Bus) TenantConsumers(ctx context.Context, tenant string) ([]string, err
 			return nil, opErr(ctx, fmt.Errorf("tenant consumers of %s: %w", tenant, err))
 		}
 		var page struct {
-			Error     *jetstream.APIError       `json:"error"`
-			Total     int                       `json:"total"`
-			Consumers []*jetstream.ConsumerInfo `json:"consumers"`
+			Error     *jetstream.APIError `json:"error"`
+			Total     int                 `json:"total"`
+			Consumers []json.RawMessage   `json:"consumers"`
 		}
 		if err := json.Unmarshal(resp.Data, &page); err != nil {
 			return nil, fmt.Errorf("tenant consumers of %s: %w", tenant, err)
@@ -444,14 +519,20 @@ func (b *Bus) TenantConsumers(ctx context.Context, tenant string) ([]string, err
 		if page.Error != nil {
 			return nil, fmt.Errorf("tenant consumers of %s: %w", tenant, page.Error)
 		}
-		for _, c := range page.Consumers {
-			if c != nil && c.Config.Metadata[tenantMetaKey] == tenant {
-				names = append(names, c.Name)
+		for _, raw := range page.Consumers {
+			var c struct {
+				Name   string `json:"name"`
+				Config struct {
+					Metadata map[string]string `json:"metadata"`
+				} `json:"config"`
+			}
+			if json.Unmarshal(raw, &c) == nil && c.Config.Metadata[tenantMetaKey] == tenant {
+				out = append(out, tenantConsumer{name: c.Name, raw: raw})
 			}
 		}
 		offset += len(page.Consumers)
 		if len(page.Consumers) == 0 || offset >= page.Total {
-			return names, nil
+			return out, nil
 		}
 	}
 }

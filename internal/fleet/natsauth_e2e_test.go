@@ -395,6 +395,15 @@ func TestTenantNATSCredsConsumerGuards(t *testing.T) {
 		require.Empty(t, ci.Config.Durable, ci.Name)
 		require.LessOrEqual(t, ci.Config.InactiveThreshold, 30*time.Second, ci.Name)
 	}
+	st, err := js.Stream(ctx, "AF_EVENTS") // what the nats CLI asks first
+	require.NoError(t, err)
+	require.Equal(t, "AF_EVENTS", st.CachedInfo().Config.Name)
+	require.Zero(t, st.CachedInfo().State.Msgs, "the stream's state is every tenant's")
+	var listed []string
+	for name := range st.ConsumerNames(ctx).Name() {
+		listed = append(listed, name)
+	}
+	require.Len(t, listed, 16, "acme lists its own consumers")
 	run := f.runOf(t, "acme")
 	m, err := pushed.NextMsgWithContext(ctx)
 	require.NoError(t, err)
@@ -408,6 +417,9 @@ func TestTenantNATSCredsConsumerGuards(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Consumer(ctx, "AF_EVENTS", theirs.CachedInfo().Name)
 	require.ErrorIs(t, err, jetstream.ErrConsumerNotFound)
+	for name := range st.ConsumerNames(ctx).Name() {
+		require.NotEqual(t, "theirs", name, "acme lists only its own")
+	}
 	require.ErrorIs(t, js.DeleteConsumer(ctx, "AF_EVENTS", "theirs"), jetstream.ErrConsumerNotFound)
 	pull, err := nc.Request("af.js.acme.CONSUMER.MSG.NEXT.AF_EVENTS.theirs", []byte(`{"batch":1,"no_wait":true}`), 5*time.Second)
 	require.NoError(t, err)
