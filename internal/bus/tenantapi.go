@@ -59,9 +59,8 @@ type TenantAPIConfig struct {
 // inboxes) filtered to the tenant's subjects, at most MaxConsumers per
 // tenant, each gone TenantConsumerInactive after its client; and it
 // answers info, delete and pull requests for the tenant's own consumers
-// and lists their names, and gives the stream's name and configuration
-// (not its state). Anything else
-// is refused with a JetStream API error.
+// and lists them, and gives the stream's name and configuration (not
+// its state). Anything else is refused with a JetStream API error.
 type TenantAPI struct {
 	b   *Bus
 	cfg TenantAPIConfig
@@ -89,7 +88,7 @@ func (b *Bus) ServeTenantAPI(cfg TenantAPIConfig) (*TenantAPI, error) {
 		return nil, fmt.Errorf("tenant jetstream api: %w", err)
 	}
 	a := &TenantAPI{b: b, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency)}
-	sub, err := b.nc.QueueSubscribe(b.n.prefix+".js.*.>", tenantAPIQueue, a.dispatch)
+	sub, err := b.nc.QueueSubscribe(b.TenantAPIPrefix("*")+".>", tenantAPIQueue, a.dispatch)
 	if err != nil {
 		return nil, fmt.Errorf("tenant jetstream api: %w", err)
 	}
