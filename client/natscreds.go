@@ -16,8 +16,10 @@ const natsCredsMax = 1 << 20
 
 // NATSCreds issues a NATS .creds file (admin) for a subscriber of tenant:
 // it may read the tenant's events and batch events, live and replayed
-// through an ordered consumer, and nothing else. ttl zero means the
-// server's default (24h).
+// through an ordered consumer made through the API prefix
+// <prefix>.js.<tenant> (nats.go jetstream.NewWithAPIPrefix) on a
+// connection with the inbox prefix _INBOX_<tenant>, and nothing else.
+// ttl zero means the server's default (24h).
 func (c *Client) NATSCreds(ctx context.Context, tenant string, ttl time.Duration) ([]byte, error) {
 	path := "/v1/tenants/" + url.PathEscape(tenant) + "/nats-creds"
 	if ttl > 0 {
@@ -46,7 +48,8 @@ func (c *Client) NATSCreds(ctx context.Context, tenant string, ttl time.Duration
 }
 
 // RevokeNATSCreds revokes (admin) every NATS creds issued to tenant so
-// far; the servers close connections made with them.
+// far; the servers close connections made with them, and the consumers
+// made with them are deleted.
 func (c *Client) RevokeNATSCreds(ctx context.Context, tenant string) (wire.NATSCredsRevocation, error) {
 	var out wire.NATSCredsRevocation
 	err := c.do(ctx, http.MethodDelete, "/v1/tenants/"+url.PathEscape(tenant)+"/nats-creds", nil, &out)

@@ -2,8 +2,10 @@
 # The docker-compose.yml topology from local binaries, without Docker: a
 # three-node NATS JetStream cluster (nats-server built from the Go module
 # in go.mod), the local PostgreSQL, two dispatchers (a NATS lease elects
-# the one that schedules) and two workers, on R3 streams. It runs until
-# Ctrl-C (or SIGTERM), then stops everything it started.
+# the one that schedules) and two workers, on R3 streams, with NATS auth
+# (agentctl nats-auth writes it into $LOCAL_CLUSTER_DIR/nats-auth, kept
+# across runs of the same dir). It runs until Ctrl-C (or SIGTERM), then
+# stops everything it started.
 #
 #   deploy/local-cluster.sh
 #   export AGENTFLEET_URL=http://127.0.0.1:18080 AGENTFLEET_TOKEN=change-me-admin
@@ -36,6 +38,10 @@ if [[ -z "${AGENTFLEET_DATABASE_URL:-}" ]]; then
   export AGENTFLEET_DATABASE_URL=postgres://postgres@127.0.0.1:5432/agentfleet_local?sslmode=disable
 fi
 
+# The trust chain, once per dir. Each node runs in its own dir, where
+# the resolver keeps account JWTs (server.conf's relative "jwt").
+"$dir/bin/agentctl" nats-auth --if-missing "$dir/nats-auth" >/dev/null
+
 pids=()
 stop() {
   trap - INT TERM EXIT
@@ -60,17 +66,19 @@ for i in 1 2 3; do
   routes=()
   for j in 1 2 3; do [[ $j == "$i" ]] || routes+=("nats://127.0.0.1:$((base + 19 + j))"); done
   mkdir -p "$dir/nats-$i"
-  start "nats-$i" "$dir/bin/nats-server" --name "nats-$i" -js -sd "$dir/nats-$i" -a 127.0.0.1 -p $((base + 9 + i)) \
+  start "nats-$i" env -C "$dir/nats-$i" "$dir/bin/nats-server" -c "$dir/nats-auth/server.conf" \
+    --name "nats-$i" -js -sd "$dir/nats-$i" -a 127.0.0.1 -p $((base + 9 + i)) \
     --cluster_name af --cluster "nats://127.0.0.1:$((base + 19 + i))" --routes "$(IFS=,; echo "${routes[*]}")"
 done
 
 export AGENTFLEET_NATS_URL
 AGENTFLEET_NATS_URL=$(IFS=,; echo "${nats_urls[*]}")
 export AGENTFLEET_NATS_REPLICAS=3
+export AGENTFLEET_NATS_CREDS=$dir/nats-auth/fleet.creds
 export AGENTFLEET_ADMIN_TOKEN=${AGENTFLEET_ADMIN_TOKEN:-change-me-admin}
 for i in 1 2; do
   AGENTFLEET_LISTEN=127.0.0.1:$((base + i - 1)) AGENTFLEET_METRICS_LISTEN=127.0.0.1:$((base + i + 1)) \
-    AGENTFLEET_DATA_DIR="$dir/dispatcher-$i" start "dispatcher-$i" "$dir/bin/dispatcher"
+    AGENTFLEET_NATS_SIGNING_KEY="$dir/nats-auth/signing.nk" AGENTFLEET_DATA_DIR="$dir/dispatcher-$i" start "dispatcher-$i" "$dir/bin/dispatcher"
 done
 for i in 1 2; do
   AGENTFLEET_WORKER_SLOTS=${AGENTFLEET_WORKER_SLOTS:-16} AGENTFLEET_METRICS_LISTEN=127.0.0.1:$((base + i + 3)) \
@@ -89,6 +97,8 @@ cat <<MSG
 ready: NATS $AGENTFLEET_NATS_URL (R3), dispatchers http://127.0.0.1:$base and http://127.0.0.1:$((base + 1))
   export AGENTFLEET_URL=http://127.0.0.1:$base AGENTFLEET_TOKEN=$AGENTFLEET_ADMIN_TOKEN
   $dir/bin/agentctl tenants create --tokens 1000000 acme
+  $dir/bin/agentctl tenants nats-creds acme -o acme.creds   # a tenant's NATS subscriber
+NATS requires creds: $AGENTFLEET_NATS_CREDS is the fleet's, $dir/nats-auth/sys.creds the system account's.
 Ctrl-C stops the cluster.
 MSG
 wait

@@ -56,7 +56,7 @@ Usage:
   agentctl tenants usage [--by model|run] ID
   agentctl tenants callback-secret ID
   agentctl tenants nats-creds [--ttl D] [-o FILE] ID   (admin; --revoke revokes all issued)
-  agentctl nats-auth [--account NAME] [--resolver-dir D] [--force] DIR
+  agentctl nats-auth [--account NAME] [--resolver-dir D] [--force | --if-missing] DIR
   agentctl triggers create [--scheme github|standard|stripe|hmac] [--agent A] [--message T] [--session T]
                            [--events E[,E]] [--secret S] [--max-turns N] [--max-tokens N] NAME
   agentctl triggers ls|show|rm [--json] [ID]

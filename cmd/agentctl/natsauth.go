@@ -14,12 +14,15 @@ import (
 )
 
 // cmdNATSAuth is `agentctl nats-auth [--account NAME] [--resolver-dir D]
-// [--force] DIR`: the servers' and the fleet's side of NATS JWT auth.
+// [--force | --if-missing] DIR`: the servers' and the fleet's side of
+// NATS JWT auth. --if-missing keeps a whole existing set, so a one-shot
+// deploy step can run at every start.
 func (e cliEnv) cmdNATSAuth(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("nats-auth", flag.ContinueOnError)
 	account := fs.String("account", natsauth.AccountNameDefault, "name of the fleet's NATS account")
 	resolverDir := fs.String("resolver-dir", natsauth.ResolverDirDefault, "where each server keeps account JWTs (per node, writable; relative to its working directory)")
 	force := fs.Bool("force", false, "replace an existing set (every creds issued with it stops working)")
+	ifMissing := fs.Bool("if-missing", false, "keep a whole existing set and exit 0 (for a deploy step run at every start)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -27,11 +30,24 @@ func (e cliEnv) cmdNATSAuth(_ context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usagef("nats-auth takes one DIR")
 	}
+	if *force && *ifMissing {
+		return usagef("nats-auth takes --force or --if-missing, not both")
+	}
+	dir := pos[0]
+	if *ifMissing {
+		has, err := natsauth.HasSet(dir)
+		if err != nil {
+			return err
+		}
+		if has {
+			fmt.Fprintf(e.stdout, "NATS auth in %s kept (--if-missing)\n", dir)
+			return nil
+		}
+	}
 	setup, err := natsauth.Generate(natsauth.GenerateConfig{AccountName: *account, ResolverDir: *resolverDir})
 	if err != nil {
 		return err
 	}
-	dir := pos[0]
 	if err := setup.WriteDir(dir, *force); err != nil {
 		if errors.Is(err, natsauth.ErrExists) {
 			return usagef("%v", err)
@@ -39,14 +55,19 @@ func (e cliEnv) cmdNATSAuth(_ context.Context, args []string) error {
 		return err
 	}
 	p := func(name string) string { return filepath.Join(dir, name) }
+	// nats-server resolves an include relative to the including file,
+	// even an absolute path, so the hint is relative to DIR's parent.
 	fmt.Fprintf(e.stdout, `NATS auth written to %s (fleet account %s)
-  %-12s include it in every nats-server's configuration:  include "%s"
+  %-12s in each nats-server's configuration file, by its path from that file's directory
+               (nats-server joins even an absolute path to it): include "%s"
+               for a configuration beside %s; or start nats-server with -c %s
   %-12s the fleet's processes:  AGENTFLEET_NATS_CREDS=%s
   %-12s the dispatchers (issue and revoke tenants' creds):  AGENTFLEET_NATS_SIGNING_KEY=%s
   %-12s a system-account user for operators' tools (nats --creds %s server list)
   %-12s the operator's key: no process needs it; keep it offline
 Tenants' subscribers: agentctl tenants nats-creds ID -o ID.creds
-`, dir, setup.Account, natsauth.FileServerConf, p(natsauth.FileServerConf), natsauth.FileFleetCreds, p(natsauth.FileFleetCreds),
+`, dir, setup.Account, natsauth.FileServerConf, filepath.ToSlash(filepath.Join(filepath.Base(filepath.Clean(dir)), natsauth.FileServerConf)),
+		filepath.Base(filepath.Clean(dir)), p(natsauth.FileServerConf), natsauth.FileFleetCreds, p(natsauth.FileFleetCreds),
 		natsauth.FileSigningKey, p(natsauth.FileSigningKey), natsauth.FileSysCreds, p(natsauth.FileSysCreds), natsauth.FileOperatorNK)
 	return nil
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet/internal/api"
@@ -76,5 +79,79 @@ func TestNATSAuthCommands(t *testing.T) {
 	code, _, _ = c.run("tenants", "nats-creds", "--revoke", "-o", file, "acme")
 	require.Equal(t, exitUsage, code)
 	code, _, _ = c.run("tenants", "nats-creds")
+	require.Equal(t, exitUsage, code)
+}
+
+// A nats-server configured as the README says, its configuration file
+// including the generated server.conf by a path relative to itself,
+// starts in JWT mode: the fleet's creds connect and reach JetStream, a
+// connection without creds is refused. An absolute include path does
+// not work (nats-server joins it to the including file's directory),
+// which is why the README's line is relative.
+func TestNATSAuthServerConfIncluded(t *testing.T) {
+	etc := t.TempDir() // the README's /etc/nats
+	c := cli{}
+	code, out, stderr := c.run("nats-auth", "--resolver-dir", filepath.Join(etc, "jwt"), filepath.Join(etc, "nats-auth"))
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, `include "nats-auth/server.conf"`)
+
+	// The README's line, as it stands.
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	line := regexp.MustCompile(`nats\.conf:\s+(include "[^"]+")`).FindSubmatch(readme)
+	require.NotNil(t, line, "the README's include line")
+	require.Equal(t, `include "nats-auth/server.conf"`, string(line[1]))
+
+	conf := filepath.Join(etc, "nats.conf")
+	require.NoError(t, os.WriteFile(conf, []byte(string(line[1])+"\nlisten: \"127.0.0.1:-1\"\n"+
+		"jetstream { store_dir: \""+filepath.ToSlash(filepath.Join(etc, "data"))+"\" }\n"), 0o644))
+	opts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	require.NotEmpty(t, opts.TrustedOperators, "the include brought the operator")
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := server.NewServer(opts)
+	require.NoError(t, err)
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	require.True(t, srv.ReadyForConnections(10*time.Second))
+
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserCredentials(filepath.Join(etc, "nats-auth", natsauth.FileFleetCreds)))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	require.NoError(t, err, "the fleet's account has JetStream")
+	_, err = nats.Connect(srv.ClientURL(), nats.MaxReconnects(0))
+	require.ErrorIs(t, err, nats.ErrAuthorization, "no creds")
+
+	abs := filepath.Join(etc, "abs.conf")
+	require.NoError(t, os.WriteFile(abs, []byte("include \""+filepath.ToSlash(filepath.Join(etc, "nats-auth", "server.conf"))+"\"\n"), 0o644))
+	_, err = server.ProcessConfigFile(abs)
+	require.Error(t, err, "an absolute include path is joined to the including file's directory")
+}
+
+// --if-missing keeps a whole set, writes one where there is none, and
+// refuses half of one.
+func TestNATSAuthIfMissing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nats-auth")
+	c := cli{}
+	code, _, stderr := c.run("nats-auth", "--if-missing", dir)
+	require.Equal(t, exitOK, code, stderr)
+	before, err := os.ReadFile(filepath.Join(dir, natsauth.FileSigningKey))
+	require.NoError(t, err)
+	code, out, stderr := c.run("nats-auth", "--if-missing", dir)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "kept")
+	after, _ := os.ReadFile(filepath.Join(dir, natsauth.FileSigningKey))
+	require.Equal(t, before, after, "an existing set is kept")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, natsauth.FileFleetCreds)))
+	code, _, stderr = c.run("nats-auth", "--if-missing", dir)
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, stderr, natsauth.FileFleetCreds)
+	code, _, _ = c.run("nats-auth", "--if-missing", "--force", dir)
 	require.Equal(t, exitUsage, code)
 }

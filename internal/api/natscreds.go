@@ -17,8 +17,9 @@ type NATSCreds interface {
 	// TenantCreds returns a .creds file for tenant, valid for ttl (zero:
 	// the default).
 	TenantCreds(ctx context.Context, tenant string, ttl time.Duration) ([]byte, error)
-	// RevokeTenantCreds revokes every creds issued to tenant so far and
-	// returns the instant they are revoked up to.
+	// RevokeTenantCreds revokes every creds issued to tenant so far,
+	// removes the consumers made with them, and returns the instant they
+	// are revoked up to.
 	RevokeTenantCreds(ctx context.Context, tenant string) (time.Time, error)
 }
 

@@ -22,6 +22,7 @@
 //	batch events    AF_EVENTS  <p>.batches.<tenant>.<batch>.<type>  Limits  progress (at most once a second) and done; msg id <batch>/<type>/<n>
 //	dead letters    AF_DLQ     <p>.dlq.<tenant>.<run>            Limits     MaxAge Config.DLQMaxAge (30d); original payload + Af-Dlq-* headers
 //	control         (none)     <p>.ctl.<tenant>.<run>.<verb>     core NATS  best effort (cancel); the store is the durable truth
+//	tenant JS API   (none)     <p>.js.<tenant>.<$JS.API path>    core NATS  tenants' creds' only JetStream access: TenantAPI (dispatchers, one queue group) checks and forwards (tenantapi.go)
 //	worker slots    (none)     <p>.slots.<durable>               core NATS  each worker's slot count every second, 0 when it stops; the scheduler sums them (slots.go)
 //	leases          KV_AF_LEASE_<name>  (KV bucket per lease)    KV, TTL    singleton roles such as the scheduler
 //	lease probes    (none)     <p>.lease.<name>.<token>          core NATS  each contender answers on its own; a contender asks the holder's, and "no responders" twice means it died (lease.go)

@@ -65,6 +65,10 @@ type Config struct {
 	// are written by `agentctl nats-auth`; dev mode makes its own.
 	NATSCreds      string
 	NATSSigningKey string
+	// NATSTenantConsumers (AGENTFLEET_NATS_TENANT_CONSUMERS, default
+	// bus.TenantConsumersDefault) bounds the JetStream consumers one
+	// tenant's NATS creds hold at once.
+	NATSTenantConsumers int
 	// natsAuthDir holds the embedded server's auth (dev mode).
 	natsAuthDir string
 	// NATSReplicas (AGENTFLEET_NATS_REPLICAS, default 1) is the replicas
@@ -203,6 +207,9 @@ func ConfigFromEnv() (Config, error) {
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
 	c.ReadyDepth = envInt("AGENTFLEET_READY_DEPTH", 0, &errs)
 	c.NATSReplicas = envInt("AGENTFLEET_NATS_REPLICAS", bus.ReplicasDefault, &errs)
+	if c.NATSTenantConsumers = envInt("AGENTFLEET_NATS_TENANT_CONSUMERS", bus.TenantConsumersDefault, &errs); c.NATSTenantConsumers == 0 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_TENANT_CONSUMERS=0: must be 1 to 10000 (unset: %d)", bus.TenantConsumersDefault))
+	}
 	c.MaxWaiting = envInt("AGENTFLEET_MAX_WAITING", 0, &errs)
 	c.DatabaseMaxConns = envInt("AGENTFLEET_DATABASE_MAX_CONNS", 0, &errs)
 	c.SandboxProcesses = envInt("AGENTFLEET_SANDBOX_PROCESSES", 0, &errs)
@@ -282,6 +289,9 @@ func (c Config) Validate() error {
 	}
 	if c.NATSReplicas < 0 || c.NATSReplicas > 5 {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_REPLICAS=%d must be 1 to 5: 3 on a 3- or 5-node JetStream cluster, 1 on a single server", c.NATSReplicas))
+	}
+	if c.NATSTenantConsumers < 0 || c.NATSTenantConsumers > 10000 {
+		errs = append(errs, fmt.Errorf("AGENTFLEET_NATS_TENANT_CONSUMERS=%d must be 1 to 10000 (unset: %d)", c.NATSTenantConsumers, bus.TenantConsumersDefault))
 	}
 	if (c.NATSTLSCert == "") != (c.NATSTLSKey == "") {
 		errs = append(errs, errors.New("AGENTFLEET_NATS_TLS_CERT and AGENTFLEET_NATS_TLS_KEY go together: set both (a client certificate and its key) or neither"))

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/agentfleet/agentfleet/internal/bus"
 )
 
 func TestSandboxProcessesFromEnv(t *testing.T) {
@@ -267,5 +269,21 @@ func TestNATSClusterFromEnv(t *testing.T) {
 		}
 		require.NoError(t, err, "%v", tc.env)
 		require.Equal(t, tc.want, cfg.NATSReplicas)
+	}
+}
+
+func TestNATSTenantConsumersFromEnv(t *testing.T) {
+	for v, want := range map[string]string{"": "", "1": "", "64": "", "0": "AGENTFLEET_NATS_TENANT_CONSUMERS=0", "-1": "must be 1 to 10000",
+		"20000": "must be 1 to 10000", "many": `AGENTFLEET_NATS_TENANT_CONSUMERS="many" is not a whole number`} {
+		t.Setenv("AGENTFLEET_NATS_TENANT_CONSUMERS", v)
+		cfg, err := ConfigFromEnv()
+		if want != "" {
+			require.ErrorContains(t, err, want, v)
+			continue
+		}
+		require.NoError(t, err, v)
+		if v == "" {
+			require.Equal(t, bus.TenantConsumersDefault, cfg.NATSTenantConsumers)
+		}
 	}
 }

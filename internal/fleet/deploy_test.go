@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"io"
 	"io/fs"
 	"os"
@@ -12,10 +13,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/agentfleet/agentfleet/internal/fleet"
+	"github.com/agentfleet/agentfleet/internal/natsauth"
 )
 
 const repoRoot = "../.."
@@ -75,16 +78,36 @@ func requireEnvAccepted(t *testing.T, where string, env map[string]string, read 
 	require.NoError(t, err, "%s: the fleet's configuration refuses its environment", where)
 }
 
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Build       any               `yaml:"build"`
+	Entrypoint  []string          `yaml:"entrypoint"`
+	Command     []string          `yaml:"command"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	DependsOn   map[string]struct {
+		Condition string `yaml:"condition"`
+	} `yaml:"depends_on"`
+	Deploy struct {
+		Replicas int `yaml:"replicas"`
+	} `yaml:"deploy"`
+}
+
 type composeFile struct {
-	Services map[string]struct {
-		Build       any               `yaml:"build"`
-		Entrypoint  []string          `yaml:"entrypoint"`
-		Command     []string          `yaml:"command"`
-		Environment map[string]string `yaml:"environment"`
-		Deploy      struct {
-			Replicas int `yaml:"replicas"`
-		} `yaml:"deploy"`
-	} `yaml:"services"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+}
+
+// mount is where s mounts the named volume vol ("" when it does not),
+// and whether read-only.
+func (s composeService) mount(vol string) (path string, ro bool) {
+	for _, v := range s.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) >= 2 && parts[0] == vol {
+			return parts[1], len(parts) == 3 && parts[2] == "ro"
+		}
+	}
+	return "", false
 }
 
 // docker-compose.yml cannot be run here (no Docker engine); what can be
@@ -103,7 +126,7 @@ func TestComposeFile(t *testing.T) {
 	workers := 0
 	for name, s := range c.Services {
 		switch {
-		case strings.HasPrefix(name, "nats-"):
+		case strings.HasPrefix(s.Image, "nats:"):
 			natsNodes = append(natsNodes, name)
 			args := strings.Join(s.Command, " ")
 			require.Contains(t, args, "--name "+name, "%s: a JetStream cluster node needs its server_name", name)
@@ -138,6 +161,114 @@ func TestComposeFile(t *testing.T) {
 	require.NoError(t, err)
 	for _, d := range dispatchers {
 		require.Contains(t, string(prom), d+":9463", "Prometheus scrapes %s", d)
+	}
+	requireComposeNATSAuth(t, c, natsNodes, dispatchers)
+}
+
+// requireComposeNATSAuth: a one-shot agentctl nats-auth writes the trust
+// chain into a named volume (keeping it on later starts); every NATS node
+// and fleet process waits for it to complete and reads it: the nodes
+// start from its server.conf (their command line, with the volume's files
+// in place, parses into a server in JWT mode with the node's name), the
+// fleet connects with its fleet.creds, the dispatchers sign with its
+// signing.nk.
+func requireComposeNATSAuth(t *testing.T, c composeFile, natsNodes, dispatchers []string) {
+	t.Helper()
+	var authSvc string
+	for name, s := range c.Services {
+		if len(s.Entrypoint) >= 2 && s.Entrypoint[0] == "/usr/local/bin/agentctl" && s.Entrypoint[1] == "nats-auth" {
+			authSvc = name
+		}
+	}
+	require.NotEmpty(t, authSvc, "a one-shot agentctl nats-auth service")
+	auth := c.Services[authSvc]
+	args := auth.Entrypoint[2:]
+	require.Contains(t, args, "--if-missing", "a restarted stack keeps its trust chain (and the creds issued with it)")
+	require.NotContains(t, args, "--force")
+	dir := args[len(args)-1]
+	vol := ""
+	for _, v := range auth.Volumes {
+		if p := strings.Split(v, ":"); len(p) >= 2 && p[1] == dir {
+			vol = p[0]
+		}
+	}
+	require.NotEmpty(t, vol, "%s writes %s into a volume", authSvc, dir)
+	require.Contains(t, c.Volumes, vol, "a named volume")
+	if _, ro := auth.mount(vol); ro {
+		t.Fatalf("%s mounts %s read-only", authSvc, vol)
+	}
+	resolverDir := ""
+	for i, a := range args {
+		if a == "--resolver-dir" && i+1 < len(args) {
+			resolverDir = args[i+1]
+		}
+	}
+	require.True(t, filepath.IsAbs(resolverDir), "--resolver-dir %q: absolute, on each node's own volume", resolverDir)
+
+	dependsOnAuth := func(name string) {
+		t.Helper()
+		dep, ok := c.Services[name].DependsOn[authSvc]
+		require.True(t, ok, "%s depends on %s", name, authSvc)
+		require.Equal(t, "service_completed_successfully", dep.Condition, "%s waits for %s to complete", name, authSvc)
+	}
+	workers := 0
+	for name, s := range c.Services {
+		if len(s.Entrypoint) == 1 && s.Entrypoint[0] == "/usr/local/bin/worker" {
+			workers++
+			dependsOnAuth(name)
+			at, _ := s.mount(vol)
+			require.NotEmpty(t, at, "%s mounts %s", name, vol)
+			require.Equal(t, at+"/"+natsauth.FileFleetCreds, s.Environment["AGENTFLEET_NATS_CREDS"], name)
+			require.Empty(t, s.Environment["AGENTFLEET_NATS_SIGNING_KEY"], "%s: only dispatchers sign tenants' creds", name)
+		}
+	}
+	require.Positive(t, workers)
+	for _, name := range dispatchers {
+		s := c.Services[name]
+		dependsOnAuth(name)
+		at, _ := s.mount(vol)
+		require.NotEmpty(t, at, "%s mounts %s", name, vol)
+		require.Equal(t, at+"/"+natsauth.FileFleetCreds, s.Environment["AGENTFLEET_NATS_CREDS"], name)
+		require.Equal(t, at+"/"+natsauth.FileSigningKey, s.Environment["AGENTFLEET_NATS_SIGNING_KEY"], name)
+	}
+
+	// What the one-shot writes, in a stand-in for the volume; each node's
+	// paths mapped onto stand-ins of its mounts.
+	authDir := t.TempDir()
+	setup, err := natsauth.Generate(natsauth.GenerateConfig{ResolverDir: resolverDir})
+	require.NoError(t, err)
+	require.NoError(t, setup.WriteDir(authDir, false))
+	for _, name := range natsNodes {
+		s := c.Services[name]
+		dependsOnAuth(name)
+		at, ro := s.mount(vol)
+		require.NotEmpty(t, at, "%s mounts %s", name, vol)
+		require.True(t, ro, "%s mounts %s read-only", name, vol)
+		data := ""
+		for _, v := range s.Volumes {
+			if p := strings.Split(v, ":"); len(p) >= 2 && p[0] != vol && strings.HasPrefix(resolverDir, p[1]+"/") {
+				data = p[1]
+			}
+		}
+		require.NotEmpty(t, data, "%s keeps the resolver's %s on a volume of its own", name, resolverDir)
+		nodeData := t.TempDir()
+		var argv []string
+		for _, a := range s.Command {
+			a = strings.Replace(a, at+"/", authDir+"/", 1)
+			if a == data {
+				a = nodeData
+			}
+			argv = append(argv, a)
+		}
+		opts, err := server.ConfigureOptions(flag.NewFlagSet(name, flag.ContinueOnError), argv, func() {}, func() {}, func() {})
+		require.NoError(t, err, "%s: nats-server %s", name, strings.Join(argv, " "))
+		if opts.AccountResolver != nil {
+			opts.AccountResolver.Close() // parsing opened the full resolver's store
+		}
+		require.NotEmpty(t, opts.TrustedOperators, "%s runs in JWT mode (the operator of %s)", name, natsauth.FileServerConf)
+		require.Equal(t, name, opts.ServerName)
+		require.True(t, opts.JetStream, name)
+		require.NotEmpty(t, opts.SystemAccount, name)
 	}
 }
 

@@ -59,11 +59,14 @@ func (c Config) embeddedAuthConf() (string, error) {
 // natsCreds is api.NATSCreds over natsauth and the servers' resolver.
 type natsCreds struct {
 	issuer *natsauth.Issuer
+	bus    *bus.Bus
 	admin  func(ctx context.Context) (*bus.AccountAdmin, error)
 }
 
 // newNATSCreds loads the issuer (AGENTFLEET_NATS_SIGNING_KEY) for the
-// fleet's bus; nil without one.
+// fleet's bus and serves the tenants' JetStream API prefix on it (until
+// the bus closes); nil without a signing key, whose fleet issues no
+// tenant creds.
 func newNATSCreds(cfg Config, b *bus.Bus, emb *bus.Embedded) (api.NATSCreds, error) {
 	if cfg.NATSSigningKey == "" {
 		return nil, nil
@@ -72,11 +75,14 @@ func newNATSCreds(cfg Config, b *bus.Bus, emb *bus.Embedded) (api.NATSCreds, err
 	if err != nil {
 		return nil, fmt.Errorf("AGENTFLEET_NATS_SIGNING_KEY=%q: %w (write it with: agentctl nats-auth DIR)", cfg.NATSSigningKey, err)
 	}
+	if _, err := b.ServeTenantAPI(bus.TenantAPIConfig{MaxConsumers: cfg.NATSTenantConsumers}); err != nil {
+		return nil, err
+	}
 	var opts []bus.Option
 	if emb != nil {
 		opts = append(opts, bus.WithEmbedded(emb))
 	}
-	return &natsCreds{issuer: iss, admin: func(ctx context.Context) (*bus.AccountAdmin, error) {
+	return &natsCreds{issuer: iss, bus: b, admin: func(ctx context.Context) (*bus.AccountAdmin, error) {
 		userJWT, seed := iss.SystemUser()
 		return bus.ConnectAccountAdmin(ctx, bus.Config{URL: cfg.NATSURL, Name: "agentfleet-revoker"}, userJWT, seed, opts...)
 	}}, nil
@@ -89,7 +95,9 @@ func (n *natsCreds) TenantCreds(_ context.Context, tenant string, ttl time.Durat
 // RevokeTenantCreds reads the fleet account's JWT from the servers,
 // pushes it back with the tenant's revocation, and checks that the
 // servers hold it (another dispatcher's revocation at the same moment
-// may have replaced it: then it tries again on top of that one).
+// may have replaced it: then it tries again on top of that one). Then it
+// deletes the consumers made with the tenant's creds: the servers have
+// closed their connections, and nothing is delivered any more.
 func (n *natsCreds) RevokeTenantCreds(ctx context.Context, tenant string) (time.Time, error) {
 	admin, err := n.admin(ctx)
 	if err != nil {
@@ -123,6 +131,11 @@ func (n *natsCreds) RevokeTenantCreds(ctx context.Context, tenant string) (time.
 	select {
 	case <-time.After(time.Until(at.Add(time.Second))):
 	case <-ctx.Done():
+	}
+	// After that second, so that a create the tenant sent just before
+	// its connection closed is gone too.
+	if _, err := n.bus.DeleteTenantConsumers(ctx, tenant); err != nil {
+		return time.Time{}, fmt.Errorf("revoke %s's NATS creds: revoked, but %w (revoke again to retry)", tenant, err)
 	}
 	return at, nil
 }

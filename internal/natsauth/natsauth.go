@@ -163,10 +163,34 @@ func Generate(cfg GenerateConfig) (*Setup, error) {
 // ErrExists is returned by WriteDir when a file it would write exists.
 var ErrExists = errors.New("exists")
 
+// files are what WriteDir writes, in order.
+var files = []string{FileServerConf, FileFleetCreds, FileSigningKey, FileSysCreds, FileOperatorNK}
+
+// HasSet reports whether dir holds a whole set WriteDir wrote; a part of
+// one is an error naming what is missing (a one-shot that died midway
+// must not leave servers and fleet with halves of two sets).
+func HasSet(dir string) (bool, error) {
+	var have, missing []string
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			have = append(have, f)
+		} else {
+			missing = append(missing, f)
+		}
+	}
+	switch {
+	case len(missing) == 0:
+		return true, nil
+	case len(have) == 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("%s holds %s but not %s: remove it or write a new set with --force", dir, strings.Join(have, ", "), strings.Join(missing, ", "))
+}
+
 // WriteDir writes the setup's files into dir (mode 0600 for secrets); it
 // refuses to replace any of them unless force is set.
 func (s *Setup) WriteDir(dir string, force bool) error {
-	files := []struct {
+	set := []struct {
 		name string
 		data []byte
 		mode os.FileMode
@@ -178,7 +202,7 @@ func (s *Setup) WriteDir(dir string, force bool) error {
 		{FileOperatorNK, s.OperatorSeed, 0o600},
 	}
 	if !force {
-		for _, f := range files {
+		for _, f := range set {
 			if _, err := os.Stat(filepath.Join(dir, f.name)); err == nil {
 				return fmt.Errorf("%s: %w (use --force to replace the whole set)", filepath.Join(dir, f.name), ErrExists)
 			}
@@ -187,7 +211,7 @@ func (s *Setup) WriteDir(dir string, force bool) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
-	for _, f := range files {
+	for _, f := range set {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, f.mode); err != nil {
 			return fmt.Errorf("write %s: %w", f.name, err)
 		}
@@ -276,28 +300,27 @@ func (s Subjects) withDefaults() Subjects {
 // tenants' replayed events).
 func InboxPrefix(tenant string) string { return "_INBOX_" + tenant }
 
+// TenantAPIPrefix is the JetStream API prefix a tenant's connection
+// must use (nats.go jetstream.NewWithAPIPrefix, the nats CLI's
+// --js-api-prefix): the dispatchers serve it (bus.TenantAPI), so that
+// what a consumer-create request's body says (durable, deliver subject)
+// is checked before the server sees it. Permissions see only subjects.
+func TenantAPIPrefix(subj Subjects, tenant string) string {
+	return subj.withDefaults().Prefix + ".js." + tenant
+}
+
 // TenantPermissions are what a tenant's user may do: subscribe to its
-// events and batch events, and drive ordered (pull) consumers on the
-// events stream filtered to them.
+// events, batch events and inboxes, and make JetStream requests through
+// its API prefix; nothing reaches $JS.API directly.
 func TenantPermissions(subj Subjects, tenant string) jwt.Permissions {
 	subj = subj.withDefaults()
-	events := subj.Prefix + ".events." + tenant + ".>"
-	batches := subj.Prefix + ".batches." + tenant + ".>"
-	api := "$JS.API.CONSUMER."
 	return jwt.Permissions{
-		Sub: jwt.Permission{Allow: jwt.StringList{events, batches, InboxPrefix(tenant) + ".>"}},
-		Pub: jwt.Permission{Allow: jwt.StringList{
-			// The filter is part of the subject, and the server refuses
-			// a request whose body filters something else.
-			api + "CREATE." + subj.EventsStream + ".*." + events,
-			api + "CREATE." + subj.EventsStream + ".*." + batches,
-			api + "MSG.NEXT." + subj.EventsStream + ".*",
-			api + "INFO." + subj.EventsStream + ".*",
-			// The ordered consumer deletes the consumer it replaces.
-			// Naming any other needs its random name, as INFO and
-			// MSG.NEXT do.
-			api + "DELETE." + subj.EventsStream + ".*",
+		Sub: jwt.Permission{Allow: jwt.StringList{
+			subj.Prefix + ".events." + tenant + ".>",
+			subj.Prefix + ".batches." + tenant + ".>",
+			InboxPrefix(tenant) + ".>",
 		}},
+		Pub: jwt.Permission{Allow: jwt.StringList{TenantAPIPrefix(subj, tenant) + ".>"}},
 	}
 }
 
@@ -434,8 +457,8 @@ func (i *Issuer) TenantCreds(tenant string, ttl time.Duration) ([]byte, error) {
 		return nil, err
 	}
 	hint := "\n# agentfleet tenant " + tenant + ": subscribe to " + i.subjects.Prefix + ".events." + tenant +
-		".> and " + i.subjects.Prefix + ".batches." + tenant + ".>; JetStream clients use the inbox prefix " +
-		InboxPrefix(tenant) + ". Expires " + time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339) + ".\n"
+		".> and " + i.subjects.Prefix + ".batches." + tenant + ".>; JetStream clients use the API prefix " +
+		TenantAPIPrefix(i.subjects, tenant) + " and the inbox prefix " + InboxPrefix(tenant) + ". Expires " + time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339) + ".\n"
 	return append(creds, hint...), nil
 }
 
