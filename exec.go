@@ -229,5 +229,6 @@ const (
 
 // ApprovalFunc says where the approval of a call stands: approved (the
 // call proceeds), denied (the call throws, with reason), or pending (none
-// asked yet, or not decided: the turn ends waiting for it).
+// asked yet, or not decided: the turn ends waiting for it). The approval
+// is of that exact call (its Index and Digest), or a grant covering it.
 type ApprovalFunc func(ctx context.Context, call ApprovalCall) (state ApprovalState, reason string, err error)

@@ -96,7 +96,7 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"other tenant":       {"/v1/agents/a", map[string]any{"tenant": "globex"}, http.StatusUnprocessableEntity, "tenant"},
 		"unknown primitive":  {"/v1/agents/a", map[string]any{"primitives": []string{"fetch", "exec"}}, http.StatusUnprocessableEntity, "primitives: unknown primitive(s) exec"},
 		"primitive twice":    {"/v1/agents/a", map[string]any{"primitives": []string{"ai", "ai"}}, http.StatusUnprocessableEntity, "twice"},
-		"bad approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"http.patch"}}, http.StatusUnprocessableEntity, "approve"},
+		"bad approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"http.post https://u@api.example.com/*"}}, http.StatusUnprocessableEntity, "cannot have a user name"},
 		"bad egress":         {"/v1/agents/a", map[string]any{"egress": []string{"not a host!"}}, http.StatusUnprocessableEntity, "egress"},
 		"metadata egress":    {"/v1/agents/a", map[string]any{"egress": []string{"169.254.0.0/16"}}, http.StatusUnprocessableEntity, "metadata"},
 		"bad duration":       {"/v1/agents/a", `{"approval_timeout": "a day"}`, http.StatusBadRequest, `field "approval_timeout" must be a duration like "90s"`},

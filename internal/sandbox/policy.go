@@ -42,8 +42,9 @@ type Call struct {
 	// Primitive is the primitive's name: "fetch", "http", "ai", "aiJSON".
 	Primitive string
 	// Args is the call's arguments as JSON: {"method","url","headers"}
-	// for fetch and http (the body is left out), {"prompt"} or
-	// {"prompt","schema"} for ai and aiJSON.
+	// for fetch and http (the body left out; the method upper-case, the
+	// URL canonical, as sent), {"prompt"} or {"prompt","schema"} for ai
+	// and aiJSON.
 	Args   json.RawMessage
 	Tenant string
 	RunID  string

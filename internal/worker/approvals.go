@@ -72,10 +72,17 @@ func (w *Worker) park(a *attempt, run agentfleet.Run) (store.RunChangeResult, er
 	r := got.Change.Run
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: r.ID, Tenant: r.Tenant, Batch: r.BatchID != "", Turn: r.Turn + 1, Wake: r.Wake, Retried: true}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, decidedTurn(r)); err != nil {
 		// The run is running with no message: the stranded sweep
 		// enqueues its turn.
 		return store.RunChangeResult{}, fmt.Errorf("enqueue turn %d of run %s again: %w", r.Turn+1, r.ID, err)
 	}
 	return got.Change, nil
+}
+
+// decidedTurn is the message of run r's turn once an approval it met was
+// decided: the same turn, marked Retried so that it reuses its recorded
+// reply, in r's class (a batch run's turn stays a batch turn).
+func decidedTurn(r agentfleet.Run) bus.Turn {
+	return bus.Turn{RunID: r.ID, Tenant: r.Tenant, Batch: r.BatchID != "", Turn: r.Turn + 1, Wake: r.Wake, Retried: true}
 }
