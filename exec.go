@@ -201,14 +201,21 @@ func describeCall(e JournalEntry) string {
 // ApprovalCall is a host call that needs a person's approval, as the
 // approval shows it: Index counts the turn's host calls from 0, so the
 // same (deterministic) script makes the same call at the same index when
-// the turn runs again. Preview is the start of the call's body (fetch,
-// http), prompt (ai) or message (spawn), cut and redacted.
+// the turn runs again. Method is upper-case and URL canonical (fetch,
+// http). Preview is the start of the call's body (fetch, http), prompt
+// (ai) or message (spawn), cut and redacted.
+//
+// Digest binds the approval to the exact call: the hex SHA-256 of its
+// method, canonical URL, body and the headers the script set (fetch,
+// http), or of what it asks (ai, aiJSON, spawn). An approval of a call
+// at the same index with another digest is not this call's approval.
 type ApprovalCall struct {
 	Index     int    `json:"call_index"`
 	Primitive string `json:"primitive"`
 	Method    string `json:"method,omitempty"`
 	URL       string `json:"url,omitempty"`
 	Preview   string `json:"preview,omitempty"`
+	Digest    string `json:"request_digest,omitempty"`
 }
 
 // ApprovalState is where a call's approval stands.
@@ -222,5 +229,6 @@ const (
 
 // ApprovalFunc says where the approval of a call stands: approved (the
 // call proceeds), denied (the call throws, with reason), or pending (none
-// asked yet, or not decided: the turn ends waiting for it).
+// asked yet, or not decided: the turn ends waiting for it). The approval
+// is of that exact call (its Index and Digest), or a grant covering it.
 type ApprovalFunc func(ctx context.Context, call ApprovalCall) (state ApprovalState, reason string, err error)

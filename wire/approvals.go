@@ -19,6 +19,11 @@ type ApprovalView struct {
 	// Preview is the start of what the call sends (body, prompt or
 	// message), cut and redacted.
 	Preview string `json:"preview,omitempty"`
+	// RequestDigest is the hex SHA-256 binding the approval to the exact
+	// call (method, canonical URL, body and the script's headers; or
+	// what an ai or spawn call asks): a turn run again making another
+	// call there asks again.
+	RequestDigest string `json:"request_digest,omitempty"`
 	// Status is pending, approved or denied; Reason says why (an expired
 	// approval is denied with reason "expired").
 	Status    string     `json:"status"`

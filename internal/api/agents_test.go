@@ -96,7 +96,7 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"other tenant":       {"/v1/agents/a", map[string]any{"tenant": "globex"}, http.StatusUnprocessableEntity, "tenant"},
 		"unknown primitive":  {"/v1/agents/a", map[string]any{"primitives": []string{"fetch", "exec"}}, http.StatusUnprocessableEntity, "primitives: unknown primitive(s) exec"},
 		"primitive twice":    {"/v1/agents/a", map[string]any{"primitives": []string{"ai", "ai"}}, http.StatusUnprocessableEntity, "twice"},
-		"bad approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"http.patch"}}, http.StatusUnprocessableEntity, "approve"},
+		"bad approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"http.post https://u@api.example.com/*"}}, http.StatusUnprocessableEntity, "cannot have a user name"},
 		"bad egress":         {"/v1/agents/a", map[string]any{"egress": []string{"not a host!"}}, http.StatusUnprocessableEntity, "egress"},
 		"metadata egress":    {"/v1/agents/a", map[string]any{"egress": []string{"169.254.0.0/16"}}, http.StatusUnprocessableEntity, "metadata"},
 		"loopback egress":    {"/v1/agents/a", map[string]any{"egress": []string{"10.0.0.0/8", "127.0.0.1"}}, http.StatusUnprocessableEntity, `egress: egress entry "127.0.0.1" is a loopback address`},

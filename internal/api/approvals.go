@@ -80,7 +80,7 @@ func (c *pendingCollector) Collect(ch chan<- prometheus.Metric) {
 func approvalView(a store.Approval) wire.ApprovalView {
 	v := wire.ApprovalView{
 		ID: a.ID, Tenant: a.Tenant, RunID: a.RunID, SessionID: a.SessionID, Turn: a.Turn, CallIndex: a.Index,
-		Primitive: a.Primitive, Method: a.Method, URL: a.URL, Preview: a.Preview, Status: string(a.Status), Reason: a.Reason,
+		Primitive: a.Primitive, Method: a.Method, URL: a.URL, Preview: a.Preview, RequestDigest: a.Digest, Status: string(a.Status), Reason: a.Reason,
 		Scope: string(a.Scope), DecidedBy: a.DecidedBy, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Notify: string(a.NotifyState),
 	}
 	if !a.DecidedAt.IsZero() {
@@ -199,7 +199,7 @@ func (s *Server) publishDecision(ctx context.Context, res store.ApprovalDecideRe
 	if !res.Woken {
 		return
 	}
-	if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: run.Turn + 1, Wake: run.Wake, Retried: true}); err != nil {
+	if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: true}); err != nil {
 		s.log.Warn("enqueue the turn of a run whose approval was decided", "run", run.ID, "err", err)
 	}
 }

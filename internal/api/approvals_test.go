@@ -90,3 +90,27 @@ func TestApprovalsAPI(t *testing.T) {
 	require.Equal(t, "denied", got.Status)
 	require.Equal(t, "admin", got.DecidedBy)
 }
+
+// A batch run resumed by a decision keeps its batch class: its turn goes
+// back to the scheduler marked as a batch turn, behind the tenant's
+// interactive ones.
+func TestApprovalResumesABatchRunAsABatchTurn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	acme := e.tenant("acme")
+	b := e.submitBatch(acme, "", jsonl(1), http.StatusAccepted)
+	run := e.batchRuns(b.ID)[0].Run
+	require.True(t, e.nextTurn().Batch, "the admitted turn")
+	_, err := e.store.RunTransition(e.ctx, store.RunTransitionParams{ID: run.ID, To: agentfleet.StatusRunning})
+	require.NoError(t, err)
+	res, err := e.store.ApprovalRequest(e.ctx, store.ApprovalRequestParams{RunID: run.ID, Turn: 1,
+		Call: agentfleet.ApprovalCall{Index: 0, Primitive: "fetch", Method: "POST", URL: "https://api.example.com/pay"}})
+	require.NoError(t, err)
+	require.True(t, res.Parked)
+
+	decode[wire.ApprovalView](t, e.do("POST", "/v1/approvals/"+res.Approval.ID+"/approve", acme, nil), http.StatusOK)
+	turn := e.nextTurn()
+	require.Equal(t, run.ID, turn.RunID)
+	require.True(t, turn.Retried)
+	require.True(t, turn.Batch, "a batch run's resumed turn is still a batch turn")
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -250,6 +252,176 @@ func approvals(t *testing.T, f *testFleet, pay *payee) {
 	require.Len(t, all.Approvals, 1, "the admin lists every tenant's")
 	require.Equal(t, 7, f.metric(0, "agentfleet_approvals_requested_total", "tenant", "acme")+f.metric(1, "agentfleet_approvals_requested_total", "tenant", "acme"),
 		"each park counted by the worker that parked it")
+}
+
+// bank quotes an amount (GET /quote) and counts what is posted to it,
+// by path and body.
+type bank struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	quote string
+	posts map[string]int
+}
+
+func newBank(t *testing.T) *bank {
+	b := &bank{quote: "10", posts: map[string]int{}}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, b.quote)
+			return
+		}
+		b.posts[r.Method+" "+r.URL.Path+" "+string(body)]++
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(b.srv.Close)
+	return b
+}
+
+func (b *bank) setQuote(q string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.quote = q
+}
+
+func (b *bank) received() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return maps.Clone(b.posts)
+}
+
+// bankTurns plays an agent that pays what the bank quotes ("quote and
+// pay": a GET, then an http.post of the amount), or wires money with
+// fetch ("wire URL": fetch(URL, {method: "POST"})); it answers the
+// status, or the error it caught.
+func bankTurns(bankURL string) fakeserver.Responder {
+	return func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+		usage := agentfleet.Usage{PromptTokens: 40, CompletionTokens: 10}
+		var do string
+		switch task := r.FirstUser(); {
+		case task == "quote and pay":
+			do = fmt.Sprintf(`const http = require("http");
+  const amount = http.get(%[1]q + "/quote").body;
+  return "paid " + http.post(%[1]q + "/pay", "amount=" + amount).status;`, bankURL)
+		case strings.HasPrefix(task, "wire "):
+			do = fmt.Sprintf(`return "wired " + fetch(%q, {method: "POST", body: "transfer all"}).status;`, strings.TrimPrefix(task, "wire "))
+		default:
+			return "", usage, fmt.Errorf("unexpected task %q", task)
+		}
+		script := "function pay() {\n  " + do + "\n}\nfunction run() {\n  try { answer(pay()) } catch (e) { answer(\"refused: \" + e.message) }\n}"
+		return "Paying.\n```javascript\n" + script + "\n```", usage, nil
+	}
+}
+
+// An approval binds the request: a turn run again whose request differs
+// from the one approved (the amount it GETs changed meanwhile) asks again
+// and sends nothing until that is decided. One grammar: fetch with a
+// POST is an http.post. A URL rule matches the canonical request; a URL
+// with userinfo is refused before any rule or network.
+func TestFleetApprovalsBindTheRequest(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			bk := newBank(t)
+			o := fleetOptions{responder: bankTurns(bk.srv.URL), sandbox: sandbox.Config{Network: sandbox.NetworkConfig{Allow: testEgress.Allow}}}
+			if backend == "postgres" {
+				o.store = pgtest.Open(t)
+			}
+			approvalsBind(t, setupFleetWith(t, o), bk)
+		})
+	}
+}
+
+func approvalsBind(t *testing.T, f *testFleet, bk *bank) {
+	port := bk.srv.Listener.Addr().(*net.TCPAddr).Port
+	for name, spec := range map[string]agentfleet.AgentSpec{
+		"payer":  {Approve: []string{"http.post"}},
+		"wirer":  {Approve: []string{"http.post"}},
+		"sinker": {Approve: []string{fmt.Sprintf("fetch:POST http://127.0.0.1:%d/*", port)}},
+	} {
+		_, err := f.store.AgentUpsert(f.ctx, store.AgentUpsertParams{Tenant: "acme", Name: name, Spec: spec})
+		require.NoError(t, err)
+	}
+
+	// The approval shows amount=10; the turn run again GETs 999999.
+	run := f.submit(wire.RunCreateRequest{Agent: "payer", Message: "quote and pay"})
+	first := f.pendingFor(run.ID)
+	require.Equal(t, "amount=10", first.Preview)
+	require.Len(t, first.RequestDigest, 64)
+	bk.setQuote("999999")
+	_, err := f.tenant.Approve(f.ctx, first.ID, wire.ApprovalDecision{Reason: "10 is fine"})
+	require.NoError(t, err)
+	// The changed call asks again: a new approval, the run parked again.
+	var again wire.ApprovalView
+	require.Eventually(t, func() bool {
+		page, err := f.tenant.ListApprovals(f.ctx, client.ListApprovalsParams{Status: "pending", RunID: run.ID})
+		require.NoError(t, err)
+		if len(page.Approvals) == 0 {
+			return false
+		}
+		again = page.Approvals[0]
+		return true
+	}, 30*time.Second, 20*time.Millisecond, "the changed request asks again")
+	f.awaitStatus(run.ID, agentfleet.StatusWaitingApproval)
+	require.NotEqual(t, first.ID, again.ID)
+	require.Equal(t, first.CallIndex, again.CallIndex)
+	require.Equal(t, first.URL, again.URL)
+	require.Equal(t, "amount=999999", again.Preview)
+	require.NotEqual(t, first.RequestDigest, again.RequestDigest)
+	require.Empty(t, bk.received(), "nothing was sent under the approval of another request")
+	_, err = f.tenant.Deny(f.ctx, again.ID, wire.ApprovalDecision{Reason: "not that much"})
+	require.NoError(t, err)
+	done := f.wait(run.ID, 30*time.Second)
+	require.Equal(t, agentfleet.StatusCompleted, done.Status, done.Error)
+	require.JSONEq(t, fmt.Sprintf(`"refused: http POST %s/pay was denied: not that much"`, bk.srv.URL), string(done.Answer))
+	require.Empty(t, bk.received())
+	require.Equal(t, 1, f.modelCalls("quote and pay", 1), "each attempt reuses the recorded reply")
+	v, err := f.tenant.GetApproval(f.ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, "approved", v.Status, "the first decision stands, for its own request only")
+
+	// The same request again is what was approved: it goes out, once.
+	bk.setQuote("10")
+	run = f.submit(wire.RunCreateRequest{Agent: "payer", Message: "quote and pay"})
+	a := f.pendingFor(run.ID)
+	_, err = f.tenant.Approve(f.ctx, a.ID, wire.ApprovalDecision{})
+	require.NoError(t, err)
+	require.JSONEq(t, `"paid 201"`, string(f.wait(run.ID, 30*time.Second).Answer))
+	require.Equal(t, map[string]int{"POST /pay amount=10": 1}, bk.received())
+
+	// fetch with {method: "POST"} is an http.post.
+	run = f.submit(wire.RunCreateRequest{Agent: "wirer", Message: "wire " + bk.srv.URL + "/transfer"})
+	a = f.pendingFor(run.ID)
+	require.Equal(t, "fetch", a.Primitive)
+	require.Equal(t, "POST", a.Method)
+	require.Equal(t, "transfer all", a.Preview)
+	_, err = f.tenant.Deny(f.ctx, a.ID, wire.ApprovalDecision{Reason: "no"})
+	require.NoError(t, err)
+	require.JSONEq(t, fmt.Sprintf(`"refused: fetch POST %s/transfer was denied: no"`, bk.srv.URL), string(f.wait(run.ID, 30*time.Second).Answer))
+
+	// Spellings of a covered URL are covered; userinfo is refused.
+	for _, u := range []string{
+		fmt.Sprintf("http://127.0.0.1.:%d/sink", port),
+		fmt.Sprintf("http://127.0.0.1:%d/a/../sink", port),
+		fmt.Sprintf("HTTP://127.0.0.1:0%d/%%73ink", port),
+	} {
+		run = f.submit(wire.RunCreateRequest{Agent: "sinker", Message: "wire " + u})
+		a = f.pendingFor(run.ID)
+		require.Equal(t, bk.srv.URL+"/sink", a.URL, u)
+		_, err = f.tenant.Deny(f.ctx, a.ID, wire.ApprovalDecision{})
+		require.NoError(t, err)
+		f.wait(run.ID, 30*time.Second)
+	}
+	done = f.wait(f.submit(wire.RunCreateRequest{Agent: "sinker", Message: fmt.Sprintf("wire http://u@127.0.0.1:%d/sink", port)}).ID, 30*time.Second)
+	require.JSONEq(t, `"refused: fetch: a URL with a user name or password (user@host) is refused; send credentials in a header such as Authorization"`, string(done.Answer))
+	require.Empty(t, done.Error)
+	list, err := f.tenant.ListApprovals(f.ctx, client.ListApprovalsParams{RunID: done.ID})
+	require.NoError(t, err)
+	require.Empty(t, list.Approvals, "refused before any rule")
+	require.Equal(t, map[string]int{"POST /pay amount=10": 1}, bk.received(), "nothing else went out")
 }
 
 // statusOf is the HTTP status of a client error (0 for none).

@@ -767,6 +767,8 @@ func TestStepWaitsForApprovalThenRunsTheTurnAgain(t *testing.T) {
 	run := agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}
 	var state agentfleet.ApprovalState = agentfleet.ApprovalPending
 	approval := func(_ context.Context, c agentfleet.ApprovalCall) (agentfleet.ApprovalState, string, error) {
+		require.Len(t, c.Digest, 64, "bound to the exact call")
+		c.Digest = ""
 		require.Equal(t, agentfleet.ApprovalCall{Index: 0, Primitive: "spawn", Preview: "deploy"}, c)
 		return state, "not today", nil
 	}

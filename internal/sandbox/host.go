@@ -2,12 +2,16 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +36,17 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
 	name := prims[pr].name
+	if pr == primFetch || pr == primHTTP {
+		// Rules, approvals, the journal and the network all see the
+		// request in its one canonical spelling.
+		var err error
+		if args, err = canonicalRequest(args); err != nil {
+			if errors.Is(err, errUserinfo) {
+				return seq, hostDenied, []byte(fmt.Sprintf("%s: %v", name, err))
+			}
+			return seq, hostError, []byte(fmt.Sprintf("%s: %v", name, err))
+		}
+	}
 	call, journaled := journalCall(req, pr, args, st.calls)
 	if journaled {
 		st.calls++
@@ -58,7 +73,8 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	case NeedsApproval:
 		// (A call the journal replayed above was approved on an
 		// earlier attempt of the turn: it is not asked about again.)
-		if status, data, ok := p.approval(ctx, req, pr, pc.Index, args, reason, st); !ok {
+		keyed := journaled && req.RunID != ""
+		if status, data, ok := p.approval(ctx, req, pr, pc.Index, args, keyed, reason, st); !ok {
 			return seq, status, data
 		}
 	default:
@@ -125,12 +141,18 @@ func wait(raw []byte, st *hostState) (byte, []byte) {
 // which needs one. ok says the call may proceed; otherwise status and
 // data are the reply: a PolicyError (denied, or no way to ask), or
 // hostPark, which stops the turn to wait (st.approval says for what).
-func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr prim, index int, args []byte, reason string, st *hostState) (status byte, data []byte, ok bool) {
+//
+// The approval asked for, and looked up, is of the exact call: its
+// Digest (requestDigest) changes with anything the call would send
+// differently, so a call that differs from the one approved asks again.
+// keyed says the request carries the journal's Idempotency-Key.
+func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr prim, index int, args []byte, keyed bool, reason string, st *hostState) (status byte, data []byte, ok bool) {
 	name := prims[pr].name
 	if req.Approval == nil {
 		return hostDenied, []byte(fmt.Sprintf("%s needs approval (%s), and this run cannot ask for one", name, orUnspecified(reason))), false
 	}
 	call := approvalCall(pr, index, args, p.redactorFor(req.Secrets))
+	call.Digest = requestDigest(pr, args, keyed)
 	state, why, err := req.Approval(ctx, call)
 	switch {
 	case err != nil:
@@ -178,8 +200,8 @@ func approvalCall(pr prim, index int, args []byte, red *redactor) agentfleet.App
 	return c
 }
 
-// callTarget is the method and URL of a fetch or http call (a URL's
-// password left out), and empty for other primitives.
+// callTarget is the method and URL of a fetch or http call, whose args
+// are canonical (canonicalRequest), and empty for other primitives.
 func callTarget(pr prim, args []byte) (method, target string) {
 	if pr != primFetch && pr != primHTTP {
 		return "", ""
@@ -188,11 +210,83 @@ func callTarget(pr prim, args []byte) (method, target string) {
 	if json.Unmarshal(args, &a) != nil {
 		return "", ""
 	}
-	target = a.URL
-	if u, err := url.Parse(a.URL); err == nil {
-		target = u.Redacted()
+	return a.Method, a.URL
+}
+
+// canonicalRequest is fetch or http arguments with the method upper-case
+// (GET when empty) and the URL canonical, or why the request is refused.
+func canonicalRequest(args []byte) ([]byte, error) {
+	var a fetchArgs
+	if err := json.Unmarshal(args, &a); err != nil {
+		return nil, fmt.Errorf("bad arguments: %v", err)
 	}
-	return strings.ToUpper(cmpOr(a.Method, http.MethodGet)), target
+	a.Method = strings.ToUpper(cmpOr(a.Method, http.MethodGet))
+	u, err := canonicalURL(a.URL)
+	if err != nil {
+		return nil, err
+	}
+	a.URL = u
+	return json.Marshal(a)
+}
+
+// scriptHeader is the header a request sends of the script's own: the
+// headers it set (applied in name order, so that two spellings of one
+// name resolve the same way every time) and the Content-Type of a body
+// it gave as an object.
+func scriptHeader(a fetchArgs) http.Header {
+	h := make(http.Header, len(a.Headers)+1)
+	for _, k := range slices.Sorted(maps.Keys(a.Headers)) {
+		h.Set(k, a.Headers[k])
+	}
+	if a.JSON && h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/json")
+	}
+	return h
+}
+
+// requestDigest is the hex SHA-256 an approval binds a call with. For
+// fetch and http (args canonical): of the method, the canonical URL, the
+// SHA-256 of the body and the SHA-256 of the script's headers (without
+// the Idempotency-Key when keyed, which the journal sets); for ai, aiJSON
+// and spawn: of what the call asks (prompt and schema; the spawn
+// request), in canonical JSON.
+func requestDigest(pr prim, args []byte, keyed bool) string {
+	sum := sha256.New()
+	switch pr {
+	case primFetch, primHTTP:
+		var a fetchArgs
+		_ = json.Unmarshal(args, &a)
+		var body []byte
+		if a.Body != nil {
+			body = []byte(*a.Body)
+		}
+		h := scriptHeader(a)
+		if keyed {
+			h.Del("Idempotency-Key")
+		}
+		pairs := make([][2]string, 0, len(h))
+		for _, k := range slices.Sorted(maps.Keys(h)) {
+			pairs = append(pairs, [2]string{k, h.Get(k)})
+		}
+		headers, _ := json.Marshal(pairs)
+		bodySum, headerSum := sha256.Sum256(body), sha256.Sum256(headers)
+		fmt.Fprintf(sum, "agentfleet request v1\n%s\n%s\n%x\n%x\n", a.Method, a.URL, bodySum, headerSum)
+	default:
+		var v any
+		switch pr {
+		case primAI, primAIJSON:
+			var a aiArgs
+			_ = json.Unmarshal(args, &a)
+			v = a
+		case primSpawn:
+			var a agentfleet.SpawnRequest
+			_ = json.Unmarshal(args, &a)
+			v = a
+		}
+		doc, _ := json.Marshal(v)
+		fmt.Fprintf(sum, "agentfleet call v1\n%s\n%s\n", prims[pr].name, doc)
+	}
+	return hex.EncodeToString(sum.Sum(nil))
 }
 
 // describeCall names a call in messages: "http POST https://x/y", "spawn".
@@ -268,12 +362,7 @@ func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw 
 	if err != nil {
 		return hostErr("%s %s: %v", name, target, err)
 	}
-	for k, v := range a.Headers {
-		hreq.Header.Set(k, v)
-	}
-	if a.JSON && hreq.Header.Get("Content-Type") == "" {
-		hreq.Header.Set("Content-Type", "application/json")
-	}
+	hreq.Header = scriptHeader(a)
 	if hreq.Header.Get("User-Agent") == "" {
 		hreq.Header.Set("User-Agent", "agentfleet-sandbox/1")
 	}

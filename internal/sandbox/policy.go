@@ -42,8 +42,9 @@ type Call struct {
 	// Primitive is the primitive's name: "fetch", "http", "ai", "aiJSON".
 	Primitive string
 	// Args is the call's arguments as JSON: {"method","url","headers"}
-	// for fetch and http (the body is left out), {"prompt"} or
-	// {"prompt","schema"} for ai and aiJSON.
+	// for fetch and http (the body left out; the method upper-case, the
+	// URL canonical, as sent), {"prompt"} or {"prompt","schema"} for ai
+	// and aiJSON.
 	Args   json.RawMessage
 	Tenant string
 	RunID  string
@@ -79,17 +80,23 @@ var DefaultPolicy Policy = PolicyFunc(func(context.Context, Call) (Decision, str
 // person's yes before they go out. A rule is
 //
 //	*                      every host call (fetch, http, ai, aiJSON, spawn)
-//	PRIMITIVE              every call of it: "fetch", "http", "ai", "aiJSON", "spawn"
-//	http.post, fetch:POST  a fetch or http call with that method ("del" is DELETE)
+//	fetch, http            every fetch or http call (the two are one: an HTTP request)
+//	ai, aiJSON, spawn      every call of it
+//	http.post, fetch:POST  an HTTP request with that method, however the script
+//	                       made it (fetch with {method}, or the http module's
+//	                       method); "del" is DELETE, and the same for every method
 //
 // optionally followed by a space and a URL pattern, where * stands for
 // any run of characters ("http.post https://api.example.com/*"; "*
-// https://*.internal/*"). URLs are compared without regard to case, so a
-// script cannot dodge a rule by spelling the host in capitals; a pattern
-// applies to fetch and http only.
+// https://*.internal/*"). A pattern is matched against the request's
+// canonical URL (canonicalURL), itself canonicalized as far as its
+// wildcards allow, and without regard to case; it applies to fetch and
+// http only.
 
 // approveRule is one parsed approve rule; empty fields match anything.
 type approveRule struct {
+	// prim is "", "fetch" (every HTTP request: fetch and http), "ai",
+	// "aiJSON" or "spawn".
 	prim   string
 	method string
 	url    string
@@ -100,7 +107,7 @@ var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
 
 func parseApproveRule(s string) (approveRule, error) {
 	head, pattern, _ := strings.Cut(strings.TrimSpace(s), " ")
-	pattern = strings.ToLower(strings.TrimSpace(pattern))
+	pattern = strings.TrimSpace(pattern)
 	var r approveRule
 	if head != "*" {
 		name, method, hasMethod := strings.Cut(head, ".")
@@ -110,9 +117,9 @@ func parseApproveRule(s string) (approveRule, error) {
 		if !slices.Contains(approvable, name) {
 			return r, fmt.Errorf("approve rule %q: %q is not a primitive that can need approval (use one of %s, or *)", s, name, strings.Join(approvable, ", "))
 		}
-		r.prim = name
+		r.prim = httpClass(name)
 		if hasMethod {
-			if name != "fetch" && name != "http" {
+			if r.prim != "fetch" {
 				return r, fmt.Errorf("approve rule %q: only fetch and http calls have a method", s)
 			}
 			r.method = strings.ToUpper(method)
@@ -122,21 +129,31 @@ func parseApproveRule(s string) (approveRule, error) {
 			if r.method == "" || strings.IndexFunc(r.method, func(c rune) bool { return c < 'A' || c > 'Z' }) >= 0 {
 				return r, fmt.Errorf("approve rule %q: the method must be letters (POST, PUT, DELETE, ...)", s)
 			}
-			if name == "http" && !slices.Contains([]string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}, r.method) {
-				return r, fmt.Errorf("approve rule %q: the http module has get, post, put and del (\"http.post\")", s)
-			}
 		}
 	}
 	if pattern != "" {
-		if r.prim != "" && r.prim != "fetch" && r.prim != "http" {
+		if r.prim != "" && r.prim != "fetch" {
 			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL", s)
 		}
 		if strings.ContainsAny(pattern, " \t") {
 			return r, fmt.Errorf("approve rule %q: give at most one URL pattern", s)
 		}
-		r.url = pattern
+		canon, err := canonicalPattern(pattern)
+		if err != nil {
+			return r, fmt.Errorf("approve rule %q: %w", s, err)
+		}
+		r.url = canon
 	}
 	return r, nil
+}
+
+// httpClass names fetch and http alike ("fetch"): an approve rule covers
+// an HTTP request whichever of the two made it.
+func httpClass(primitive string) string {
+	if primitive == "http" {
+		return "fetch"
+	}
+	return primitive
 }
 
 // CheckApproveRules says what is wrong with an agent's approve list, or
@@ -150,16 +167,17 @@ func CheckApproveRules(rules []string) error {
 	return nil
 }
 
-// matches reports whether the call (method and URL empty for ai, aiJSON
-// and spawn) falls under r.
+// matches reports whether the call falls under r: primitive as called,
+// method upper-case and url canonical (both empty for ai, aiJSON and
+// spawn).
 func (r approveRule) matches(primitive, method, url string) bool {
 	switch {
-	case r.prim != "" && r.prim != primitive:
+	case r.prim != "" && r.prim != httpClass(primitive):
 		return false
 	case r.method != "" && r.method != method:
 		return false
 	case r.url != "":
-		return url != "" && globMatch(r.url, strings.ToLower(url))
+		return url != "" && globMatch(strings.ToLower(r.url), strings.ToLower(url))
 	}
 	return true
 }

@@ -279,7 +279,8 @@ type Store interface {
 
 	// ApprovalRequest parks a run on a call that needs approval, in one
 	// transaction: it stores the call's approval (pending, unless the
-	// call has one already) and, while that is pending, moves the run
+	// call, the same index and digest, has one already) and, while that
+	// is pending, moves the run
 	// from running to waiting_approval with an approval_requested event
 	// (Parked). An approval decided meanwhile parks nothing: the run
 	// stays running, its wake counted, and its turn is due again. Fenced
@@ -287,9 +288,10 @@ type Store interface {
 	// ErrConflict); a run whose cancel was requested is ErrConflict too.
 	ApprovalRequest(ctx context.Context, p ApprovalRequestParams) (ApprovalRequestResult, error)
 	// ApprovalForCall is where the approval of a call stands: the call's
-	// own (run, turn, call index), else an approved session-scoped grant
-	// of the same call (primitive, method, URL) in the run's session,
-	// else ErrNotFound.
+	// own (run, turn, call index and digest: an approval of another call
+	// at that index is not its), else an approved session-scoped grant
+	// of the same method and URL (and primitive; fetch and http are one)
+	// in the run's session, else ErrNotFound.
 	ApprovalForCall(ctx context.Context, p ApprovalForCallParams) (Approval, error)
 	// ApprovalGetByID reads an approval; a non-empty Tenant scopes it.
 	ApprovalGetByID(ctx context.Context, p ApprovalGetByIDParams) (Approval, error)
@@ -859,8 +861,9 @@ const (
 	ApprovalDenied   = agentfleet.ApprovalDenied
 )
 
-// ApprovalScope is what an approval covers: its one call, or the same
-// call (primitive, method, URL) for the rest of the run's session.
+// ApprovalScope is what an approval covers: its one call (to its
+// digest), or calls of the same method and URL (and primitive, fetch
+// and http being one) for the rest of the run's session.
 type ApprovalScope string
 
 const (

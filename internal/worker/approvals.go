@@ -11,14 +11,17 @@ import (
 )
 
 // Approvals: a script's call that the agent's approve rules cover asks
-// approver where its approval stands (its own, by run, turn and call
-// index, or a grant for the session). Not decided yet, the turn stops
-// there and park parks the run in waiting_approval: the message is
-// acked, nothing of the turn is committed, its model reply stays
-// recorded. A decision (the API, or the dispatcher's expiry sweep)
-// resumes the run and enqueues the same turn again, marked Retried so
-// that it reuses the recorded reply; the script runs again and meets the
-// call decided.
+// approver where its approval stands (its own, by run, turn, call index
+// and the call's digest, or a grant of its method and URL for the
+// session). Not decided yet, the turn stops there and park parks the run
+// in waiting_approval: the message is acked, nothing of the turn is
+// committed, its model reply stays recorded. A decision (the API, or the
+// dispatcher's expiry sweep) resumes the run and enqueues the same turn
+// again, marked Retried so that it reuses the recorded reply; the script
+// runs again and meets the call decided. A call that differs from the
+// one decided (another body, say, built from a GET made again) has
+// another digest, so it has no approval yet: it parks the run on a new
+// one, and nothing is sent until that is decided.
 
 // approver is the ApprovalFunc of turn of run.
 func (w *Worker) approver(run agentfleet.Run, turn int) agentfleet.ApprovalFunc {
@@ -32,24 +35,12 @@ func (w *Worker) approver(run agentfleet.Run, turn int) agentfleet.ApprovalFunc 
 		case err != nil:
 			return "", "", err
 		}
-		own := a.RunID == run.ID && a.Turn == turn && a.Index == call.Index
-		if own && (a.Primitive != call.Primitive || a.Method != call.Method || a.URL != call.URL) {
-			return "", "", fmt.Errorf("approval %s is for the call %s of this turn, and this run made another one there (%s): "+
-				"a turn run again must make the same calls in the same order", a.ID, describeCall(a.ApprovalCall), describeCall(call))
-		}
 		reason := a.Reason
 		if a.Status == agentfleet.ApprovalDenied && reason == "" {
 			reason = "no reason given (decided by " + a.DecidedBy + ")"
 		}
 		return a.Status, reason, nil
 	}
-}
-
-func describeCall(c agentfleet.ApprovalCall) string {
-	if c.URL == "" {
-		return fmt.Sprintf("#%d %s", c.Index, c.Primitive)
-	}
-	return fmt.Sprintf("#%d %s %s %s", c.Index, c.Primitive, c.Method, c.URL)
 }
 
 // park parks run on the approval its turn stopped at. An approval decided
@@ -81,10 +72,17 @@ func (w *Worker) park(a *attempt, run agentfleet.Run) (store.RunChangeResult, er
 	r := got.Change.Run
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: r.ID, Tenant: r.Tenant, Turn: r.Turn + 1, Wake: r.Wake, Retried: true}); err != nil {
+	if err := w.cfg.Bus.EnqueueTurn(pctx, decidedTurn(r)); err != nil {
 		// The run is running with no message: the stranded sweep
 		// enqueues its turn.
 		return store.RunChangeResult{}, fmt.Errorf("enqueue turn %d of run %s again: %w", r.Turn+1, r.ID, err)
 	}
 	return got.Change, nil
+}
+
+// decidedTurn is the message of run r's turn once an approval it met was
+// decided: the same turn, marked Retried so that it reuses its recorded
+// reply, in r's class (a batch run's turn stays a batch turn).
+func decidedTurn(r agentfleet.Run) bus.Turn {
+	return bus.Turn{RunID: r.ID, Tenant: r.Tenant, Batch: r.BatchID != "", Turn: r.Turn + 1, Wake: r.Wake, Retried: true}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const approvalCols = `seq, id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview, status, reason, scope,
-	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error`
+	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error, digest`
 
 // approvalRow is an approval and its list position.
 type approvalRow struct {
@@ -27,7 +27,7 @@ func scanApprovalRow(sc scanner) (approvalRow, error) {
 	var decided, notifyNext *time.Time
 	err := sc.Scan(&r.seq, &a.ID, &a.Tenant, &a.RunID, &a.SessionID, &a.Turn, &a.Index, &a.Primitive, &a.Method, &a.URL, &a.Preview,
 		&a.Status, &a.Reason, &a.Scope, &a.DecidedBy, &a.CreatedAt, &decided, &a.ExpiresAt, &a.NotifyURL, &a.NotifyState, &a.NotifyAttempts,
-		&notifyNext, &a.NotifyError)
+		&notifyNext, &a.NotifyError, &a.Digest)
 	a.CreatedAt, a.DecidedAt, a.ExpiresAt, a.NotifyNextAt = a.CreatedAt.UTC(), tsVal(decided), a.ExpiresAt.UTC(), tsVal(notifyNext)
 	return r, err
 }
@@ -56,17 +56,18 @@ func (t approvalTx) LockApproval(ctx context.Context, id string) (store.Approval
 	return t.approval(ctx, id, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id)
 }
 
-func (t approvalTx) LockApprovalAt(ctx context.Context, runID string, turn, index int) (store.Approval, error) {
+func (t approvalTx) LockApprovalAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
 	return t.approval(ctx, fmt.Sprintf("of run %s turn %d call %d", runID, turn, index),
-		`SELECT `+approvalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 FOR UPDATE`, runID, turn, index)
+		`SELECT `+approvalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $4 FOR UPDATE`,
+		runID, turn, index, digest)
 }
 
 func (t approvalTx) InsertApproval(ctx context.Context, a store.Approval) error {
 	_, err := t.tx.Exec(ctx, `INSERT INTO approvals (id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview,
-			status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+			digest, status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
 		a.ID, a.Tenant, a.RunID, a.SessionID, a.Turn, a.Index, a.Primitive, a.Method, a.URL, a.Preview,
-		string(a.Status), string(a.Scope), a.CreatedAt, a.ExpiresAt, a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
+		a.Digest, string(a.Status), string(a.Scope), a.CreatedAt, a.ExpiresAt, a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
 	return err
 }
 
@@ -94,15 +95,17 @@ func (s *Store) ApprovalRequest(ctx context.Context, p store.ApprovalRequestPara
 
 func (s *Store) ApprovalForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error) {
 	c := p.Call
-	// The call's own approval first, then a grant of the session.
+	// The call's own approval first (the same digest), then a grant of
+	// the session (the same method and URL; fetch and http alike).
 	a, err := queryOne(ctx, s, `SELECT `+approvalCols+` FROM (
-			(SELECT *, 0 AS pri FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3)
+			(SELECT *, 0 AS pri FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $9)
 			UNION ALL
 			(SELECT *, 1 AS pri FROM approvals
-				WHERE $4 <> '' AND tenant = $5 AND session_id = $4 AND primitive = $6 AND method = $7 AND url = $8
-					AND scope = 'session' AND status = 'approved' LIMIT 1)
+				WHERE $4 <> '' AND tenant = $5 AND session_id = $4
+					AND (primitive = $6 OR (primitive IN ('fetch', 'http') AND $6 IN ('fetch', 'http')))
+					AND method = $7 AND url = $8 AND scope = 'session' AND status = 'approved' LIMIT 1)
 		) AS found ORDER BY pri LIMIT 1`, scanApproval,
-		p.RunID, p.Turn, c.Index, p.SessionID, p.Tenant, c.Primitive, c.Method, c.URL)
+		p.RunID, p.Turn, c.Index, p.SessionID, p.Tenant, c.Primitive, c.Method, c.URL, c.Digest)
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("approval of run %s turn %d call %d: %w", p.RunID, p.Turn, c.Index, err)
 	}

@@ -10,7 +10,11 @@ import (
 )
 
 const approvalCols = `seq, id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview, status, reason, scope,
-	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error`
+	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error, digest`
+
+// sameCallSQL matches a grant's primitive to the call's (given twice):
+// the same, or fetch and http, which make the same HTTP requests.
+const sameCallSQL = `(primitive = ? OR (primitive IN ('fetch', 'http') AND ? IN ('fetch', 'http')))`
 
 // scanApprovalSeq reads an approval and its list position.
 func scanApprovalSeq(sc interface{ Scan(...any) error }) (store.Approval, int64, error) {
@@ -19,7 +23,7 @@ func scanApprovalSeq(sc interface{ Scan(...any) error }) (store.Approval, int64,
 	var decided, notifyNext sql.NullInt64
 	err := sc.Scan(&seq, &a.ID, &a.Tenant, &a.RunID, &a.SessionID, &a.Turn, &a.Index, &a.Primitive, &a.Method, &a.URL, &a.Preview,
 		&a.Status, &a.Reason, &a.Scope, &a.DecidedBy, &created, &decided, &expires, &a.NotifyURL, &a.NotifyState, &a.NotifyAttempts,
-		&notifyNext, &a.NotifyError)
+		&notifyNext, &a.NotifyError, &a.Digest)
 	a.CreatedAt, a.DecidedAt, a.ExpiresAt, a.NotifyNextAt = fromMicros(created), tsVal(decided), fromMicros(expires), tsVal(notifyNext)
 	return a, seq, err
 }
@@ -45,18 +49,18 @@ func (t approvalTx) LockApproval(ctx context.Context, id string) (store.Approval
 	return t.ReadApproval(ctx, id)
 }
 
-func (t approvalTx) LockApprovalAt(ctx context.Context, runID string, turn, index int) (store.Approval, error) {
-	a, err := scanApproval(t.tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE run_id = ? AND turn = ? AND call_index = ?`,
-		runID, turn, index))
+func (t approvalTx) LockApprovalAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
+	a, err := scanApproval(t.tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
+		WHERE run_id = ? AND turn = ? AND call_index = ? AND digest = ?`, runID, turn, index, digest))
 	return a, mapErr(err)
 }
 
 func (t approvalTx) InsertApproval(ctx context.Context, a store.Approval) error {
 	_, err := t.tx.ExecContext(ctx, `INSERT INTO approvals (id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview,
-			status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			digest, status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.Tenant, a.RunID, a.SessionID, a.Turn, a.Index, a.Primitive, a.Method, a.URL, a.Preview,
-		string(a.Status), string(a.Scope), a.CreatedAt.UnixMicro(), a.ExpiresAt.UnixMicro(), a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
+		a.Digest, string(a.Status), string(a.Scope), a.CreatedAt.UnixMicro(), a.ExpiresAt.UnixMicro(), a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
 	return err
 }
 
@@ -84,15 +88,16 @@ func (s *Store) ApprovalRequest(ctx context.Context, p store.ApprovalRequestPara
 
 func (s *Store) ApprovalForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error) {
 	c := p.Call
-	// The call's own approval first, then a grant of the session.
+	// The call's own approval first (the same digest), then a grant of
+	// the session (the same method and URL; fetch and http alike).
 	a, err := scanApproval(s.rd.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM (
-			SELECT 0 AS pri, * FROM approvals WHERE run_id = ? AND turn = ? AND call_index = ?
+			SELECT 0 AS pri, * FROM approvals WHERE run_id = ? AND turn = ? AND call_index = ? AND digest = ?
 			UNION ALL
 			SELECT * FROM (SELECT 1 AS pri, * FROM approvals
-				WHERE ? <> '' AND tenant = ? AND session_id = ? AND primitive = ? AND method = ? AND url = ?
+				WHERE ? <> '' AND tenant = ? AND session_id = ? AND `+sameCallSQL+` AND method = ? AND url = ?
 					AND scope = 'session' AND status = 'approved' LIMIT 1)
 		) ORDER BY pri LIMIT 1`,
-		p.RunID, p.Turn, c.Index, p.SessionID, p.Tenant, p.SessionID, c.Primitive, c.Method, c.URL))
+		p.RunID, p.Turn, c.Index, c.Digest, p.SessionID, p.Tenant, p.SessionID, c.Primitive, c.Primitive, c.Method, c.URL))
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("approval of run %s turn %d call %d: %w", p.RunID, p.Turn, c.Index, mapErr(err))
 	}

@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"testing"
 	"time"
@@ -35,7 +37,14 @@ func (b bundle) sessionRun(t *testing.T, tenant, session string) agentfleet.Run 
 	return b.transition(t, r.ID, agentfleet.StatusRunning)
 }
 
-var postCall = agentfleet.ApprovalCall{Index: 2, Primitive: "http", Method: "POST", URL: "https://api.example.com/charges", Preview: `{"amount":5}`}
+var postCall = agentfleet.ApprovalCall{Index: 2, Primitive: "http", Method: "POST", URL: "https://api.example.com/charges", Preview: `{"amount":5}`,
+	Digest: digestOf(`amount=5`)}
+
+// digestOf is a request digest, as the sandbox's are: a hex SHA-256.
+func digestOf(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
 
 func testApproval(t *testing.T, newStore NewStore) {
 	t.Run("ParkDecideResume", func(t *testing.T) {
@@ -114,6 +123,48 @@ func testApproval(t *testing.T, newStore NewStore) {
 		pending, err = b.s.ApprovalCountPending(b.ctx)
 		require.NoError(t, err)
 		require.Zero(t, pending[ten.ID])
+	})
+	t.Run("BindsTheExactCall", func(t *testing.T) {
+		// An approval is of the call at its index with its digest: the
+		// turn run again making another call there (another body, say)
+		// finds no approval of it, and parks on a new one.
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		r := b.started(t, ten.ID)
+		a := b.park(t, r.ID, 1, postCall)
+		_, err := b.s.ApprovalDecide(b.ctx, store.ApprovalDecideParams{ID: a.ID, Approve: true, DecidedBy: "admin"})
+		require.NoError(t, err)
+
+		changed := postCall
+		changed.Digest, changed.Preview = digestOf("amount=999999"), `{"amount":999999}`
+		_, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
+		require.ErrorIs(t, err, store.ErrNotFound, "the approval of another request at the index is not this call's")
+		unbound := postCall
+		unbound.Digest = ""
+		_, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: unbound})
+		require.ErrorIs(t, err, store.ErrNotFound)
+
+		again, err := b.s.ApprovalRequest(b.ctx, store.ApprovalRequestParams{RunID: r.ID, Turn: 1, Call: changed})
+		require.NoError(t, err)
+		require.True(t, again.Parked, "asked again: the run waits")
+		require.NotEqual(t, a.ID, again.Approval.ID)
+		require.Equal(t, changed, again.Approval.ApprovalCall)
+		require.Equal(t, store.ApprovalPending, again.Approval.Status)
+		require.Equal(t, agentfleet.StatusWaitingApproval, b.get(t, r.ID).Status)
+		got, err := b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
+		require.NoError(t, err)
+		require.Equal(t, again.Approval.ID, got.ID)
+		got, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
+		require.NoError(t, err)
+		require.Equal(t, a.ID, got.ID)
+		require.Equal(t, store.ApprovalApproved, got.Status, "the first decision stands for its own request")
+		page, err := b.s.ApprovalList(b.ctx, store.ApprovalListParams{RunID: r.ID, Status: store.ApprovalPending})
+		require.NoError(t, err)
+		require.Equal(t, []string{again.Approval.ID}, approvalIDs(page.Approvals))
+
+		_, err = b.s.ApprovalRequest(b.ctx, store.ApprovalRequestParams{RunID: r.ID, Turn: 1,
+			Call: agentfleet.ApprovalCall{Index: 1, Primitive: "http", Digest: "not-a-digest"}})
+		require.ErrorIs(t, err, store.ErrInvalid)
 	})
 	t.Run("DecidedBeforeThePark", func(t *testing.T) {
 		// Decided while its run was still running to it (the turn ran
@@ -195,17 +246,24 @@ func testApproval(t *testing.T, newStore NewStore) {
 		require.Equal(t, store.ApprovalScopeSession, dec.Approval.Scope)
 		require.Equal(t, "s1", dec.Approval.SessionID)
 
-		// The same call, later in the session: granted.
-		later := agentfleet.ApprovalCall{Index: 0, Primitive: postCall.Primitive, Method: postCall.Method, URL: postCall.URL}
+		// The same method and URL, later in the session: granted, whatever
+		// the body (a grant binds method and URL), by fetch as by http.
+		later := agentfleet.ApprovalCall{Index: 0, Primitive: postCall.Primitive, Method: postCall.Method, URL: postCall.URL, Digest: digestOf("amount=7")}
 		got, err := b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: later})
 		require.NoError(t, err)
 		require.Equal(t, a.ID, got.ID)
 		require.Equal(t, store.ApprovalApproved, got.Status)
+		byFetch := later
+		byFetch.Primitive = "fetch"
+		got, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: byFetch})
+		require.NoError(t, err)
+		require.Equal(t, a.ID, got.ID)
 		// Another URL, another session, another tenant: not granted.
 		for name, p := range map[string]store.ApprovalForCallParams{
 			"url":     {RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: agentfleet.ApprovalCall{Primitive: "http", Method: "POST", URL: "https://api.example.com/refunds"}},
 			"method":  {RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: agentfleet.ApprovalCall{Primitive: "http", Method: "PUT", URL: postCall.URL}},
 			"session": {RunID: first.ID, SessionID: "s2", Tenant: ten.ID, Turn: 4, Call: later},
+			"spawn":   {RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: agentfleet.ApprovalCall{Primitive: "spawn"}},
 			"none":    {RunID: first.ID, Tenant: ten.ID, Turn: 4, Call: later},
 			"tenant":  {RunID: first.ID, SessionID: "s1", Tenant: other.ID, Turn: 4, Call: later},
 		} {

@@ -35,6 +35,8 @@ func ApprovalRequest(p store.ApprovalRequestParams) (store.ApprovalRequestParams
 		return p, Invalidf("approval: timeout must not be negative")
 	case len(c.URL) > approvalURLMax:
 		return p, Invalidf("approval: url is longer than %d bytes", approvalURLMax)
+	case c.Digest != "" && !isDigest(c.Digest):
+		return p, Invalidf("approval: request digest %q is not a hex SHA-256", c.Digest)
 	}
 	if err := checkTexts("approval primitive", c.Primitive, "approval method", c.Method, "approval url", c.URL,
 		"approval notify url", p.NotifyURL); err != nil {
@@ -49,6 +51,19 @@ func ApprovalRequest(p store.ApprovalRequestParams) (store.ApprovalRequestParams
 	}
 	p.Now = NowOr(p.Now)
 	return p, nil
+}
+
+// isDigest reports whether s is a hex SHA-256, in lower case.
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ApprovalDecide validates p and fills its defaults.
@@ -118,8 +133,9 @@ type ApprovalTx interface {
 	// LockApproval reads approval id and holds it; store.ErrNotFound
 	// when there is none.
 	LockApproval(ctx context.Context, id string) (store.Approval, error)
-	// LockApprovalAt is LockApproval of the approval of a call.
-	LockApprovalAt(ctx context.Context, runID string, turn, index int) (store.Approval, error)
+	// LockApprovalAt is LockApproval of the approval of a call: at its
+	// index, of its digest.
+	LockApprovalAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error)
 	// ReadApproval reads approval id without holding it.
 	ReadApproval(ctx context.Context, id string) (store.Approval, error)
 	InsertApproval(ctx context.Context, a store.Approval) error
@@ -146,7 +162,7 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 	case cur.CancelRequested:
 		return res, fmt.Errorf("%w: run %s has a cancel requested", store.ErrConflict, cur.ID)
 	}
-	a, err := tx.LockApprovalAt(ctx, p.RunID, p.Turn, p.Call.Index)
+	a, err := tx.LockApprovalAt(ctx, p.RunID, p.Turn, p.Call.Index, p.Call.Digest)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		a = store.Approval{
