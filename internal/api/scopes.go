@@ -26,6 +26,7 @@ var scopeRules = []scopeRule{
 	{"/v1/tenants/{id}/keys", store.ScopeAdmin, store.ScopeAdmin},
 	{"/v1/tenants/{id}/callback-secret", store.ScopeAdmin, store.ScopeAdmin},
 	{"/v1/tenants/{id}/secrets", store.ScopeAdmin, store.ScopeAdmin},
+	{"/v1/tenants/{id}/nats-creds", store.ScopeAdmin, store.ScopeAdmin}, // and the admin token's alone
 	{"/v1/secrets", store.ScopeAdmin, store.ScopeAdmin},
 	{"/v1/triggers", store.ScopeAdmin, store.ScopeAdmin}, // their deliveries hold payloads
 	{"/v1/agents", store.ScopeAdmin, store.ScopeRead},
