@@ -23,8 +23,9 @@ import (
 // Batches (DESIGN §11): many runs submitted at once, one per input, their
 // results read back in input order.
 //
-// POST /v1/batches reads its body as a stream, JSON or JSONL, and admits
-// the inputs in chunks (store.BatchAdmission): the batch becomes visible
+// POST /v1/batches reads its body as a stream, JSON or JSONL, each input
+// held to the limits of POST /v1/runs, and admits the inputs in chunks
+// bounded in count and bytes (store.BatchAdmission): the batch becomes visible
 // whole when the last chunk commits, or not at all, so a malformed line
 // at the end leaves nothing behind. Only then are the runs' queued events
 // and first turns published, in bulk, a page at a time: the dispatcher
@@ -38,9 +39,9 @@ const (
 	// (AGENTFLEET_BATCH_MAX_BYTES).
 	BatchMaxBytesDefault = 256 << 20
 	batchInputsMax       = 100_000
-	// batchChunk is how many inputs go to the store at once, at most
-	// batchChunkBytes of them, and batchPage how many runs are read
-	// back at once to publish them.
+	// batchChunk is how many inputs go to the store at once, and
+	// batchPage the most runs read back at once (to publish them, or
+	// for results); either holds about batchChunkBytes at most.
 	batchChunk      = 1000
 	batchChunkBytes = 4 << 20
 	batchPage       = 2000
@@ -698,7 +699,7 @@ func (p *pageSize) fit(page []store.BatchRun) {
 	held := 0
 	for _, br := range page {
 		r := br.Run
-		held += len(r.Message) + len(r.Context) + len(br.CustomID) + 256
+		held += len(r.Message) + len(r.Context) + len(r.Args) + len(r.Answer) + len(r.Error) + len(br.CustomID) + 256
 	}
 	p.n = min(batchPage, max(1, len(page)*batchChunkBytes/max(held, 1)))
 }
@@ -802,14 +803,16 @@ func (s *Server) handleBatchResults(w http.ResponseWriter, r *http.Request, p pr
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	ctx := r.Context()
+	var size pageSize
 	for after < b.Total-1 {
-		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: batchPage})
+		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("read batch results", "batch", b.ID, "err", err)
 			}
 			return
 		}
+		size.fit(page)
 		wrote := 0
 		for _, br := range page {
 			if wait && !br.Run.Status.Terminal() {
