@@ -35,6 +35,9 @@ type ExecRequest struct {
 	AI AIFunc
 	// Spawn starts a child run and returns its id. Nil disables spawn().
 	Spawn SpawnFunc
+	// IsChild says whether id names a child of this run: wait() takes
+	// only those, and throws for any other id. Nil: no id is one.
+	IsChild func(ctx context.Context, id string) (bool, error)
 	// Secrets are values to redact from logs and results. The sandbox
 	// redacts in the caller's process; they never reach the script's.
 	Secrets []string

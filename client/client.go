@@ -215,11 +215,13 @@ func (c *Client) Usage(ctx context.Context, tenant, groupBy string) (wire.UsageR
 	return out, err
 }
 
-// CreateKey makes tenant another API key (the admin token, or the
-// tenant's own key); the view carries the key, shown this once.
-func (c *Client) CreateKey(ctx context.Context, tenant, name string) (wire.APIKeyView, error) {
+// CreateKey makes tenant another API key (the admin token, or a key of
+// the tenant's with the admin scope); the view carries the key, shown
+// this once. scopes are what it may do ("admin", "submit", "read"); none
+// gives it all three.
+func (c *Client) CreateKey(ctx context.Context, tenant, name string, scopes ...string) (wire.APIKeyView, error) {
 	var out wire.APIKeyView
-	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", wire.APIKeyRequest{Name: name}, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(tenant)+"/keys", wire.APIKeyRequest{Name: name, Scopes: scopes}, &out)
 	return out, err
 }
 

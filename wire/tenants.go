@@ -63,6 +63,10 @@ type UsageRow struct {
 // APIKeyRequest is the body of POST /v1/tenants/{id}/keys.
 type APIKeyRequest struct {
 	Name string `json:"name"`
+	// Scopes are what the key may do: "admin" (keys, callback secret,
+	// secrets, agents, triggers), "submit" (runs, batches, approvals),
+	// "read". None: all three.
+	Scopes []string `json:"scopes,omitempty"`
 }
 
 // APIKeyView is an API key as the API shows it. APIKey, the key itself,
@@ -70,6 +74,7 @@ type APIKeyRequest struct {
 type APIKeyView struct {
 	ID         string     `json:"id"`
 	Name       string     `json:"name"`
+	Scopes     []string   `json:"scopes"`
 	CreatedAt  time.Time  `json:"created_at"`
 	LastUsedAt *time.Time `json:"last_used_at"` // null: never used
 	APIKey     string     `json:"api_key,omitempty"`

@@ -437,6 +437,7 @@ func (e cliEnv) cmdTenantKeys(ctx context.Context, c *client.Client, args []stri
 	case "create":
 		fs := flag.NewFlagSet("tenants keys create", flag.ContinueOnError)
 		name := fs.String("name", "", "what the key is for, e.g. ci (required)")
+		scopes := fs.String("scopes", "", "what the key may do, comma-separated: admin, submit, read (default: all three)")
 		pos, err := parse(fs, args[1:])
 		if err != nil {
 			return err
@@ -444,7 +445,16 @@ func (e cliEnv) cmdTenantKeys(ctx context.Context, c *client.Client, args []stri
 		if len(pos) != 1 || *name == "" {
 			return usagef("tenants keys create takes one tenant ID and --name NAME")
 		}
-		k, err := c.CreateKey(ctx, pos[0], *name)
+		var list []string
+		for sc := range strings.SplitSeq(*scopes, ",") {
+			if sc = strings.TrimSpace(sc); sc != "" {
+				list = append(list, sc)
+			}
+		}
+		if *scopes != "" && len(list) == 0 {
+			return usagef("--scopes names at least one of admin, submit, read (leave it out for all three)")
+		}
+		k, err := c.CreateKey(ctx, pos[0], *name, list...)
 		if err != nil {
 			return err
 		}
@@ -473,13 +483,13 @@ func (e cliEnv) cmdTenantKeys(ctx context.Context, c *client.Client, args []stri
 			return writeJSON(e.stdout, list)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tCREATED\tLAST USED")
+		fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tLAST USED")
 		for _, k := range list.Keys {
 			used := "never"
 			if k.LastUsedAt != nil {
 				used = k.LastUsedAt.Local().Format(time.DateTime)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.Name, k.CreatedAt.Local().Format(time.DateTime), used)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, strings.Join(k.Scopes, ","), k.CreatedAt.Local().Format(time.DateTime), used)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

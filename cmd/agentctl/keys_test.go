@@ -61,14 +61,26 @@ func TestTenantKeysCommands(t *testing.T) {
 	var k wire.APIKeyView
 	require.NoError(t, json.Unmarshal([]byte(out), &k))
 	require.Equal(t, "ci", k.Name)
+	require.Equal(t, []string{"admin", "submit", "read"}, k.Scopes, "no --scopes: all three")
 	require.Contains(t, stderr, "(shown once): "+k.APIKey)
+
+	code, out, stderr = c.run("tenants", "keys", "create", "acme", "--name", "producer", "--scopes", "read, submit")
+	require.Equal(t, exitOK, code, stderr)
+	var producer wire.APIKeyView
+	require.NoError(t, json.Unmarshal([]byte(out), &producer))
+	require.Equal(t, []string{"submit", "read"}, producer.Scopes)
+	code, out, stderr = c.run("tenants", "keys", "revoke", "acme", producer.ID)
+	require.Equal(t, exitOK, code, stderr+out)
+	code, _, stderr = c.run("tenants", "keys", "create", "acme", "--name", "x", "--scopes", "write")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, `"write" is not a scope`)
 
 	code, out, stderr = c.run("tenants", "keys", "ls", "acme")
 	require.Equal(t, exitOK, code, stderr)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, out)
-	require.Regexp(t, regexp.MustCompile(`^ID\s+NAME\s+CREATED\s+LAST USED$`), lines[0])
-	require.Regexp(t, regexp.MustCompile(`^`+k.ID+`\s+ci\s+.*never$`), lines[1])
+	require.Regexp(t, regexp.MustCompile(`^ID\s+NAME\s+SCOPES\s+CREATED\s+LAST USED$`), lines[0])
+	require.Regexp(t, regexp.MustCompile(`^`+k.ID+`\s+ci\s+admin,submit,read\s+.*never$`), lines[1])
 	require.Contains(t, lines[2], "default")
 	require.NotContains(t, out, k.APIKey)
 
@@ -92,6 +104,7 @@ func TestTenantKeysCommands(t *testing.T) {
 	for _, args := range [][]string{
 		{"tenants", "keys"},
 		{"tenants", "keys", "create", "acme"},
+		{"tenants", "keys", "create", "--name", "x", "--scopes", ",", "acme"},
 		{"tenants", "keys", "ls"},
 		{"tenants", "keys", "revoke", "acme"},
 		{"tenants", "keys", "rotate", "acme"},

@@ -79,7 +79,7 @@ Usage:
   agentctl approvals show ID
   agentctl approvals approve [--reason R] [--scope session] ID
   agentctl approvals deny [--reason R] ID
-  agentctl tenants keys create --name N ID
+  agentctl tenants keys create --name N [--scopes admin,submit,read] ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]

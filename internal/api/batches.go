@@ -23,8 +23,9 @@ import (
 // Batches (DESIGN §11): many runs submitted at once, one per input, their
 // results read back in input order.
 //
-// POST /v1/batches reads its body as a stream, JSON or JSONL, and admits
-// the inputs in chunks (store.BatchAdmission): the batch becomes visible
+// POST /v1/batches reads its body as a stream, JSON or JSONL, each input
+// held to the limits of POST /v1/runs, and admits the inputs in chunks
+// bounded in count and bytes (store.BatchAdmission): the batch becomes visible
 // whole when the last chunk commits, or not at all, so a malformed line
 // at the end leaves nothing behind. Only then are the runs' queued events
 // and first turns published, in bulk, a page at a time: the dispatcher
@@ -38,11 +39,12 @@ const (
 	// (AGENTFLEET_BATCH_MAX_BYTES).
 	BatchMaxBytesDefault = 256 << 20
 	batchInputsMax       = 100_000
-	batchLineMax         = 4 << 20
 	// batchChunk is how many inputs go to the store at once, and
-	// batchPage how many runs are read back at once to publish them.
-	batchChunk = 1000
-	batchPage  = 2000
+	// batchPage the most runs read back at once (to publish them, or
+	// for results); either holds about batchChunkBytes at most.
+	batchChunk      = 1000
+	batchChunkBytes = 4 << 20
+	batchPage       = 2000
 	// batchResultsPoll is how often ?wait=true looks for runs that ended.
 	batchResultsPoll = 200 * time.Millisecond
 )
@@ -55,6 +57,12 @@ type batchBody struct {
 	jsonl bool
 	lines *bufio.Reader
 	dec   *json.Decoder
+	// body is what dec reads, held to inputMax bytes past each value's
+	// start, so an input larger than a run may be is never held whole.
+	body *budgetReader
+	// inputMax is the most bytes one input takes: the body limit of
+	// POST /v1/runs, which every input obeys.
+	inputMax int64
 	// at is the 1-based line (JSONL) or input (JSON) last read.
 	at int
 	// inInputs says the JSON body's inputs array is being read, done
@@ -62,17 +70,18 @@ type batchBody struct {
 	inInputs, done bool
 }
 
-func newBatchBody(r *http.Request) (*batchBody, error) {
+func newBatchBody(r *http.Request, inputMax int64) (*batchBody, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	b := &batchBody{}
+	b := &batchBody{inputMax: inputMax}
 	switch ct {
 	case "application/x-ndjson", "application/jsonl", "application/x-jsonlines":
 		b.jsonl = true
 		b.lines = bufio.NewReaderSize(r.Body, 64<<10)
 		return b, b.queryParams(r)
 	case "", "application/json":
-		b.dec = json.NewDecoder(r.Body)
-		b.dec.DisallowUnknownFields()
+		b.body = &budgetReader{r: r.Body}
+		b.dec = json.NewDecoder(b.body)
+		b.budget()
 		return b, b.beginJSON()
 	}
 	return nil, &apiError{status: http.StatusUnsupportedMediaType, code: "unsupported_media_type",
@@ -129,7 +138,7 @@ func (b *batchBody) beginJSON() error {
 // fields reads the JSON object's fields until "inputs" starts or the
 // object ends.
 func (b *batchBody) fields() error {
-	for b.dec.More() {
+	for b.budget(); b.dec.More(); b.budget() {
 		tok, err := b.dec.Token()
 		if err != nil {
 			return jsonBodyError(err, "")
@@ -170,7 +179,11 @@ func (b *batchBody) fields() error {
 		default:
 			return errBadRequest("unknown field %q", key)
 		}
+		b.budget()
 		if err := b.dec.Decode(dst); err != nil {
+			if errors.Is(err, errOverBudget) {
+				return b.tooLarge(fmt.Sprintf("field %q", key), key)
+			}
 			return jsonBodyError(err, key)
 		}
 	}
@@ -215,14 +228,153 @@ func (b *batchBody) next() (in wire.BatchInput, ok bool, err error) {
 		return in, false, b.fields()
 	}
 	b.at++
-	if err := b.dec.Decode(&in); err != nil {
+	in, err = b.nextElement()
+	return in, err == nil, err
+}
+
+// nextElement reads one element of "inputs" a field at a time, each held
+// to the input limit, so the error of an input too large names the field.
+func (b *batchBody) nextElement() (in wire.BatchInput, err error) {
+	fail := func(err error, field string) (wire.BatchInput, error) {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return in, false, err
+		switch {
+		case errors.As(err, &mbe):
+			return in, err
+		case errors.Is(err, errOverBudget) && field != "":
+			return in, b.tooLarge(b.where(b.at), field)
+		case errors.Is(err, errOverBudget):
+			return in, b.tooLarge(b.where(b.at), "")
 		}
-		return in, false, errBadRequest("input %d (inputs[%d]): %s", b.at, b.at-1, inputJSONError(err))
+		return in, errBadRequest("%s: %s", b.where(b.at), inputJSONError(err))
 	}
-	return in, true, nil
+	b.budget()
+	tok, err := b.dec.Token()
+	if err != nil {
+		return fail(err, "")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return in, errBadRequest("%s: an input must be a JSON object, not %s", b.where(b.at), jsonTokenKind(tok))
+	}
+	obj := []byte{'{'}
+	for b.dec.More() {
+		tok, err := b.dec.Token()
+		if err != nil {
+			return fail(err, "")
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := b.dec.Decode(&raw); err != nil {
+			return fail(err, key)
+		}
+		if len(obj) > 1 {
+			obj = append(obj, ',')
+		}
+		k, _ := json.Marshal(key)
+		obj = append(append(append(obj, k...), ':'), raw...)
+	}
+	if _, err := b.dec.Token(); err != nil { // the closing '}'
+		return fail(err, "")
+	}
+	return in, decodeInput(append(obj, '}'), &in, b.where(b.at))
+}
+
+// decodeInput decodes one input's JSON object, refusing unknown fields.
+func decodeInput(raw []byte, in *wire.BatchInput, where string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		return errBadRequest("%s: %s", where, inputJSONError(err))
+	}
+	if dec.More() {
+		return errBadRequest("%s: more than one JSON value; put one input object on each line", where)
+	}
+	return nil
+}
+
+// jsonTokenKind names what a JSON token is, for errors.
+func jsonTokenKind(tok json.Token) string {
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '[' {
+			return "an array"
+		}
+	case string:
+		return "a string"
+	case float64, json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("%v", tok)
+}
+
+// budget lets the decoder read at most inputMax bytes past where it is.
+func (b *batchBody) budget() {
+	if b.body != nil {
+		b.body.stop = b.dec.InputOffset() + b.inputMax
+	}
+}
+
+// tooLarge is the 413 of an input (or a batch field) over the input
+// limit; field, when known, names the field whose value it was reading.
+func (b *batchBody) tooLarge(where, field string) error {
+	msg := fmt.Sprintf("%s is larger than %d bytes, the most a run's request may be (POST /v1/runs)", where, b.inputMax)
+	if field != "" && !strings.HasPrefix(where, "field ") {
+		msg = fmt.Sprintf("%s: field %q makes the input larger than %d bytes, the most a run's request may be (POST /v1/runs)", where, field, b.inputMax)
+	}
+	return &apiError{status: http.StatusRequestEntityTooLarge, code: "payload_too_large", msg: msg + "; put bulk data elsewhere and pass a reference"}
+}
+
+// errOverBudget is what a budgetReader returns past its budget.
+var errOverBudget = errors.New("over the input budget")
+
+// budgetReader reads r up to stop bytes from r's start: the decoder of a
+// JSON batch holds at most one input's limit ahead of where it is.
+type budgetReader struct {
+	r       io.Reader
+	n, stop int64
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.n >= b.stop {
+		return 0, errOverBudget
+	}
+	if rem := b.stop - b.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	return n, err
+}
+
+// fieldAt names the field of a JSON object whose value prefix ends in:
+// the last key read at the object's top level, or "".
+func fieldAt(prefix []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(prefix))
+	depth, key, isKey := 0, "", false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return key
+		}
+		if d, ok := tok.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+			isKey = depth == 1 // the object opened, or a value in it closed
+			continue
+		}
+		if depth == 1 {
+			if k, ok := tok.(string); ok && isKey {
+				key = k
+			}
+			isKey = !isKey
+		}
+	}
 }
 
 func (b *batchBody) nextLine() (in wire.BatchInput, ok bool, err error) {
@@ -232,7 +384,7 @@ func (b *batchBody) nextLine() (in wire.BatchInput, ok bool, err error) {
 		if long {
 			// A line longer than the buffer: gather it, up to its limit.
 			buf := append([]byte(nil), raw...)
-			for errors.Is(err, bufio.ErrBufferFull) && len(buf) <= batchLineMax {
+			for errors.Is(err, bufio.ErrBufferFull) && int64(len(buf)) <= b.inputMax {
 				raw, err = b.lines.ReadSlice('\n')
 				buf = append(buf, raw...)
 			}
@@ -243,8 +395,8 @@ func (b *batchBody) nextLine() (in wire.BatchInput, ok bool, err error) {
 			if errors.As(err, &mbe) {
 				return in, false, err
 			}
-			if len(raw) > batchLineMax {
-				return in, false, errBadRequest("line %d is longer than %d bytes", b.at+1, batchLineMax)
+			if int64(len(raw)) > b.inputMax {
+				return in, false, b.tooLarge("line "+strconv.Itoa(b.at+1), fieldAt(raw))
 			}
 			return in, false, fmt.Errorf("read line %d: %w", b.at+1, err)
 		}
@@ -252,8 +404,8 @@ func (b *batchBody) nextLine() (in wire.BatchInput, ok bool, err error) {
 			return in, false, nil
 		}
 		b.at++
-		if len(raw) > batchLineMax {
-			return in, false, errBadRequest("line %d is longer than %d bytes", b.at, batchLineMax)
+		if int64(len(raw)) > b.inputMax {
+			return in, false, b.tooLarge("line "+strconv.Itoa(b.at), fieldAt(raw))
 		}
 		raw = bytes.TrimSpace(raw)
 		if len(raw) == 0 {
@@ -262,13 +414,8 @@ func (b *batchBody) nextLine() (in wire.BatchInput, ok bool, err error) {
 			}
 			continue // blank lines are skipped, and counted
 		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if derr := dec.Decode(&in); derr != nil {
-			return in, false, errBadRequest("line %d: %s", b.at, inputJSONError(derr))
-		}
-		if dec.More() {
-			return in, false, errBadRequest("line %d: more than one JSON value; put one input object on each line", b.at)
+		if err := decodeInput(raw, &in, "line "+strconv.Itoa(b.at)); err != nil {
+			return in, false, err
 		}
 		return in, true, nil
 	}
@@ -311,6 +458,15 @@ func validateBatchInput(in wire.BatchInput) error {
 	return err
 }
 
+// inputBytes is about what an input holds in memory.
+func inputBytes(in wire.BatchInput) int {
+	n := len(in.Message) + len(in.Context) + len(in.CustomID) + len(in.SessionID) + len(in.IdempotencyKey)
+	for k, v := range in.Metadata {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // validateBatchSettings checks the batch-wide settings.
 func (s *Server) validateBatchSettings(req wire.BatchCreateRequest) error {
 	switch {
@@ -334,7 +490,7 @@ func (s *Server) validateBatchSettings(req wire.BatchCreateRequest) error {
 }
 
 func (s *Server) handleBatchCreate(w http.ResponseWriter, r *http.Request, p principal) {
-	body, err := newBatchBody(r)
+	body, err := newBatchBody(r, s.cfg.MaxBodyBytes)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -405,7 +561,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 	}()
 	chunk := make([]store.BatchInput, 0, batchChunk)
 	lines := make([]int, 0, batchChunk) // the line of each input of chunk
-	index, line := 0, 0
+	index, line, chunkBytes := 0, 0, 0
 	flush := func() error {
 		if len(chunk) == 0 {
 			return nil
@@ -419,7 +575,8 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 			}
 			return errUnprocessable("%s: %s", at, ie.Msg)
 		}
-		chunk, lines = chunk[:0], lines[:0]
+		clear(chunk) // drop the inputs' text before the next chunk is read
+		chunk, lines, chunkBytes = chunk[:0], lines[:0], 0
 		return err
 	}
 	for {
@@ -445,7 +602,8 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 			Metadata: in.Metadata, SessionID: in.SessionID, IdempotencyKey: in.IdempotencyKey})
 		lines = append(lines, line)
 		index++
-		if len(chunk) == batchChunk {
+		chunkBytes += inputBytes(in)
+		if len(chunk) == batchChunk || chunkBytes >= batchChunkBytes {
 			if err := flush(); err != nil {
 				return b, false, err
 			}
@@ -482,16 +640,18 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 func (s *Server) publishBatch(ctx context.Context, b store.Batch) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer cancel()
-	evs := make([]agentfleet.Event, 0, batchPage)
-	turns := make([]bus.Turn, 0, batchPage)
+	var evs []agentfleet.Event
+	var turns []bus.Turn
+	var size pageSize
 	for after := -1; after < b.Total-1; {
-		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: batchPage})
+		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
 		if err != nil {
 			return err
 		}
 		if len(page) == 0 {
 			break
 		}
+		size.fit(page)
 		evs, turns = evs[:0], turns[:0]
 		for _, br := range page {
 			run := br.Run
@@ -517,8 +677,31 @@ func (s *Server) publishBatch(ctx context.Context, b store.Batch) error {
 			return fmt.Errorf("enqueue first turns: %w", err)
 		}
 		after = page[len(page)-1].Index
+		clear(evs) // the page's messages go before the next is read
 	}
 	return nil
+}
+
+// pageSize is how many of a batch's runs, with their inputs, the next
+// page reads: it starts small and adapts so that a page holds about
+// batchChunkBytes, whatever the inputs' sizes.
+type pageSize struct{ n int }
+
+func (p *pageSize) next() int {
+	if p.n == 0 {
+		p.n = 16
+	}
+	return p.n
+}
+
+// fit sizes the next page after page.
+func (p *pageSize) fit(page []store.BatchRun) {
+	held := 0
+	for _, br := range page {
+		r := br.Run
+		held += len(r.Message) + len(r.Context) + len(r.Args) + len(r.Answer) + len(r.Error) + len(br.CustomID) + 256
+	}
+	p.n = min(batchPage, max(1, len(page)*batchChunkBytes/max(held, 1)))
 }
 
 func batchView(b store.Batch) wire.Batch {
@@ -620,14 +803,16 @@ func (s *Server) handleBatchResults(w http.ResponseWriter, r *http.Request, p pr
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	ctx := r.Context()
+	var size pageSize
 	for after < b.Total-1 {
-		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: batchPage})
+		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("read batch results", "batch", b.ID, "err", err)
 			}
 			return
 		}
+		size.fit(page)
 		wrote := 0
 		for _, br := range page {
 			if wait && !br.Run.Status.Terminal() {
@@ -743,6 +928,7 @@ type retrySource struct {
 	ctx   context.Context
 	batch string
 	page  []store.BatchRun
+	size  pageSize
 	after int
 	n     int
 }
@@ -750,10 +936,11 @@ type retrySource struct {
 func (r *retrySource) next() (wire.BatchInput, bool, error) {
 	if len(r.page) == 0 {
 		var err error
-		r.page, err = r.s.cfg.Store.BatchRuns(r.ctx, store.BatchRunsParams{ID: r.batch, AfterIndex: r.after, Limit: batchChunk, Status: batchRetried})
+		r.page, err = r.s.cfg.Store.BatchRuns(r.ctx, store.BatchRunsParams{ID: r.batch, AfterIndex: r.after, Limit: r.size.next(), Status: batchRetried})
 		if err != nil || len(r.page) == 0 {
 			return wire.BatchInput{}, false, err
 		}
+		r.size.fit(r.page)
 		r.after = r.page[len(r.page)-1].Index
 	}
 	br := r.page[0]

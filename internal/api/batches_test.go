@@ -5,8 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -316,4 +321,156 @@ func TestBatchResultsWait(t *testing.T) {
 	require.Equal(t, 2, recv(t, lines, "line 2").Index)
 	_, open := <-lines
 	require.False(t, open, "the response ends after the last line")
+}
+
+// streamBody is a request body made as it is read: head, then n bytes of
+// fill, then tail. pulled counts what the server has read of it.
+type streamBody struct {
+	head, tail []byte
+	fill       byte
+	n          int64
+	pulled     atomic.Int64
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	at := b.pulled.Load()
+	total := int64(len(b.head)) + b.n + int64(len(b.tail))
+	if at >= total {
+		return 0, io.EOF
+	}
+	k := 0
+	for k < len(p) && at < total {
+		switch {
+		case at < int64(len(b.head)):
+			p[k] = b.head[at]
+		case at < int64(len(b.head))+b.n:
+			p[k] = b.fill
+		default:
+			p[k] = b.tail[at-int64(len(b.head))-b.n]
+		}
+		k, at = k+1, at+1
+	}
+	b.pulled.Store(at)
+	return k, nil
+}
+
+// post sends body (an io.Reader) as a batch of the given content type.
+func (e *env) postStream(key, contentType string, body io.Reader) reply {
+	e.t.Helper()
+	req, err := http.NewRequestWithContext(e.ctx, "POST", e.srv.URL+"/v1/batches", body)
+	require.NoError(e.t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := e.srv.Client().Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	return reply{status: resp.StatusCode, header: resp.Header, body: data}
+}
+
+// TestBatchInputsObeyRunLimits: an input larger than a run's request may
+// be (POST /v1/runs' body limit) is refused naming its position and
+// field, the body is not read past it, and nothing of the batch is left.
+func TestBatchInputsObeyRunLimits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	before := e.tenantRuns("acme")
+
+	// A JSON batch whose second input carries a 64 MiB context.
+	body := &streamBody{head: []byte(`{"inputs":[{"message":"a"},{"message":"b","context":"`), fill: 'x', n: 64 << 20,
+		tail: []byte(`"},{"message":"c"}]}`)}
+	r := e.postStream(key, "application/json", body)
+	requireError(t, r, http.StatusRequestEntityTooLarge, "payload_too_large", "input 2 (inputs[1])", `field "context"`,
+		fmt.Sprint(api.MaxBodyBytesDefault))
+	require.Less(t, body.pulled.Load(), int64(16<<20), "the server read the body past the input's limit")
+
+	// A JSONL line whose metadata is over the limit, within the old line limit.
+	line := `{"message":"b","metadata":{"blob":"` + strings.Repeat("y", 2<<20) + `"}}`
+	requireError(t, e.do("POST", "/v1/batches", key, jsonl(1)+line+"\n", "Content-Type", "application/x-ndjson"),
+		http.StatusRequestEntityTooLarge, "payload_too_large", "line 2", `field "metadata"`)
+
+	// A message over POST /v1/runs' message limit, in either form.
+	long := strings.Repeat("m", 300<<10)
+	requireError(t, e.do("POST", "/v1/batches", key, map[string]any{"inputs": []map[string]any{{"message": "a"}, {"message": long}}}),
+		http.StatusUnprocessableEntity, "unprocessable", "input 2 (inputs[1]): message is")
+	requireError(t, e.do("POST", "/v1/batches", key, `{"message":"`+long+`"}`+"\n", "Content-Type", "application/x-ndjson"),
+		http.StatusUnprocessableEntity, "unprocessable", "line 1: message is")
+
+	// A batch field over the limit is refused too.
+	meta := &streamBody{head: []byte(`{"metadata":{"k":"`), fill: 'z', n: 8 << 20, tail: []byte(`"},"inputs":[{"message":"a"}]}`)}
+	requireError(t, e.postStream(key, "application/json", meta), http.StatusRequestEntityTooLarge, "payload_too_large", `field "metadata"`)
+
+	require.Equal(t, before, e.tenantRuns("acme"), "no run of a refused batch exists")
+	require.Empty(t, decode[wire.BatchList](t, e.do("GET", "/v1/batches", key, nil), http.StatusOK).Batches)
+
+	// An input just under the limit is admitted.
+	ok := `{"inputs":[{"message":"a","context":"` + strings.Repeat("c", api.MaxBodyBytesDefault-100) + `"}]}`
+	require.Equal(t, 1, decode[wire.Batch](t, e.do("POST", "/v1/batches", key, ok), http.StatusAccepted).Total)
+}
+
+// TestBatchJSONHeldAChunkAtATime: the server's live heap grows as much
+// for a JSON batch of 64 MiB as for one of 8 MiB, give or take a few
+// chunks: it holds a chunk of inputs at a time, never the body. Not
+// parallel: it measures the process's heap.
+func TestBatchJSONHeldAChunkAtATime(t *testing.T) {
+	e := newEnv(t)
+	key := e.tenant("acme")
+	old := debug.SetGCPercent(10)
+	defer debug.SetGCPercent(old)
+	const size = 200 << 10
+	small := e.heapGrowth(key, 40, size)
+	large := e.heapGrowth(key, 320, size)
+	t.Logf("live heap grew by %d MiB for an 8 MiB batch, %d MiB for a 64 MiB one", small>>20, large>>20)
+	require.Less(t, large, small+16<<20, "the server's memory grew with the body")
+}
+
+// heapGrowth submits a JSON batch of n inputs of size bytes each, made
+// as it is sent, and returns by how much the live heap grew meanwhile.
+func (e *env) heapGrowth(key string, n, size int) int64 {
+	e.t.Helper()
+	msg := strings.Repeat("q", size)
+	pr, pw := io.Pipe()
+	go func() {
+		_, _ = pw.Write([]byte(`{"inputs":[`))
+		for i := range n {
+			if i > 0 {
+				_, _ = pw.Write([]byte{','})
+			}
+			if _, err := fmt.Fprintf(pw, `{"message":"%d %s","custom_id":"c%d"}`, i, msg, i); err != nil {
+				return
+			}
+		}
+		_, _ = pw.Write([]byte(`]}`))
+		_ = pw.Close()
+	}()
+	defer pr.Close()
+
+	runtime.GC()
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	base := live[0].Value.Uint64()
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+		}
+	}()
+	r := e.postStream(key, "application/json", pr)
+	close(stop)
+	<-sampled
+	require.Equal(e.t, n, decode[wire.Batch](e.t, r, http.StatusAccepted).Total)
+	return int64(peak.Load()) - int64(base)
 }

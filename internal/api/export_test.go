@@ -15,3 +15,6 @@ func SweepBatchesForTest(ctx context.Context, s *Server) error {
 	defer wg.Wait()
 	return s.sweepBatchesOnce(ctx, map[string]*batchEventSeq{}, &wg)
 }
+
+// ScopeForTest is the scope a tenant's key needs for the route pattern.
+func ScopeForTest(pattern string) string { return scopeFor(pattern) }

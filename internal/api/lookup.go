@@ -58,8 +58,10 @@ type KeyRevocations interface {
 type keyEntry struct {
 	tenant, keyID string
 	// keyName is the key's name (its id when it has none): who acted,
-	// in what a request records (an approval's decided_by).
+	// in what a request records (an approval's decided_by). scopes are
+	// what the key may do.
 	keyName string
+	scopes  []string
 }
 
 // agentKey names an agent of a tenant.
@@ -124,7 +126,7 @@ func (s *Server) keyByToken(ctx context.Context, token string) (keyEntry, error)
 	if err != nil {
 		return keyEntry{}, fmt.Errorf("look up API key: %w", err)
 	}
-	e := keyEntry{tenant: res.Tenant.ID, keyID: res.Key.ID, keyName: cmp.Or(res.Key.Name, res.Key.ID)}
+	e := keyEntry{tenant: res.Tenant.ID, keyID: res.Key.ID, keyName: cmp.Or(res.Key.Name, res.Key.ID), scopes: res.Key.Scopes}
 	if !s.keys.put(digest, e) {
 		return keyEntry{}, errUnauthorized("invalid API key: it was revoked")
 	}

@@ -309,8 +309,10 @@ func (s *Server) routes() {
 type principal struct {
 	admin  bool
 	tenant string
-	// key names the tenant's API key the request came with.
-	key string
+	// key names the tenant's API key the request came with, scopes
+	// what it may do (scopes.go).
+	key    string
+	scopes []string
 }
 
 // who names the principal in what it decides: "admin", or its key's
@@ -341,7 +343,7 @@ func (s *Server) authenticate(r *http.Request) (principal, error) {
 	if err != nil {
 		return principal{}, err
 	}
-	return principal{tenant: key.tenant, key: key.keyName}, nil
+	return principal{tenant: key.tenant, key: key.keyName, scopes: key.scopes}, nil
 }
 
 func (s *Server) authed(h handler) http.HandlerFunc { return s.authedBody(s.cfg.MaxBodyBytes, h) }
@@ -350,6 +352,9 @@ func (s *Server) authed(h handler) http.HandlerFunc { return s.authedBody(s.cfg.
 func (s *Server) authedBody(limit int64, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		p, err := s.authenticate(r)
+		if err == nil {
+			err = checkScope(r, p)
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return

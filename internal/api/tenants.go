@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -277,7 +278,7 @@ func (s *Server) handleTenantUsage(w http.ResponseWriter, r *http.Request, p pri
 }
 
 func keyView(k store.APIKey) wire.APIKeyView {
-	v := wire.APIKeyView{ID: k.ID, Name: k.Name, CreatedAt: k.CreatedAt}
+	v := wire.APIKeyView{ID: k.ID, Name: k.Name, Scopes: k.Scopes, CreatedAt: k.CreatedAt}
 	if !k.LastUsedAt.IsZero() {
 		used := k.LastUsedAt
 		v.LastUsedAt = &used
@@ -327,8 +328,18 @@ func (s *Server) handleKeyCreate(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, errUnprocessable("name is %d bytes; the limit is %d", len(req.Name), keyNameMax))
 		return
 	}
+	for _, sc := range req.Scopes {
+		if !slices.Contains(store.APIKeyScopes, sc) {
+			s.fail(w, r, errUnprocessable("scopes: %q is not a scope; the scopes are %s", sc, strings.Join(store.APIKeyScopes, ", ")))
+			return
+		}
+	}
+	if req.Scopes != nil && len(req.Scopes) == 0 {
+		s.fail(w, r, errUnprocessable("scopes is empty: name at least one of %s, or leave scopes out for all of them", strings.Join(store.APIKeyScopes, ", ")))
+		return
+	}
 	key := NewAPIKey()
-	k, err := s.cfg.Store.APIKeyCreate(r.Context(), store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: req.Name})
+	k, err := s.cfg.Store.APIKeyCreate(r.Context(), store.APIKeyCreateParams{Tenant: tenant, Key: key, Name: req.Name, Scopes: req.Scopes})
 	if err != nil {
 		s.fail(w, r, err)
 		return

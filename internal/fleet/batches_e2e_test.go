@@ -162,6 +162,36 @@ func TestFleetBatchWithAMalformedLine(t *testing.T) {
 	})
 }
 
+// A JSON batch with one input over a run's limits, after several chunks
+// of good ones reached the store, is refused naming the input and the
+// field, and no run of it ever exists or reaches a worker.
+func TestFleetBatchWithAnInputTooLarge(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, open func(fleetOptions) *testFleet) {
+		m := &itemTurns{}
+		f := open(fleetOptions{responder: m.respond})
+		req := wire.BatchCreateRequest{}
+		for i := range 2500 {
+			req.Inputs = append(req.Inputs, wire.BatchInput{Message: fmt.Sprintf("item %d", i), CustomID: fmt.Sprint(i)})
+		}
+		big, err := json.Marshal(strings.Repeat("x", 2<<20))
+		require.NoError(t, err)
+		req.Inputs = append(req.Inputs, wire.BatchInput{Message: "item 2500", Context: big})
+		_, err = f.tenant.CreateBatch(f.ctx, req)
+		var ae *client.Error
+		require.True(t, errors.As(err, &ae), "%v", err)
+		require.Equal(t, http.StatusRequestEntityTooLarge, ae.Status, ae.Message)
+		require.Contains(t, ae.Message, `input 2501 (inputs[2500]): field "context"`)
+		counts, err := f.store.RunCountByStatus(f.ctx, "acme")
+		require.NoError(t, err)
+		require.Empty(t, counts, "no run of the batch exists")
+		list, err := f.tenant.ListBatches(f.ctx, 0, "")
+		require.NoError(t, err)
+		require.Empty(t, list.Batches)
+		require.Zero(t, m.peak.Load(), "no model call was made")
+	})
+}
+
 // Cancelling a batch mid-way cancels every run not ended; those that ran
 // keep their results, and the batch ends cancelled.
 func TestFleetBatchCancelMidway(t *testing.T) {

@@ -222,3 +222,77 @@ func TestFleetWaitingParentDoesNotBlockItsChildren(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// waitOnTurns plays scripts that wait() on ids: "wait on ID" waits on
+// ID, "wait on mine and ID" on a child it spawns and ID, each answering
+// what wait() threw ("waited" when it did not); "later child" spawns a
+// child in turn 1 and waits for it in turn 2, an earlier turn's child.
+func waitOnTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
+	usage := agentfleet.Usage{PromptTokens: 40, CompletionTokens: 10}
+	task, turns := r.FirstUser(), assistantTurns(r)
+	var script string
+	switch {
+	case strings.HasPrefix(task, "square "):
+		return fanOutTurns(r)
+	case task == "later child" && turns == 0:
+		script = `function run() { return {id: spawn({message: "square 4"})} }`
+	case task == "later child" && turns == 1:
+		script = `function run(args) { wait([args.id]); return {} }`
+	case task == "later child":
+		script = `function run(args) { answer(args.children[0].status + ":" + args.children[0].answer) }`
+	case strings.HasPrefix(task, "wait on ") && turns == 0:
+		ids := `[` + strconvQuote(strings.TrimPrefix(task, "wait on ")) + `]`
+		if rest, ok := strings.CutPrefix(task, "wait on mine and "); ok {
+			ids = `[spawn({message: "square 1"}), ` + strconvQuote(rest) + `]`
+		}
+		script = `function run() { try { wait(` + ids + `) } catch (e) { answer("threw: " + e.message); return } return {} }`
+	case strings.HasPrefix(task, "wait on "):
+		script = `function run() { answer("waited") }`
+	default:
+		return "", usage, fmt.Errorf("unexpected task %q", task)
+	}
+	return "Here.\n```javascript\n" + script + "\n```", usage, nil
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// wait() takes only the run's own children: another tenant's run id, a
+// random id and a list that mixes one in throw at the call, and the run
+// goes on (it never parks); a child spawned in an earlier turn is waited
+// for as before.
+func TestFleetWaitTakesOnlyOwnChildren(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			o := fleetOptions{responder: waitOnTurns}
+			if backend == "postgres" {
+				o.store = pgtest.Open(t)
+			}
+			f := setupFleetWith(t, o)
+			tv, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "stranger"})
+			require.NoError(t, err)
+			stranger := apiClient(t, f.dispatcher.URL(), tv.APIKey)
+			theirs, err := stranger.CreateRun(f.ctx, wire.RunCreateRequest{Message: "later child"})
+			require.NoError(t, err)
+
+			for _, id := range []string{theirs.ID, "0b5c3f0e-8d7a-4f7e-9a56-3c1e7d2b9f10", "not-a-run"} {
+				for _, task := range []string{"wait on " + id, "wait on mine and " + id} {
+					run := f.wait(f.submit(wire.RunCreateRequest{Message: task}).ID, 30*time.Second)
+					require.Equal(t, agentfleet.StatusCompleted, run.Status, "%s: %s", task, run.Error)
+					var answer string
+					require.NoError(t, json.Unmarshal(run.Answer, &answer))
+					require.Contains(t, answer, "threw: wait: \""+id+"\" is not a child of this run", task)
+					require.Equal(t, 1, run.Turn, "%s: the throw came in the turn, which never parked", task)
+				}
+			}
+
+			own := f.wait(f.submit(wire.RunCreateRequest{Message: "later child"}).ID, 30*time.Second)
+			require.Equal(t, agentfleet.StatusCompleted, own.Status, own.Error)
+			require.JSONEq(t, `"completed:16"`, string(own.Answer))
+		})
+	}
+}

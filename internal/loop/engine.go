@@ -283,6 +283,10 @@ type TurnInput struct {
 	// spawn() available); the engine holds them to MaxChildren and
 	// MaxDepth first.
 	Spawn agentfleet.SpawnFunc
+	// IsChild, when set, says whether an id names a child of Run that
+	// an earlier turn (or an earlier attempt of this one) spawned;
+	// wait() takes those and the children this turn spawns, no other.
+	IsChild func(ctx context.Context, id string) (bool, error)
 	// Children are the runs Run waited for (Run.WaitIDs), as they are
 	// now: this turn's args gets their results.
 	Children []agentfleet.Run
@@ -379,6 +383,8 @@ type turn struct {
 	calls    int
 	subUsage agentfleet.Usage
 	spawned  int
+	// spawnedIDs are the ids of the children spawned counts.
+	spawnedIDs map[string]bool
 	// journal is the script's journal, when the engine has one.
 	journal *turnJournal
 }
@@ -665,7 +671,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	} else {
 		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), IsChild: t.isChild, Secrets: t.in.Secrets,
 			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
 		if cfg.Journal != nil {
@@ -824,10 +830,26 @@ func (t *turn) spawnFunc() agentfleet.SpawnFunc {
 		}
 		t.mu.Lock()
 		t.spawned++
+		if t.spawnedIDs == nil {
+			t.spawnedIDs = map[string]bool{}
+		}
+		t.spawnedIDs[id] = true
 		t.mu.Unlock()
 		t.emit(agentfleet.Event{Type: agentfleet.EventChildSpawned, Summary: id, Content: t.clean(req.Message)})
 		return id, nil
 	}
+}
+
+// isChild is wait()'s check of an id: a child this turn spawned, or one
+// the caller's IsChild knows.
+func (t *turn) isChild(ctx context.Context, id string) (bool, error) {
+	t.mu.Lock()
+	mine := t.spawnedIDs[id]
+	t.mu.Unlock()
+	if mine || t.in.IsChild == nil {
+		return mine, nil
+	}
+	return t.in.IsChild(ctx, id)
 }
 
 // admitSubCall counts a sub-call of prompt tokens against the turn's

@@ -96,7 +96,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	case primSpawn:
 		status, data = spawn(ctx, req.Spawn, call.Index, args)
 	case primWait:
-		status, data = wait(args, st)
+		status, data = wait(ctx, req.IsChild, args, st)
 	}
 	if journaled && req.Journal != nil {
 		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
@@ -127,11 +127,28 @@ func spawn(ctx context.Context, fn agentfleet.SpawnFunc, index int, raw []byte) 
 	return hostOK, out
 }
 
-// wait records what the run waits for once the turn is committed.
-func wait(raw []byte, st *hostState) (byte, []byte) {
+// wait records what the run waits for once the turn is committed: its
+// own children only (isChild), any other id throws here, before the
+// turn commits.
+func wait(ctx context.Context, isChild func(context.Context, string) (bool, error), raw []byte, st *hostState) (byte, []byte) {
 	var a waitArgs
 	if err := json.Unmarshal(raw, &a); err != nil || len(a.IDs) == 0 {
 		return hostErr("wait: give a non-empty array of run ids")
+	}
+	for _, id := range a.IDs {
+		ok := false
+		var err error
+		if isChild != nil {
+			ok, err = isChild(ctx, id)
+		}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return hostErr("wait: the turn was stopped")
+		case err != nil:
+			return hostErr("wait: looking up run %q failed: %v", id, err)
+		case !ok:
+			return hostErr("wait: %q is not a child of this run: wait() takes only the ids spawn() returned to this run", id)
+		}
 	}
 	st.wait = &agentfleet.WaitRequest{IDs: a.IDs, Timeout: time.Duration(a.TimeoutMS) * time.Millisecond}
 	return hostOK, []byte("null")

@@ -473,19 +473,35 @@ type TenantListResult struct {
 type APIKey struct {
 	// ID names the key in URLs ("key_" and 32 hex digits); it is not
 	// secret.
-	ID         string
-	Tenant     string
-	Name       string
+	ID     string
+	Tenant string
+	Name   string
+	// Scopes are what the key may do, in APIKeyScopes' order.
+	Scopes     []string
 	CreatedAt  time.Time
 	LastUsedAt time.Time // zero: never used
 }
 
+// The scopes of an API key (DESIGN §15): admin manages the tenant's
+// keys, callback secret, secrets, agents and triggers; submit starts
+// and stops work (runs, batches, approvals); read reads.
+const (
+	ScopeAdmin  = "admin"
+	ScopeSubmit = "submit"
+	ScopeRead   = "read"
+)
+
+// APIKeyScopes are every scope, in the order a key lists them; a key
+// made without scopes has them all.
+var APIKeyScopes = []string{ScopeAdmin, ScopeSubmit, ScopeRead}
+
 // APIKeyCreateParams stores Key (hashed) for Tenant. Name says what it is
-// for (at most 100 bytes).
+// for (at most 100 bytes); Scopes what it may do (nil: every scope).
 type APIKeyCreateParams struct {
 	Tenant string
 	Key    string
 	Name   string
+	Scopes []string
 }
 
 // APIKeyListParams pages a tenant's keys, newest first. Cursor is the

@@ -82,6 +82,24 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 	return id, nil
 }
 
+// childOf says for wait() whether an id names a child of run: a run of
+// its tenant whose parent it is. Another tenant's run is not found.
+func (w *Worker) childOf(run agentfleet.Run) func(ctx context.Context, id string) (bool, error) {
+	return func(ctx context.Context, id string) (bool, error) {
+		if len(id) != len(run.ID) && len(id) != 36 {
+			return false, nil // not a run id's shape: no lookup
+		}
+		child, err := w.cfg.Store.RunGetByID(ctx, store.RunGetByIDParams{ID: id, Tenant: run.Tenant})
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("load run %s: %w", id, err)
+		}
+		return child.ParentRunID == run.ID, nil
+	}
+}
+
 // children loads the children run waits for (Run.WaitIDs).
 func (w *Worker) children(ctx context.Context, run agentfleet.Run) ([]agentfleet.Run, error) {
 	var out []agentfleet.Run

@@ -117,7 +117,7 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
-		Spawn: w.spawner(a.ctx, run, run.Turn+1), Children: children,
+		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
 		Approval: w.approver(run, run.Turn+1),
 	})
 	x := &execFacts{err: err, cause: context.Cause(a.turnCtx), res: res}

@@ -163,29 +163,32 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store
 	return rules.TenantPage(ts, p), nil
 }
 
-const apiKeyCols = `id, tenant, name, created_at, last_used_at`
+const apiKeyCols = `id, tenant, name, scopes, created_at, last_used_at`
 
 // scanAPIKey scans apiKeyCols, then any extra trailing columns.
 func scanAPIKey(sc scanner, extra ...any) (store.APIKey, error) {
 	var k store.APIKey
 	var used *time.Time
-	err := sc.Scan(append(apiKeyDest(&k, &used), extra...)...)
-	k.CreatedAt, k.LastUsedAt = k.CreatedAt.UTC(), tsVal(used)
+	var scopes string
+	err := sc.Scan(append(apiKeyDest(&k, &scopes, &used), extra...)...)
+	k.CreatedAt, k.LastUsedAt, k.Scopes = k.CreatedAt.UTC(), tsVal(used), rules.DecodeAPIKeyScopes(scopes)
 	return k, err
 }
 
-// apiKeyDest is where apiKeyCols scan to; used is the last use.
-func apiKeyDest(k *store.APIKey, used **time.Time) []any {
-	return []any{&k.ID, &k.Tenant, &k.Name, &k.CreatedAt, used}
+// apiKeyDest is where apiKeyCols scan to; scopes are the stored scopes,
+// used is the last use.
+func apiKeyDest(k *store.APIKey, scopes *string, used **time.Time) []any {
+	return []any{&k.ID, &k.Tenant, &k.Name, scopes, &k.CreatedAt, used}
 }
 
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	if err := rules.APIKeyCreate(p); err != nil {
+	scopes, err := rules.APIKeyCreate(p)
+	if err != nil {
 		return store.APIKey{}, err
 	}
-	k, err := queryOne(ctx, s, `INSERT INTO api_keys (id, hash, tenant, name, created_at) VALUES ($1, $2, $3, $4, $5)
+	k, err := queryOne(ctx, s, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING `+apiKeyCols, func(sc scanner) (store.APIKey, error) { return scanAPIKey(sc) },
-		rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now())
+		rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, scopes, rules.Now())
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
 	}
@@ -249,9 +252,10 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	res, err := queryOne(ctx, s, tenantByAPIKeySQL, func(sc scanner) (store.TenantGetByAPIKeyResult, error) {
 		var r store.TenantGetByAPIKeyResult
 		var used *time.Time
+		var scopes string
 		var err error
-		r.Tenant, err = scanTenantThen(sc, apiKeyDest(&r.Key, &used)...)
-		r.Key.CreatedAt, r.Key.LastUsedAt = r.Key.CreatedAt.UTC(), tsVal(used)
+		r.Tenant, err = scanTenantThen(sc, apiKeyDest(&r.Key, &scopes, &used)...)
+		r.Key.CreatedAt, r.Key.LastUsedAt, r.Key.Scopes = r.Key.CreatedAt.UTC(), tsVal(used), rules.DecodeAPIKeyScopes(scopes)
 		return r, err
 	}, rules.HashAPIKey(p.Key), now, now.Add(-rules.APIKeyTouchEvery))
 	if err != nil {

@@ -162,31 +162,35 @@ func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store
 	return rules.TenantPage(ts, p), nil
 }
 
-const apiKeyCols = `id, tenant, name, created_at, last_used_at`
+const apiKeyCols = `id, tenant, name, scopes, created_at, last_used_at`
 
 // apiKeyRow is apiKeyCols as scanned; key turns it into the record.
 type apiKeyRow struct {
 	k       store.APIKey
+	scopes  string
 	created int64
 	used    sql.NullInt64
 }
 
-func (r *apiKeyRow) dest() []any { return []any{&r.k.ID, &r.k.Tenant, &r.k.Name, &r.created, &r.used} }
+func (r *apiKeyRow) dest() []any {
+	return []any{&r.k.ID, &r.k.Tenant, &r.k.Name, &r.scopes, &r.created, &r.used}
+}
 
 func (r *apiKeyRow) key() store.APIKey {
 	k := r.k
-	k.CreatedAt, k.LastUsedAt = fromMicros(r.created), tsVal(r.used)
+	k.CreatedAt, k.LastUsedAt, k.Scopes = fromMicros(r.created), tsVal(r.used), rules.DecodeAPIKeyScopes(r.scopes)
 	return k
 }
 
 func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	if err := rules.APIKeyCreate(p); err != nil {
+	scopes, err := rules.APIKeyCreate(p)
+	if err != nil {
 		return store.APIKey{}, err
 	}
 	var r apiKeyRow
-	err := s.write(ctx, func(tx *wtx) error {
-		return tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, tenant, name, created_at) VALUES (?, ?, ?, ?, ?) RETURNING `+apiKeyCols,
-			rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, rules.Now().UnixMicro()).Scan(r.dest()...)
+	err = s.write(ctx, func(tx *wtx) error {
+		return tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+apiKeyCols,
+			rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, scopes, rules.Now().UnixMicro()).Scan(r.dest()...)
 	})
 	if err != nil {
 		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)

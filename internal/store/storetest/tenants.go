@@ -167,7 +167,8 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 		k, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "sk-secret-1", Name: "ci"})
 		require.NoError(t, err)
 		require.Regexp(t, `^key_[0-9a-f]{32}$`, k.ID, "a public id, safe in a URL path")
-		require.Equal(t, store.APIKey{ID: k.ID, Tenant: ten.ID, Name: "ci", CreatedAt: k.CreatedAt}, k)
+		require.Equal(t, store.APIKey{ID: k.ID, Tenant: ten.ID, Name: "ci", Scopes: store.APIKeyScopes, CreatedAt: k.CreatedAt}, k,
+			"a key made without scopes has every one")
 		require.False(t, k.CreatedAt.IsZero())
 		require.Equal(t, time.UTC, k.CreatedAt.Location())
 
@@ -181,6 +182,38 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, err, store.ErrNotFound)
 		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{})
 		require.ErrorIs(t, err, store.ErrNotFound)
+	})
+	t.Run("Scopes", func(t *testing.T) {
+		// A key's scopes come back from every read in one order, each
+		// once, whatever order they were given in.
+		b := setup(t, newStore)
+		ten := b.tenant(t, store.TenantCreateParams{})
+		for key, c := range map[string]struct{ give, want []string }{
+			"sk-read":    {[]string{store.ScopeRead}, []string{store.ScopeRead}},
+			"sk-sub":     {[]string{store.ScopeRead, store.ScopeSubmit, store.ScopeRead}, []string{store.ScopeSubmit, store.ScopeRead}},
+			"sk-admin":   {[]string{store.ScopeAdmin}, []string{store.ScopeAdmin}},
+			"sk-all":     {[]string{store.ScopeRead, store.ScopeAdmin, store.ScopeSubmit}, store.APIKeyScopes},
+			"sk-default": {nil, store.APIKeyScopes},
+		} {
+			k, err := b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: key, Name: key, Scopes: c.give})
+			require.NoError(t, err, key)
+			require.Equal(t, c.want, k.Scopes, key)
+			got, err := b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: key})
+			require.NoError(t, err, key)
+			require.Equal(t, c.want, got.Key.Scopes, "%s: looked up", key)
+		}
+		list, err := b.s.APIKeyList(b.ctx, store.APIKeyListParams{Tenant: ten.ID})
+		require.NoError(t, err)
+		require.Len(t, list.Keys, 5)
+		for _, k := range list.Keys {
+			if k.Name == "sk-read" {
+				require.Equal(t, []string{store.ScopeRead}, k.Scopes, "listed")
+			}
+		}
+		_, err = b.s.APIKeyCreate(b.ctx, store.APIKeyCreateParams{Tenant: ten.ID, Key: "sk-bad", Scopes: []string{"write"}})
+		require.ErrorIs(t, err, store.ErrInvalid, "an unknown scope")
+		_, err = b.s.TenantGetByAPIKey(b.ctx, store.TenantGetByAPIKeyParams{Key: "sk-bad"})
+		require.ErrorIs(t, err, store.ErrNotFound, "a refused key is not stored")
 	})
 	t.Run("LastUse", func(t *testing.T) {
 		// A use is written at most once a minute per key: lookups in

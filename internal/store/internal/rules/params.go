@@ -114,15 +114,46 @@ func TenantUpdate(p store.TenantUpdateParams) (store.TenantUpdateParams, *Window
 // apiKeyNameMax bounds a key's name.
 const apiKeyNameMax = 100
 
-// APIKeyCreate validates p.
-func APIKeyCreate(p store.APIKeyCreateParams) error {
+// APIKeyCreate validates p; scopes is how its scopes are stored.
+func APIKeyCreate(p store.APIKeyCreateParams) (scopes string, err error) {
 	if p.Tenant == "" || p.Key == "" {
-		return Invalidf("api key: tenant and key are required")
+		return "", Invalidf("api key: tenant and key are required")
 	}
 	if len(p.Name) > apiKeyNameMax {
-		return Invalidf("api key name is %d bytes: use at most %d", len(p.Name), apiKeyNameMax)
+		return "", Invalidf("api key name is %d bytes: use at most %d", len(p.Name), apiKeyNameMax)
 	}
-	return CheckText("api key name", p.Name)
+	if err := CheckText("api key name", p.Name); err != nil {
+		return "", err
+	}
+	return EncodeAPIKeyScopes(p.Scopes)
+}
+
+// EncodeAPIKeyScopes stores scopes as a comma-separated list in
+// store.APIKeyScopes' order, each once; none is every scope.
+func EncodeAPIKeyScopes(scopes []string) (string, error) {
+	if len(scopes) == 0 {
+		scopes = store.APIKeyScopes
+	}
+	for _, sc := range scopes {
+		if !slices.Contains(store.APIKeyScopes, sc) {
+			return "", Invalidf("api key scope %q is not one of %s", sc, strings.Join(store.APIKeyScopes, ", "))
+		}
+	}
+	var out []string
+	for _, sc := range store.APIKeyScopes {
+		if slices.Contains(scopes, sc) {
+			out = append(out, sc)
+		}
+	}
+	return strings.Join(out, ","), nil
+}
+
+// DecodeAPIKeyScopes reverses EncodeAPIKeyScopes.
+func DecodeAPIKeyScopes(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // APIKeyList validates p and fills its defaults; it returns the position

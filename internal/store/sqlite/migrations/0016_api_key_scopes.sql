@@ -1,0 +1,4 @@
+-- An API key's scopes (DESIGN §15): a comma-separated list of admin,
+-- submit and read. Keys made before scopes existed may do everything,
+-- as they did.
+ALTER TABLE api_keys ADD COLUMN scopes TEXT NOT NULL DEFAULT 'admin,submit,read';
