@@ -151,8 +151,8 @@ type Worker struct {
 	// drainCtx ends when Shutdown begins.
 	drainCtx context.Context
 	drain    context.CancelFunc
-	wg       sync.WaitGroup // in-flight turns
-	slots    chan struct{}
+	wg       sync.WaitGroup // in-flight turns, and turns held to be handed back
+	slots    *slotGate
 }
 
 // New returns a Worker.
@@ -166,7 +166,7 @@ func New(cfg Config) (*Worker, error) {
 		id:       uuid.NewString(),
 		log:      cfg.Logger,
 		inflight: map[string]context.CancelCauseFunc{},
-		slots:    make(chan struct{}, cfg.Slots),
+		slots:    newSlotGate(cfg.Slots),
 	}
 	w.drainCtx, w.drain = context.WithCancel(context.Background())
 	w.agents = newAgentCache(cfg.Store, AgentCacheTTL)
@@ -208,16 +208,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		// A slot first, then a message: never hold a message whose
 		// AckWait clock runs while no slot is free.
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		case <-w.drainCtx.Done():
+		if !w.slots.take(ctx, w.drainCtx.Done()) {
 			return nil
 		}
 		d, err := w.next(ctx, src)
 		if err != nil {
-			<-w.slots
+			w.slots.release(1)
 			if ctx.Err() != nil || w.isDraining() {
 				return nil
 			}
@@ -236,7 +232,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		// Turns left queued and slots free: take up to that many in one
 		// round trip rather than a pull request each.
-		if more := w.takeSlots(min(d.Pending, pullBatchMax)); more > 0 {
+		if more := w.slots.tryTake(int(min(d.Pending, pullBatchMax))); more > 0 {
 			ds, err := src.FetchReady(ctx, more)
 			if err != nil && ctx.Err() == nil {
 				w.log.Debug("pull ready turns", "err", err)
@@ -246,11 +242,11 @@ func (w *Worker) Run(ctx context.Context) error {
 					for _, rest := range ds[i+1:] {
 						_ = rest.NakWithDelay(0)
 					}
-					w.releaseSlots(more - i - 1)
+					w.slots.release(more - i - 1)
 					return nil
 				}
 			}
-			w.releaseSlots(more - len(ds))
+			w.slots.release(more - len(ds))
 		}
 	}
 }
@@ -266,7 +262,7 @@ func (w *Worker) announceSlots() (stop func()) {
 		tick := time.NewTicker(bus.SlotsAnnounceEvery)
 		defer tick.Stop()
 		for stop := false; !stop; {
-			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, cap(w.slots)); err != nil {
+			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, w.slots.current()); err != nil {
 				w.log.Debug("announce slots", "err", err)
 			}
 			select {
@@ -291,36 +287,16 @@ func (w *Worker) announceSlots() (stop func()) {
 func (w *Worker) start(ctx context.Context, d *bus.Delivery) bool {
 	if w.isDraining() {
 		_ = d.NakWithDelay(0)
-		<-w.slots
+		w.slots.release(1)
 		return false
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		defer func() { <-w.slots }()
+		defer w.slots.release(1)
 		w.handle(ctx, d)
 	}()
 	return true
-}
-
-// takeSlots takes up to n free slots without waiting and returns how
-// many it took.
-func (w *Worker) takeSlots(n uint64) int {
-	took := 0
-	for ; uint64(took) < n; took++ {
-		select {
-		case w.slots <- struct{}{}:
-		default:
-			return took
-		}
-	}
-	return took
-}
-
-func (w *Worker) releaseSlots(n int) {
-	for range n {
-		<-w.slots
-	}
 }
 
 // next pulls one message, returning early when a drain starts.
