@@ -36,13 +36,19 @@ func capSlots(slots, workers int, sb sandbox.Config, log *slog.Logger) int {
 	if procs <= 0 {
 		procs = sandbox.MaxProcessesDefault * max(sb.PoolSize, runtime.GOMAXPROCS(0))
 	}
-	workers = max(workers, 1)
-	room := int64(limit) - fdsReserved - int64(procs)*fdsPerSandboxProcess
-	most := int(max(1, room/fdsPerSlot/int64(workers)))
+	most := slotsHeld(limit, workers, procs)
 	if slots <= most {
 		return slots
 	}
 	log.Warn("not enough file descriptors for the worker slots: using fewer; raise the limit (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=) to use them all",
 		"slots", slots, "using", most, "workers", workers, "fd_limit", limit, "sandbox_processes", procs)
 	return most
+}
+
+// slotsHeld is how many slots each of workers workers can have in a
+// process that may open limit file descriptors and runs procs sandbox
+// processes: at least one.
+func slotsHeld(limit uint64, workers, procs int) int {
+	room := int64(limit) - fdsReserved - int64(procs)*fdsPerSandboxProcess
+	return int(max(1, room/fdsPerSlot/int64(max(workers, 1))))
 }
