@@ -3,11 +3,13 @@ package fleet_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
+	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
@@ -140,4 +143,39 @@ func nonZero(c map[agentfleet.RunStatus]int) map[agentfleet.RunStatus]int {
 		}
 	}
 	return out
+}
+
+// outOfDescriptors fails the first n model calls as a worker out of file
+// descriptors would see them (its dial refused with EMFILE), then calls
+// the model.
+type outOfDescriptors struct {
+	llm.Client
+	left atomic.Int64
+}
+
+func (m *outOfDescriptors) Complete(ctx context.Context, req agentfleet.ModelRequest) (agentfleet.ModelResponse, error) {
+	if m.left.Add(-1) >= 0 {
+		return agentfleet.ModelResponse{}, fmt.Errorf("chat completion: %w",
+			&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)})
+	}
+	return m.Client.Complete(ctx, req)
+}
+
+// A turn the worker fails for want of its own file descriptors, more
+// times than a turn may fail, is handed back each time uncounted: the
+// run completes, nothing is dead-lettered.
+func TestFleetWorkerOutOfDescriptorsFailsNoRun(t *testing.T) {
+	t.Parallel()
+	const failures = 7 // beyond MaxDeliver (5)
+	var wrapped *outOfDescriptors
+	f := setupFleetWith(t, fleetOptions{responder: threeTurns, workers: 1, model: func(c llm.Client) llm.Client {
+		wrapped = &outOfDescriptors{Client: c}
+		wrapped.left.Store(failures)
+		return wrapped
+	}})
+	f.requireCompletes("compute 4", `"result 9"`)
+	require.Equal(t, failures, f.metric(0, "agentfleet_worker_turn_messages_total", "result", "shed"))
+	dead, err := f.bus.DeadLetters(f.ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, dead)
 }

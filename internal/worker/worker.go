@@ -8,7 +8,8 @@
 // What happens to a delivered turn is decided by one pure function,
 // decide (decide.go), from what the worker knows of it: redelivery of a
 // committed turn, a turn run in place under its predecessor's message, a
-// cancel, a tenant out of budget, a message delivered too often. The
+// cancel, a tenant out of budget, a message delivered too often, a
+// worker out of its own resources (the turn handed back uncounted). The
 // worker gathers those facts and carries out the verdicts (turn.go); the
 // rules are documented and table-tested there, and docs/ARCHITECTURE.md
 // describes them for the whole fleet.
@@ -73,8 +74,10 @@ type Config struct {
 	Queue bus.Queue
 	// Durable is the consumer all workers share.
 	Durable string
-	// Slots is how many turns run at once. How often a turn is
-	// attempted before it is dead-lettered is the bus's MaxDeliver.
+	// Slots is how many turns run at once: at most, for after a turn
+	// failed for the worker's own exhaustion it runs fewer until it
+	// recovers (slotGate). How often a turn is attempted before it is
+	// dead-lettered is the bus's MaxDeliver.
 	Slots int
 	// RetryDelay is the first NakWithDelay of a failed attempt; it
 	// doubles per attempt up to RetryDelayMax.
