@@ -332,10 +332,11 @@ func (w *Worker) shed(ctx context.Context, d *bus.Delivery, err error) {
 		case <-timer.C:
 		case <-w.drainCtx.Done():
 		case <-ctx.Done():
-			stop()
-			return
 		}
 		stop()
+		if ctx.Err() != nil && !w.isDraining() {
+			return
+		}
 		if err := d.HandBack(context.WithoutCancel(ctx)); err != nil {
 			// Counted after all: better than holding the turn.
 			w.log.Warn("hand back turn failed, will retry", "run", t.RunID, "turn", t.Turn, "err", err)
