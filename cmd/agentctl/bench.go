@@ -63,6 +63,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Model.Fail429, "fail-429", 0, "answer the first N model requests with 429 and Retry-After (the warm-up's come first: --warmup -1 puts them in the measured runs)")
 	fs.StringVar(&cfg.Model.RetryAfter, "retry-after", "1", "Retry-After of the injected 429s")
 	fs.IntVar(&cfg.Model.Fail500, "fail-500", 0, "then answer N model requests with 500")
+	fs.BoolVar(&cfg.ModelHTTP1, "model-http1", false, "embedded: the fleet's model client speaks HTTP/1.1 to the fake model, one connection (and in this process two file descriptors) per call in flight, instead of HTTP/2 without TLS")
 	fs.StringVar(&cfg.ModelListen, "model-listen", "", "fake model address host:port (default: a free port)")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "Postgres URL: run the fleet on Postgres in a fresh schema")
 	fs.StringVar(&cfg.Schema, "schema", "", "Postgres schema to use instead of a fresh one")

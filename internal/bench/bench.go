@@ -94,6 +94,10 @@ type Config struct {
 	// Model's token counts and injected failures (its Latency and
 	// Listen are set from ModelLatency and ModelListen).
 	Model ModelConfig
+	// ModelHTTP1: the embedded fleet's model client speaks HTTP/1.1 to
+	// the fake model, a connection per call in flight, instead of
+	// HTTP/2 (see modelHTTPClient).
+	ModelHTTP1 bool
 	// ModelListen is the fake model's address (default a free port).
 	// Driving a fleet by URL, fix it so the workers can be configured
 	// with it before they start.

@@ -135,7 +135,14 @@ func (e *env) scale(ctx context.Context) error {
 	if local {
 		f.RSSPerInFlightTurn = (f.PeakRSS - f.IdleRSS) / int64(k)
 		e.rep.note("RSS is VmRSS of this process (fleet, fake model, bench client) and its descendants (sandbox or fleet processes), sampled every 100ms; shared pages count once per process")
-		e.rep.note("the fake model runs in this process: its server side of %d connections and the requests it holds until it replies are in the peak", k)
+		e.rep.note("the fake model runs in this process: its server side of the connections and the requests it holds until it replies are in the peak")
+		if _, embedded := e.fleet.(*embeddedFleet); embedded {
+			proto := "HTTP/2 without TLS, the calls sharing a few connections, as a client over TLS to a provider does"
+			if e.cfg.ModelHTTP1 {
+				proto = "HTTP/1.1, a connection per call in flight (--model-http1)"
+			}
+			e.rep.note("the embedded fleet's model client speaks %s", proto)
+		}
 	}
 	if local {
 		idleHeap, idleStacks := f.idleHeap, f.idleStacks

@@ -56,11 +56,20 @@ func newToken() string {
 
 // modelHTTPClient is the model client's HTTP client for a worker process
 // with slots concurrent turns: every turn keeps its connection warm, none
-// is closed for want of an idle slot and re-dialled.
-func modelHTTPClient(slots int) *http.Client {
+// is closed for want of an idle slot and re-dialled. Unless http1, it
+// speaks HTTP/2 without TLS to the fake model, as a client over TLS to a
+// provider speaks HTTP/2: the calls share a few connections. Over
+// HTTP/1.1 each call in flight holds one, and in one process the fake
+// model's end of it another, so 10,000 turns in flight need 20,000 file
+// descriptors.
+func modelHTTPClient(slots int, http1 bool) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = slots + 16
 	tr.MaxIdleConnsPerHost = slots + 16
+	if !http1 {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
 	return &http.Client{Transport: tr}
 }
 
@@ -117,7 +126,7 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 	if cfg.SideEffects {
 		fcfg.EgressAllow = "127.0.0.1"
 	}
-	mc, err := openaiwire.New(openaiwire.Config{BaseURL: m.URL(), Model: ModelName, HTTPClient: modelHTTPClient(slots)})
+	mc, err := openaiwire.New(openaiwire.Config{BaseURL: m.URL(), Model: ModelName, HTTPClient: modelHTTPClient(slots, cfg.ModelHTTP1)})
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func (d *Delivery) DeadLetter(ctx context.Context, reason string) error {
 	h.Set(HeaderDLQSubject, d.msg.Subject())
 	h.Set(HeaderDLQStream, d.src.stream)
 	h.Set(HeaderDLQStreamSeq, strconv.FormatUint(d.StreamSeq, 10))
-	h.Set(HeaderDLQDeliveries, strconv.FormatUint(d.NumDelivered, 10))
+	h.Set(HeaderDLQDeliveries, strconv.FormatUint(d.Attempts(), 10))
 	msg := &nats.Msg{Subject: b.n.dlqSubject(tenant, runID), Header: h, Data: d.msg.Data()}
 	id := "dlq/" + d.src.stream + "/" + strconv.FormatUint(d.StreamSeq, 10)
 	if _, err := b.publish(ctx, msg, b.n.stream(streamDLQ), id); err != nil {

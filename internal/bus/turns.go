@@ -713,6 +713,8 @@ func (s *TurnSource) decode(ctx context.Context, m jetstream.Msg) *Delivery {
 	var bad error
 	if h := m.Headers(); h != nil {
 		d.Turn.Traceparent = h.Get(traceHeader)
+		d.PriorAttempts, _ = strconv.ParseUint(h.Get(HeaderAttempts), 10, 64)
+		d.HandedBack, _ = strconv.ParseUint(h.Get(HeaderHandedBack), 10, 64)
 	}
 	if err := json.Unmarshal(m.Data(), &d.Turn); err != nil {
 		bad = fmt.Errorf("malformed turn envelope: %w", err)
@@ -785,6 +787,12 @@ type Delivery struct {
 	Queue Queue
 	// NumDelivered counts deliveries of this message, this one included.
 	NumDelivered uint64
+	// PriorAttempts counts the attempts of this turn that earlier
+	// messages carrying it (handed back by HandBack) had used; HandedBack
+	// how often it was handed back. Attempts is the sum that counts
+	// toward MaxDeliver.
+	PriorAttempts uint64
+	HandedBack    uint64
 	// StreamSeq is the message's sequence in its stream.
 	StreamSeq uint64
 	// Enqueued is when the stream stored the message.
@@ -799,16 +807,21 @@ type Delivery struct {
 	src *TurnSource
 }
 
-// LastAttempt reports whether this is the MaxDeliver-th delivery: if the
+// Attempts counts the attempts of this turn, this one included, toward
+// MaxDeliver: this message's deliveries and the PriorAttempts of those
+// it was handed back from.
+func (d *Delivery) Attempts() uint64 { return d.PriorAttempts + d.NumDelivered }
+
+// LastAttempt reports whether this is the MaxDeliver-th attempt: if the
 // turn fails now, dead-letter it instead of retrying.
 func (d *Delivery) LastAttempt() bool {
-	return d.NumDelivered >= uint64(d.src.b.cfg.MaxDeliver)
+	return d.Attempts() >= uint64(d.src.b.cfg.MaxDeliver)
 }
 
-// Exhausted reports whether the message was delivered more than MaxDeliver
+// Exhausted reports whether the turn was attempted more than MaxDeliver
 // times, e.g. because workers died on it: dead-letter it without running.
 func (d *Delivery) Exhausted() bool {
-	return d.NumDelivered > uint64(d.src.b.cfg.MaxDeliver)
+	return d.Attempts() > uint64(d.src.b.cfg.MaxDeliver)
 }
 
 // MaxDeliver is the fleet's dead-letter threshold (Config.MaxDeliver).
@@ -856,6 +869,41 @@ func (d *Delivery) NakWithDelay(delay time.Duration) error {
 	}
 	if err != nil {
 		return fmt.Errorf("nak %s: %w", d.Turn.MsgID(), err)
+	}
+	return nil
+}
+
+// Headers of a turn handed back by HandBack.
+const (
+	// HeaderAttempts carries Delivery.PriorAttempts.
+	HeaderAttempts = "Af-Attempts"
+	// HeaderHandedBack carries Delivery.HandedBack.
+	HeaderHandedBack = "Af-Handed-Back"
+)
+
+// HandBack gives the turn back for another attempt without counting this
+// one toward MaxDeliver: for a worker that failed the turn for want of its
+// own resources, not the run's. JetStream counts every delivery of a
+// message, so the turn is published anew, on the same subject of the same
+// stream, carrying the attempts that count, and this message is then
+// acked. The copy's message id is handback/<stream>/<seq>: if the ack is
+// lost and this message comes back, handing it back again stores one
+// copy. Delay it by holding the message (KeepAlive) before calling.
+func (d *Delivery) HandBack(ctx context.Context) error {
+	b := d.src.b
+	h := nats.Header{}
+	if d.Turn.Traceparent != "" {
+		h.Set(traceHeader, d.Turn.Traceparent)
+	}
+	h.Set(HeaderAttempts, strconv.FormatUint(d.Attempts()-1, 10))
+	h.Set(HeaderHandedBack, strconv.FormatUint(d.HandedBack+1, 10))
+	msg := &nats.Msg{Subject: d.msg.Subject(), Header: h, Data: d.msg.Data()}
+	id := "handback/" + d.src.stream + "/" + strconv.FormatUint(d.StreamSeq, 10)
+	if _, err := b.publish(ctx, msg, d.src.stream, id); err != nil {
+		return fmt.Errorf("hand back %s: %w", d.Turn.MsgID(), err)
+	}
+	if err := d.Ack(ctx); err != nil {
+		return fmt.Errorf("hand back %s: published again, but the ack failed (the copy is deduplicated if it is handed back again): %w", d.Turn.MsgID(), err)
 	}
 	return nil
 }

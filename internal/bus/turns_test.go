@@ -200,6 +200,53 @@ func TestNakWithDelayRedelivers(t *testing.T) {
 		5*time.Second, 5*time.Millisecond)
 }
 
+// A turn handed back for the worker's own exhaustion comes back as a new
+// message: the attempts that counted carried over, the hand-back not
+// counted, so it never reaches MaxDeliver by being handed back; its
+// trace context kept; a second hand-back of the same message stored once.
+func TestHandBackDoesNotCountTowardMaxDeliver(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *bus.Config) { c.MaxDeliver = 2 })
+	turn := bus.Turn{Tenant: "acme", RunID: "run0", Turn: 1, Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+	require.NoError(t, s.b.EnqueueTurn(s.ctx, turn))
+	src, err := s.b.TurnSource(s.ctx, bus.QueueRunQ, "workers")
+	require.NoError(t, err)
+
+	d, err := src.Next(s.ctx)
+	require.NoError(t, err)
+	require.NoError(t, d.NakWithDelay(0)) // one attempt failed for real
+	d, err = src.Next(s.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, d.Attempts())
+	require.True(t, d.LastAttempt())
+	for range 5 {
+		require.NoError(t, d.HandBack(s.ctx))
+		d, err = src.Next(s.ctx)
+		require.NoError(t, err)
+		require.Equal(t, turn, d.Turn)
+		require.EqualValues(t, 1, d.NumDelivered)
+		require.EqualValues(t, 1, d.PriorAttempts, "the failed attempt still counts")
+		require.True(t, d.LastAttempt(), "the hand-backs do not")
+		require.False(t, d.Exhausted())
+	}
+	require.EqualValues(t, 5, d.HandedBack)
+	ackPending, pending, _ := consumerInfo(t, s, src)
+	require.Equal(t, 1, ackPending)
+	require.Zero(t, pending, "each hand-back acked the message it replaced")
+
+	// A real failure after the hand-backs counts on: one more attempt
+	// than MaxDeliver.
+	require.NoError(t, d.NakWithDelay(0))
+	again, err := src.Next(s.ctx)
+	require.NoError(t, err)
+	require.True(t, again.Exhausted())
+	// Handing the same message back twice (its ack lost) stores one copy.
+	require.NoError(t, again.HandBack(s.ctx))
+	require.Error(t, again.HandBack(s.ctx), "acked already")
+	require.Eventually(t, func() bool { return streamInfo(t, s.js, "AF_RUNQ").State.Msgs == 1 },
+		5*time.Second, 5*time.Millisecond)
+}
+
 func TestDeadLetter(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

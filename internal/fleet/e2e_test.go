@@ -133,6 +133,8 @@ type fleetOptions struct {
 	tracer *telemetry.Tracer
 	// sandbox configures the workers' sandboxes (zero: the defaults).
 	sandbox sandbox.Config
+	// model, when set, wraps each worker's model client.
+	model func(llm.Client) llm.Client
 }
 
 func setupFleet(t *testing.T, responder fakeserver.Responder, latency time.Duration) *testFleet {
@@ -178,8 +180,12 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 
 	f.startWorker = func() int {
 		i := len(f.workers)
+		var mc llm.Client
 		mc, err := llm.New(llm.Config{Model: "fake-model", BaseURL: model.URL(), MaxAttempts: o.modelAttempts})
 		require.NoError(t, err)
+		if o.model != nil {
+			mc = o.model(mc)
+		}
 		reg := fleet.NewRegistry()
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"}, Sandbox: o.sandbox,

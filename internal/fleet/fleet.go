@@ -414,6 +414,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 1
 	}
+	cfg.Slots = capSlots(cfg.Slots, cfg.Workers, cfg.Sandbox, cfg.Logger)
 	model := cfg.ModelClient
 	if model == nil {
 		var err error

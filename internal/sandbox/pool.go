@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -287,7 +288,7 @@ func (p *Pool) start() (*child, error) {
 	c, err := p.startChild()
 	if err != nil {
 		p.uncharge()
-		return nil, err
+		return nil, startErr(err)
 	}
 	p.mu.Lock()
 	if p.closed {
@@ -299,6 +300,17 @@ func (p *Pool) start() (*child, error) {
 	p.live[c] = struct{}{}
 	p.mu.Unlock()
 	return c, nil
+}
+
+// startErr marks a process start that failed for want of the worker's
+// own resources (descriptors for its pipes, memory or a process slot for
+// the fork) as agentfleet.ErrExhausted: the turn is handed back, not
+// failed.
+func startErr(err error) error {
+	if agentfleet.OutOfDescriptors(err) || errors.Is(err, syscall.ENOMEM) || errors.Is(err, syscall.EAGAIN) {
+		return fmt.Errorf("%w: %w", agentfleet.ErrExhausted, err)
+	}
+	return err
 }
 
 // uncharge gives back the memory of a process that was reaped (or never

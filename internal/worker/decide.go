@@ -41,7 +41,9 @@ type facts struct {
 	// turn is the turn this attempt executes. It is the delivered
 	// message's turn, or the turn after it when run in place.
 	turn bus.Turn
-	// exhausted: the message was delivered more than MaxDeliver times.
+	// exhausted: the turn was attempted more than MaxDeliver times
+	// (bus.Delivery.Exhausted; hand-backs for the worker's own
+	// exhaustion do not count).
 	exhausted bool
 	// firstAttempt: no earlier attempt of turn can have called the model
 	// (the message's first delivery, not published by a redelivery; a
@@ -104,6 +106,11 @@ const (
 	settleDeadLetter
 	// settleAbandon: leave the message un-acked, as a crash would.
 	settleAbandon
+	// settleShed: the worker ran out of a resource of its own
+	// (agentfleet.ErrExhausted): hand the turn back after a delay
+	// without counting the attempt (bus.Delivery.HandBack), and take
+	// fewer turns.
+	settleShed
 )
 
 func (k settleKind) String() string {
@@ -120,6 +127,8 @@ func (k settleKind) String() string {
 		return "dead_letter"
 	case settleAbandon:
 		return "abandoned"
+	case settleShed:
+		return "shed"
 	}
 	return fmt.Sprintf("settleKind(%d)", int(k))
 }
@@ -199,7 +208,12 @@ func finish(s settleKind, effects ...effect) verdict {
 	return verdict{next: stepFinish, settle: s, effects: effects}
 }
 
+// retry settles a failed attempt for another: counted (settleRetry), or,
+// when the worker's own resources failed it, not (settleShed).
 func retry(err error) verdict {
+	if agentfleet.Exhausted(err) {
+		return verdict{next: stepFinish, settle: settleShed, err: err}
+	}
 	return verdict{next: stepFinish, settle: settleRetry, err: err}
 }
 

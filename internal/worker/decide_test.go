@@ -3,7 +3,10 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,6 +74,13 @@ func describe(v verdict) string {
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	errDown := errors.New("store is down")
+	// The errors exhaustion surfaces as: the model client's dial, the
+	// sandbox's process start, a store's own open.
+	errModelFDs := fmt.Errorf("model call: %w", fmt.Errorf("%w: connect to the model: %w", agentfleet.ErrExhausted,
+		&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}))
+	errSandboxStart := fmt.Errorf("execute script of turn 4: %w", fmt.Errorf("%w: %w", agentfleet.ErrExhausted,
+		fmt.Errorf("sandbox: start process: %w", os.NewSyscallError("fork/exec", syscall.EAGAIN))))
+	errStoreFDs := fmt.Errorf("load run: %w", &os.PathError{Op: "open", Path: "agentfleet.db-wal", Err: syscall.ENFILE})
 	turn := func(n int) bus.Turn { return bus.Turn{RunID: "r1", Tenant: "acme", Turn: n} }
 	direct := func(n int) bus.Turn { t := turn(n); t.Direct = true; return t }
 	run := func(committed int, status agentfleet.RunStatus) agentfleet.Run {
@@ -141,6 +151,15 @@ func TestDecide(t *testing.T) {
 		{"no budget parks or fails the run", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(loop.TurnResult{Outcome: loop.OutcomeNoBudget})}, "ack: no budget"},
 		{"a call waiting for approval parks the run, uncommitted", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(loop.TurnResult{Outcome: loop.OutcomeApproval, Approval: &agentfleet.ApprovalCall{Primitive: "spawn"}})}, "ack: park for approval"},
 		{"a result is committed", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont)}, "commit"},
+
+		// The worker ran out of its own resources: the turn goes back
+		// uncounted, whatever step failed, and the run is not failed.
+		{"a model connection the worker had no descriptor for sheds the turn", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: &execFacts{err: errModelFDs}}, "shed"},
+		{"so does a sandbox process the worker could not start", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: &execFacts{err: errSandboxStart}}, "shed"},
+		{"so does a turn run in place", facts{turn: turn(5), firstAttempt: true, inPlace: true, load: loaded(run(4, agentfleet.StatusRunning)), exec: &execFacts{err: errModelFDs}}, "shed"},
+		{"so does a load out of descriptors", facts{turn: turn(4), load: &loadFacts{err: errStoreFDs}}, "shed"},
+		{"so does a commit out of descriptors", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont), commit: &commitFacts{err: errStoreFDs}}, "shed"},
+		{"a message that merely mentions descriptors is the run's failure", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: &execFacts{err: errors.New("script: too many open files")}}, "retry"},
 
 		// The commit is in.
 		{"a commit that lost its fence reads the run", facts{turn: turn(4), load: loaded(run(3, agentfleet.StatusRunning)), exec: ran(cont), commit: &commitFacts{err: store.ErrConflict}}, "read"},

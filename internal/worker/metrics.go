@@ -28,7 +28,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		turns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "agentfleet_worker_turn_messages_total", Help: "Turn messages handled, by how they were settled (ack, retry, hand_back, abandoned).",
+			Name: "agentfleet_worker_turn_messages_total", Help: "Turn messages handled, by how they were settled (ack, retry, hand_back, shed: handed back for the worker's own exhaustion, term, dead_letter, abandoned).",
 		}, []string{"result"}),
 		turnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "agentfleet_worker_turn_seconds", Help: "Time from pulling a turn message to settling it.",

@@ -42,15 +42,18 @@ type attempt struct {
 func (w *Worker) handle(ctx context.Context, d *bus.Delivery) {
 	start := time.Now()
 	stopKeepAlive := d.KeepAlive(ctx)
-	defer stopKeepAlive()
-
 	v := w.process(ctx, d)
+	// Before settling: a turn shed is kept alive anew while it waits.
+	stopKeepAlive()
 	if errors.Is(context.Cause(ctx), errAbandoned) {
 		// Stopped as if crashed: leave the message for redelivery.
 		v.settle = settleAbandon
 	}
 	w.settle(ctx, d, v)
 	w.cfg.Metrics.turnDone(v.settle.String(), time.Since(start))
+	if v.settle == settleAck {
+		w.slots.grow()
+	}
 }
 
 // process works the delivered turn through decide, step by step, and
@@ -71,7 +74,7 @@ func (w *Worker) process(ctx context.Context, d *bus.Delivery) verdict {
 	}()
 
 	a := &attempt{d: d, ctx: ctx, turnCtx: turnCtx, baseCtx: turnCtx, traceIn: t.Traceparent, f: facts{
-		turn: t, exhausted: d.Exhausted(), firstAttempt: d.NumDelivered == 1 && !t.Retried,
+		turn: t, exhausted: d.Exhausted(), firstAttempt: d.Attempts() == 1 && d.HandedBack == 0 && !t.Retried,
 	}}
 	defer func() { a.endTurnSpan("abandoned", nil) }()
 	for {
@@ -280,10 +283,12 @@ func (w *Worker) settle(ctx context.Context, d *bus.Delivery, v verdict) {
 			w.log.Warn("ack turn", "run", t.RunID, "turn", t.Turn, "err", err)
 		}
 	case settleRetry:
-		delay := w.retryDelay(d.NumDelivered)
+		delay := w.retryDelay(d.Attempts())
 		w.log.Warn("turn failed, will retry", "run", t.RunID, "turn", t.Turn,
-			"attempt", d.NumDelivered, "retry_in", delay, "err", v.err)
+			"attempt", d.Attempts(), "retry_in", delay, "err", v.err)
 		_ = d.NakWithDelay(delay)
+	case settleShed:
+		w.shed(ctx, d, v.err)
 	case settleHandBack:
 		_ = d.NakWithDelay(0)
 	case settleTerm:
@@ -292,7 +297,7 @@ func (w *Worker) settle(ctx context.Context, d *bus.Delivery, v verdict) {
 	case settleDeadLetter:
 		reason := w.deadLetterReason(d)
 		if err := d.DeadLetter(context.WithoutCancel(ctx), reason); err != nil {
-			delay := w.retryDelay(d.NumDelivered)
+			delay := w.retryDelay(d.Attempts())
 			w.log.Warn("dead-letter turn failed, will retry", "run", t.RunID, "turn", t.Turn, "retry_in", delay, "err", err)
 			_ = d.NakWithDelay(delay)
 			return
@@ -303,7 +308,41 @@ func (w *Worker) settle(ctx context.Context, d *bus.Delivery, v verdict) {
 }
 
 func (w *Worker) deadLetterReason(d *bus.Delivery) string {
-	return fmt.Sprintf("turn %d was attempted %d times without success (max %d)", d.Turn.Turn, d.NumDelivered-1, d.MaxDeliver())
+	return fmt.Sprintf("turn %d was attempted %d times without success (max %d)", d.Turn.Turn, d.Attempts()-1, d.MaxDeliver())
+}
+
+// shed hands back a turn this worker failed for want of its own
+// resources: it takes fewer turns from now on (the slots grow back with
+// each success), holds the message for a back-off without a slot, then
+// publishes the turn anew uncounted (bus.Delivery.HandBack). A drain
+// hands it back at once; a stop (ctx) leaves it, as a crash would.
+func (w *Worker) shed(ctx context.Context, d *bus.Delivery, err error) {
+	t := d.Turn
+	limit := w.slots.shrink()
+	delay := w.retryDelay(d.HandedBack + 1)
+	w.log.Warn("worker out of resources: handing the turn back, taking fewer turns", "run", t.RunID, "turn", t.Turn,
+		"slots", limit, "retry_in", delay, "err", err)
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		stop := d.KeepAlive(ctx)
+		timer := time.NewTimer(delay)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-w.drainCtx.Done():
+		case <-ctx.Done():
+		}
+		stop()
+		if ctx.Err() != nil && !w.isDraining() {
+			return
+		}
+		if err := d.HandBack(context.WithoutCancel(ctx)); err != nil {
+			// Counted after all: better than holding the turn.
+			w.log.Warn("hand back turn failed, will retry", "run", t.RunID, "turn", t.Turn, "err", err)
+			_ = d.NakWithDelay(delay)
+		}
+	}()
 }
 
 func (w *Worker) retryDelay(attempt uint64) time.Duration {

@@ -8,7 +8,8 @@
 // What happens to a delivered turn is decided by one pure function,
 // decide (decide.go), from what the worker knows of it: redelivery of a
 // committed turn, a turn run in place under its predecessor's message, a
-// cancel, a tenant out of budget, a message delivered too often. The
+// cancel, a tenant out of budget, a message delivered too often, a
+// worker out of its own resources (the turn handed back uncounted). The
 // worker gathers those facts and carries out the verdicts (turn.go); the
 // rules are documented and table-tested there, and docs/ARCHITECTURE.md
 // describes them for the whole fleet.
@@ -73,8 +74,10 @@ type Config struct {
 	Queue bus.Queue
 	// Durable is the consumer all workers share.
 	Durable string
-	// Slots is how many turns run at once. How often a turn is
-	// attempted before it is dead-lettered is the bus's MaxDeliver.
+	// Slots is how many turns run at once: at most, for after a turn
+	// failed for the worker's own exhaustion it runs fewer until it
+	// recovers (slotGate). How often a turn is attempted before it is
+	// dead-lettered is the bus's MaxDeliver.
 	Slots int
 	// RetryDelay is the first NakWithDelay of a failed attempt; it
 	// doubles per attempt up to RetryDelayMax.
@@ -151,8 +154,8 @@ type Worker struct {
 	// drainCtx ends when Shutdown begins.
 	drainCtx context.Context
 	drain    context.CancelFunc
-	wg       sync.WaitGroup // in-flight turns
-	slots    chan struct{}
+	wg       sync.WaitGroup // in-flight turns, and turns held to be handed back
+	slots    *slotGate
 }
 
 // New returns a Worker.
@@ -166,7 +169,7 @@ func New(cfg Config) (*Worker, error) {
 		id:       uuid.NewString(),
 		log:      cfg.Logger,
 		inflight: map[string]context.CancelCauseFunc{},
-		slots:    make(chan struct{}, cfg.Slots),
+		slots:    newSlotGate(cfg.Slots),
 	}
 	w.drainCtx, w.drain = context.WithCancel(context.Background())
 	w.agents = newAgentCache(cfg.Store, AgentCacheTTL)
@@ -208,16 +211,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		// A slot first, then a message: never hold a message whose
 		// AckWait clock runs while no slot is free.
-		select {
-		case w.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		case <-w.drainCtx.Done():
+		if !w.slots.take(ctx, w.drainCtx.Done()) {
 			return nil
 		}
 		d, err := w.next(ctx, src)
 		if err != nil {
-			<-w.slots
+			w.slots.release(1)
 			if ctx.Err() != nil || w.isDraining() {
 				return nil
 			}
@@ -236,7 +235,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		// Turns left queued and slots free: take up to that many in one
 		// round trip rather than a pull request each.
-		if more := w.takeSlots(min(d.Pending, pullBatchMax)); more > 0 {
+		if more := w.slots.tryTake(int(min(d.Pending, pullBatchMax))); more > 0 {
 			ds, err := src.FetchReady(ctx, more)
 			if err != nil && ctx.Err() == nil {
 				w.log.Debug("pull ready turns", "err", err)
@@ -246,11 +245,11 @@ func (w *Worker) Run(ctx context.Context) error {
 					for _, rest := range ds[i+1:] {
 						_ = rest.NakWithDelay(0)
 					}
-					w.releaseSlots(more - i - 1)
+					w.slots.release(more - i - 1)
 					return nil
 				}
 			}
-			w.releaseSlots(more - len(ds))
+			w.slots.release(more - len(ds))
 		}
 	}
 }
@@ -266,7 +265,7 @@ func (w *Worker) announceSlots() (stop func()) {
 		tick := time.NewTicker(bus.SlotsAnnounceEvery)
 		defer tick.Stop()
 		for stop := false; !stop; {
-			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, cap(w.slots)); err != nil {
+			if err := w.cfg.Bus.AnnounceSlots(w.cfg.Durable, w.id, w.slots.current()); err != nil {
 				w.log.Debug("announce slots", "err", err)
 			}
 			select {
@@ -291,36 +290,16 @@ func (w *Worker) announceSlots() (stop func()) {
 func (w *Worker) start(ctx context.Context, d *bus.Delivery) bool {
 	if w.isDraining() {
 		_ = d.NakWithDelay(0)
-		<-w.slots
+		w.slots.release(1)
 		return false
 	}
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		defer func() { <-w.slots }()
+		defer w.slots.release(1)
 		w.handle(ctx, d)
 	}()
 	return true
-}
-
-// takeSlots takes up to n free slots without waiting and returns how
-// many it took.
-func (w *Worker) takeSlots(n uint64) int {
-	took := 0
-	for ; uint64(took) < n; took++ {
-		select {
-		case w.slots <- struct{}{}:
-		default:
-			return took
-		}
-	}
-	return took
-}
-
-func (w *Worker) releaseSlots(n int) {
-	for range n {
-		<-w.slots
-	}
 }
 
 // next pulls one message, returning early when a drain starts.

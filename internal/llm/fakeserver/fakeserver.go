@@ -180,6 +180,11 @@ func Start(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/chat/completions", s.handle)
 	mux.HandleFunc("POST /chat/completions", s.handle)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// HTTP/2 without TLS too, for a client that asks for it (as one
+	// over TLS to a provider gets HTTP/2): many calls on one connection.
+	s.srv.Protocols = new(http.Protocols)
+	s.srv.Protocols.SetHTTP1(true)
+	s.srv.Protocols.SetUnencryptedHTTP2(true)
 	s.wg.Go(func() { _ = s.srv.Serve(ln) })
 	return s, nil
 }

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -444,6 +446,26 @@ func TestRetriesExhausted(t *testing.T) {
 	require.EqualValues(t, 4, b.hits.Load())
 	require.Equal(t, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond},
 		b.sleep.recorded(), "backoff doubles up to the cap")
+}
+
+// A connection this process has no file descriptor for is the worker's
+// exhaustion, not the provider's: no retry in the call (it would only
+// spin), and an error the worker hands the turn back for.
+func TestDialOutOfDescriptorsIsExhaustionNotRetried(t *testing.T) {
+	t.Parallel()
+	var dials atomic.Int64
+	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+		dials.Add(1)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+	}}
+	b := setup(t, func(w http.ResponseWriter, r *http.Request) { writeCompletion(w, "unreached", true) },
+		func(c *Config) { c.HTTPClient = &http.Client{Transport: tr} })
+	_, err := b.client.Complete(context.Background(), agentfleet.ModelRequest{Messages: testMessages})
+	require.ErrorIs(t, err, agentfleet.ErrExhausted)
+	require.ErrorIs(t, err, syscall.EMFILE)
+	require.NotErrorIs(t, err, ErrRetriesExhausted)
+	require.EqualValues(t, 1, dials.Load())
+	require.Empty(t, b.sleep.recorded())
 }
 
 func TestRetryAfterBeyondPatienceReturnsAtOnce(t *testing.T) {

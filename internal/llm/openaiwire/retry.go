@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/agentfleet/agentfleet"
 )
 
 // retry runs attempt until it succeeds, fails for good, or runs out of
@@ -80,6 +82,10 @@ func (c *Client) classify(err error, raw *http.Response, timedOut bool) (_ error
 			return fmt.Errorf("%w: no complete reply within %s: %w", ErrCallTimeout, c.cfg.CallTimeout, fe.err), false, -1
 		}
 		return fmt.Errorf("%w: no complete reply within %s", ErrCallTimeout, c.cfg.CallTimeout), true, -1
+	case agentfleet.OutOfDescriptors(err):
+		// This process cannot open a connection: trying again at once
+		// only spins. The worker hands the turn back and takes fewer.
+		return fmt.Errorf("%w: connect to the model: %w", agentfleet.ErrExhausted, err), false, -1
 	default:
 		// Transport errors: connection refused or reset, a body cut
 		// off, a stream that died before its first token.
