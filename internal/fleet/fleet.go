@@ -352,7 +352,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	wg.Wait()
 	d.api.Close()
 	if d.ownTracer {
-		if err := d.tracer.Shutdown(sctx); err != nil {
+		// A context of its own: the HTTP shutdown may have spent sctx
+		// waiting for streams, and an expired flush leaves the span
+		// processor running.
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer tcancel()
+		if err := d.tracer.Shutdown(tctx); err != nil {
 			errs <- fmt.Errorf("flush traces: %w", err)
 		}
 	}
