@@ -164,10 +164,31 @@ func (p *Page) Type(sel, text string) {
 	p.do("type into "+sel, chromedp.SendKeys(chromedp.CSS(sel), text, chromedp.NodeVisible))
 }
 
-// Click clicks the element sel finds, once it is visible.
+// Click clicks the element sel finds, once it is visible. A live page
+// may redraw the element between finding and clicking it; the click is
+// then tried again on the element sel finds now.
 func (p *Page) Click(sel string) {
 	p.t.Helper()
-	p.do("click "+sel, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+	ctx, cancel := context.WithTimeout(p.ctx, Timeout)
+	defer cancel()
+	for {
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel), chromedp.NodeVisible))
+		if err == nil {
+			return
+		}
+		if !nodeGone(err) || ctx.Err() != nil {
+			p.t.Fatalf("click %s: %v\nconsole: %s", sel, err, strings.Join(p.Messages(), "\n"))
+		}
+	}
+}
+
+// nodeGone reports whether err says the node found was removed from the
+// document before the action on it ran.
+func nodeGone(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "Could not find node with given id") ||
+		strings.Contains(msg, "No node with given id") ||
+		strings.Contains(msg, "Node is detached")
 }
 
 // WaitVisible waits until sel finds a visible element.

@@ -57,12 +57,24 @@ export function runPage(root, id) {
       } }, 'Cancel run'));
   }
 
+  // asked numbers the reads so a slow answer never overwrites a newer
+  // one; ended is set by the done event, which can reach the page before
+  // a read of the run shows it ended, so the page reads again until it does.
+  let asked = 0;
+  let ended = false;
+  let rereads = 0;
+
   async function refresh() {
+    const n = ++asked;
     try {
-      run = await api('GET', path);
+      const r = await api('GET', path);
+      if (n !== asked) return;
+      run = r;
       renderHead();
       if (run.children > 0) loadChildren();
+      if (ended && !isTerminal(run.status) && rereads++ < 25) refreshSoon();
     } catch (err) {
+      if (n !== asked) return;
       flash(err.message, 'error');
       if (err.status === 404) replace(head, h('h1', null, 'No run ', h('code', null, id)));
     }
@@ -144,6 +156,7 @@ export function runPage(root, id) {
     if (['started', 'done', 'budget_waiting', 'child_spawned', 'approval_requested', 'cancelled'].includes(ev.type) || ev.type === 'model_call') {
       refreshSoon();
     }
+    if (ev.type === 'done') ended = true;
     return ev.type === 'done';
   }
 
