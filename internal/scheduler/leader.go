@@ -14,7 +14,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bus"
 )
 
-// lead is the scheduling loop of the leader.
+// lead opens the leader's queues, starts its pullers and runs a leader
+// until ctx ends.
 func (s *Scheduler) lead(ctx context.Context) error {
 	var applying sync.WaitGroup
 	defer applying.Wait()
@@ -52,108 +53,151 @@ func (s *Scheduler) lead(ctx context.Context) error {
 		pullers.Wait()
 	}()
 
-	st := newState()
-	refills := make(chan refill, 16)
-	var refillers sync.WaitGroup
-	defer refillers.Wait()
-	if err := s.reclaimSpills(ctx, st); err != nil {
+	l := &leader{s: s, st: newState(), work: work, slots: slots, intake: intake,
+		refills: make(chan refill, 16), lookEvery: pollFull}
+	defer l.refillers.Wait()
+	if err := s.reclaimSpills(ctx, l.st); err != nil {
 		return err
 	}
+	return l.run(ctx)
+}
+
+// leader is the scheduling loop of one term of leadership: the turns it
+// holds, the queues it reads, and the pacing of its looks at the
+// workers' queue. Its methods run on lead's goroutine only.
+type leader struct {
+	s     *Scheduler
+	st    *state
+	work  *bus.TurnSource
+	slots *bus.SlotTally
+	// intake brings the pullers' deliveries, refills the spilled turns
+	// fetched back by the refillers.
+	intake    <-chan *bus.Delivery
+	refills   chan refill
+	refillers sync.WaitGroup
 	// credit is how many more turns the workers' queue can take by its
 	// last reported backlog. When that backlog left no room, the next
 	// look waits until nextLook, however many turns arrive meanwhile.
-	credit := 0
-	lookEvery := pollFull
-	var nextLook time.Time
-	var retry *time.Timer
-	var retryAt time.Time
-	var lookFailures failStreak
-	retryC := func() <-chan time.Time {
-		if retry == nil {
-			return nil
-		}
-		return retry.C
-	}
-	// retryIn makes the loop come round again within d.
-	retryIn := func(d time.Duration) {
-		at := time.Now().Add(d)
-		switch {
-		case retry == nil:
-			retry = time.NewTimer(d)
-		case at.Before(retryAt):
-			retry.Reset(d)
-		default:
-			return
-		}
-		retryAt = at
-	}
+	credit       int
+	lookEvery    time.Duration
+	nextLook     time.Time
+	lookFailures failStreak
+	// retry, when set, brings the loop round again at retryAt.
+	retry   *time.Timer
+	retryAt time.Time
+}
+
+// run handles one event at a time until ctx ends (turns arrived, turns
+// refilled, the retry timer fired) and after each forwards what the
+// workers' queue has room for.
+func (l *leader) run(ctx context.Context) error {
 	for {
 		// After the last round's forwards: a spilling tenant holding few
 		// turns takes some back.
-		s.startRefills(ctx, st, refills, &refillers)
+		l.s.startRefills(ctx, l.st, l.refills, &l.refillers)
 		select {
 		case <-ctx.Done():
 			return nil
-		case d := <-intake:
-			s.take(ctx, st, d)
-		drain:
-			for {
-				select {
-				case d := <-intake:
-					s.take(ctx, st, d)
-				default:
-					break drain
-				}
-			}
-		case r := <-refills:
-			s.refilled(ctx, st, r)
-		case <-retryC():
-			retry = nil
+		case d := <-l.intake:
+			l.arrived(ctx, d)
+		case r := <-l.refills:
+			l.s.refilled(ctx, l.st, r)
+		case <-l.retryC():
+			l.retry = nil
 		}
-		s.relieve(ctx, st)
-		if st.q.Len() == 0 {
-			continue
-		}
-		// Asking the server for the workers' backlog is a JetStream API
-		// call; ask only when the room it last reported is used up, and
-		// after a look that found no room, not before nextLook: turns
-		// arriving meanwhile would otherwise each cost a look.
-		if credit <= 0 {
-			if wait := time.Until(nextLook); wait > 0 {
-				retryIn(wait)
-				continue
-			}
-			room, bl, err := s.room(ctx, st, work, slots)
-			if err != nil {
-				// NATS is away: look again later, later each time.
-				wait := lookFailures.fail(s.log, "scheduler: read work queue backlog", err)
-				credit, nextLook = 0, time.Now().Add(wait)
-				retryIn(wait)
-				continue
-			}
-			lookFailures.ok(s.log, "scheduler: work queue backlog read again")
-			credit = room
-			lookEvery = nextPollInterval(lookEvery, bl, room)
-			nextLook = time.Time{}
-			if room == 0 {
-				nextLook = time.Now().Add(lookEvery)
-			}
-		}
-		room := credit
-		n := s.dispatch(ctx, st, room)
-		credit -= n
-		if st.q.Len() == 0 {
-			continue
-		}
-		// Turns are left: the ready queue is full (look again soon), or
-		// what is left is held back (a tenant at its max concurrent
-		// runs, a failed forward): look again later.
-		if n == room {
-			retryIn(lookEvery)
-		} else {
-			retryIn(pollBlocked)
+		l.forward(ctx)
+	}
+}
+
+// arrived takes in a delivery and whatever else the pullers have queued.
+func (l *leader) arrived(ctx context.Context, d *bus.Delivery) {
+	l.s.take(ctx, l.st, d)
+	for {
+		select {
+		case d := <-l.intake:
+			l.s.take(ctx, l.st, d)
+		default:
+			return
 		}
 	}
+}
+
+// forward relieves the hold, forwards what the workers' queue has room
+// for and, while turns are left, sets the loop to come round again.
+func (l *leader) forward(ctx context.Context) {
+	s, st := l.s, l.st
+	s.relieve(ctx, st)
+	if st.q.Len() == 0 {
+		return
+	}
+	if l.credit <= 0 && !l.look(ctx) {
+		return
+	}
+	room := l.credit
+	n := s.dispatch(ctx, st, room)
+	l.credit -= n
+	if st.q.Len() == 0 {
+		return
+	}
+	// Turns are left: the ready queue is full (look again soon), or
+	// what is left is held back (a tenant at its max concurrent
+	// runs, a failed forward): look again later.
+	if n == room {
+		l.retryIn(l.lookEvery)
+	} else {
+		l.retryIn(pollBlocked)
+	}
+}
+
+// look reads the workers' backlog into credit. Asking the server for it
+// is a JetStream API call; forward asks only when the room it last
+// reported is used up, and after a look that found no room, not before
+// nextLook: turns arriving meanwhile would otherwise each cost a look.
+// It returns false when it may not look yet or the read failed; the
+// retry timer is then set for the next look.
+func (l *leader) look(ctx context.Context) bool {
+	if wait := time.Until(l.nextLook); wait > 0 {
+		l.retryIn(wait)
+		return false
+	}
+	room, bl, err := l.s.room(ctx, l.st, l.work, l.slots)
+	if err != nil {
+		// NATS is away: look again later, later each time.
+		wait := l.lookFailures.fail(l.s.log, "scheduler: read work queue backlog", err)
+		l.credit, l.nextLook = 0, time.Now().Add(wait)
+		l.retryIn(wait)
+		return false
+	}
+	l.lookFailures.ok(l.s.log, "scheduler: work queue backlog read again")
+	l.credit = room
+	l.lookEvery = nextPollInterval(l.lookEvery, bl, room)
+	l.nextLook = time.Time{}
+	if room == 0 {
+		l.nextLook = time.Now().Add(l.lookEvery)
+	}
+	return true
+}
+
+// retryC is the retry timer's channel; nil (never ready) when none is set.
+func (l *leader) retryC() <-chan time.Time {
+	if l.retry == nil {
+		return nil
+	}
+	return l.retry.C
+}
+
+// retryIn makes the loop come round again within d.
+func (l *leader) retryIn(d time.Duration) {
+	at := time.Now().Add(d)
+	switch {
+	case l.retry == nil:
+		l.retry = time.NewTimer(d)
+	case at.Before(l.retryAt):
+		l.retry.Reset(d)
+	default:
+		return
+	}
+	l.retryAt = at
 }
 
 // failStreak paces a loop through failures in a row (NATS away): each
