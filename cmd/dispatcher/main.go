@@ -4,7 +4,7 @@
 // Run any number of them against one NATS server and one Postgres; a NATS
 // lease picks the one that schedules.
 //
-// Configuration is the environment the README lists: AGENTFLEET_LISTEN,
+// Configuration is the environment docs/configuration.md lists: AGENTFLEET_LISTEN,
 // AGENTFLEET_METRICS_LISTEN (/metrics, kept off the API port: default
 // 127.0.0.1:9463), AGENTFLEET_ADMIN_TOKEN, AGENTFLEET_DATABASE_URL, AGENTFLEET_NATS_URL
 // (unset: an embedded NATS server listening on AGENTFLEET_NATS_LISTEN, for

@@ -3,7 +3,7 @@
 // commits it to the store and publishes the next. It keeps no state
 // between turns; run as many as the load needs.
 //
-// Configuration is the environment the README lists: AGENTFLEET_NATS_URL
+// Configuration is the environment docs/configuration.md lists: AGENTFLEET_NATS_URL
 // (required), AGENTFLEET_DATABASE_URL (unset: SQLite in
 // AGENTFLEET_DATA_DIR, for a single-host fleet), AGENTFLEET_WORKER_SLOTS,
 // AGENTFLEET_SANDBOX_PROCESSES (default: the slots, at most 64),

@@ -14,7 +14,7 @@ import (
 	"github.com/agentfleet/agentfleet/wire"
 )
 
-// Agents (DESIGN §12): a tenant's profiles runs execute under. A PUT
+// Agents (docs/api.md, "Defining an agent"): a tenant's profiles runs execute under. A PUT
 // replaces an agent whole and makes a new version when anything changed;
 // a run keeps the version it was admitted under, so neither a PUT nor a
 // DELETE changes a run in flight. What a worker cannot serve is refused

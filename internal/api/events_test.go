@@ -111,7 +111,7 @@ func TestRunEventsHistory(t *testing.T) {
 	})
 }
 
-// TestRunEventsDataShape: data: is the event JSON of the README.
+// TestRunEventsDataShape: data: is the event JSON of docs/api.md, "Events".
 func TestRunEventsDataShape(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -24,7 +24,7 @@ import (
 	"github.com/agentfleet/agentfleet/wire"
 )
 
-// The intake's guards (DESIGN §15): a GitHub body replayed under a new
+// The intake's guards (docs/api.md, "Webhook triggers"): a GitHub body replayed under a new
 // delivery id, an hmac id changed, a timestamp far ahead, a stranger
 // flooding the log, unknown ids, and the per-tenant stream cap and the
 // server's timeouts.

@@ -11,7 +11,7 @@ import (
 )
 
 // NATSCreds issues and revokes the NATS credentials of tenants' own
-// subscribers (DESIGN §13); the fleet implements it over natsauth and
+// subscribers (docs/operations.md, "NATS auth"); the fleet implements it over natsauth and
 // the servers' account resolver.
 type NATSCreds interface {
 	// TenantCreds returns a .creds file for tenant, valid for ttl (zero:

@@ -9,7 +9,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// API key scopes (DESIGN §15). Every route needs one scope of a tenant's
+// API key scopes (docs/api.md, "API keys"). Every route needs one scope of a tenant's
 // key, found from its pattern: admin manages the tenant (keys, callback
 // secret, secrets, agents, triggers), submit starts and stops work (runs,
 // batches, approvals), read reads. The admin token needs none.

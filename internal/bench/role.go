@@ -46,7 +46,7 @@ const EnvRoleCPUProfile = "AGENTFLEET_BENCH_CPUPROFILE"
 //	dispatcher                                fleet.RunDispatcher, configured by the environment
 //	worker                                    fleet.RunWorker (SIGTERM drains), ditto
 //
-// The environment is the one the README lists, as for cmd/dispatcher and cmd/worker.
+// The environment is the one docs/configuration.md lists, as for cmd/dispatcher and cmd/worker.
 func ServeRole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(RoleCommand + ": name a role: nats, dispatcher or worker")

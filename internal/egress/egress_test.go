@@ -42,7 +42,7 @@ func TestCheckAddr(t *testing.T) {
 	}
 }
 
-// metadata is every cloud metadata address DESIGN §15 names, and forms
+// metadata is every cloud metadata address the egress guard must refuse (docs/api.md, "Defining an agent"), and forms
 // that embed one.
 var metadata = []string{
 	"169.254.169.254", "169.254.170.2", "169.254.170.23", "169.254.0.1", "169.254.255.255",

@@ -1,7 +1,7 @@
 // Package natsauth owns the fleet's NATS trust chain in decentralised JWT
 // mode: an operator, a system account, the fleet's named account, the
 // fleet's own user, and the tenant subscriber users the dispatcher issues
-// and revokes (docs/ARCHITECTURE.md §10, DESIGN §13).
+// and revokes (docs/ARCHITECTURE.md §10).
 //
 // It is the only importer of nats-io/jwt and nats-io/nkeys. It makes and
 // reads keys, JWTs, creds files and the servers' configuration fragment;
