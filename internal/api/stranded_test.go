@@ -15,6 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/maintain"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -51,7 +52,7 @@ func (e *env) recordOnly(tenant, message, session string) agentfleet.Run {
 func TestRequeueStranded(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	e := newEnv(t, func(c *api.Config) { c.Registerer = reg })
+	e := newEnv(t)
 	key := e.tenant("acme")
 	requeued := func(status string) string {
 		return `agentfleet_runs_requeued_total{status="` + status + `"}`
@@ -68,7 +69,9 @@ func TestRequeueStranded(t *testing.T) {
 	fresh := e.recordOnly("acme", "too new to tell", "")
 
 	events := e.liveEvents(bus.EventFilter{Tenant: "acme", RunID: stranded.ID})
-	n, err := e.api.RequeueStranded(e.ctx, cutoff)
+	sweep, err := maintain.NewStranded(maintain.StrandedConfig{Store: e.store, Bus: e.bus, Registerer: reg})
+	require.NoError(t, err)
+	n, err := sweep.Requeue(e.ctx, cutoff)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "the stranded run and the stranded head of s1")
 	require.EqualValues(t, 3, e.queued())
@@ -99,7 +102,7 @@ func TestRequeueStranded(t *testing.T) {
 	for _, r := range []agentfleet.Run{submitted, stranded, head} {
 		e.start(r.ID)
 	}
-	n, err = e.api.RequeueStranded(e.ctx, cutoff)
+	n, err = sweep.Requeue(e.ctx, cutoff)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Zero(t, e.queued())
@@ -116,10 +119,10 @@ func TestRequeueStranded(t *testing.T) {
 	// and the three running runs, whose turn messages are gone, are each
 	// owed their next turn: straight to AF_WORK, marked Retried. A
 	// second pass finds every turn waiting and queues nothing more.
-	n, err = e.api.RequeueStranded(e.ctx, time.Now())
+	n, err = sweep.Requeue(e.ctx, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
-	n, err = e.api.RequeueStranded(e.ctx, time.Now())
+	n, err = sweep.Requeue(e.ctx, time.Now())
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.EqualValues(t, 1, e.queued())
@@ -150,7 +153,13 @@ func TestRequeueStranded(t *testing.T) {
 // the dispatcher's sweep, within its interval and age, while one runs.
 func TestRunRecordedButNotQueued(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	var sweep *maintain.Stranded
+	e := newEnv(t, func(c *api.Config) {
+		var err error
+		sweep, err = maintain.NewStranded(maintain.StrandedConfig{Store: c.Store, Bus: c.Bus, Interval: time.Hour, After: 2 * time.Minute})
+		require.NoError(t, err)
+		c.RequeueWithin = sweep.Within
+	})
 	key := e.tenant("acme")
 	require.NoError(t, e.bus.Close())
 	submit := func() string {
@@ -164,7 +173,7 @@ func TestRunRecordedButNotQueued(t *testing.T) {
 	swept := make(chan struct{})
 	go func() {
 		defer close(swept)
-		e.api.SweepStranded(ctx, time.Hour, 2*time.Minute)
+		_ = sweep.Run(ctx)
 	}()
 	defer func() {
 		cancel()

@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/maintain"
+	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/scheduler"
 	"github.com/agentfleet/agentfleet/internal/secrets"
@@ -124,17 +125,18 @@ type DispatcherConfig struct {
 	Elect bool
 	// KeeperInterval overrides the budget keeper's pass interval.
 	KeeperInterval time.Duration
-	// StrandedInterval and StrandedAfter override how often the API
-	// sweeps for runs due a turn that have no turn message in NATS (a
-	// submission recorded but never queued, a running run whose message
-	// was lost), and how long such a run must have been unchanged
-	// (api.StrandedIntervalDefault, api.StrandedAfterDefault).
+	// StrandedInterval and StrandedAfter override how often the
+	// dispatcher sweeps for runs due a turn that have no turn message in
+	// NATS (a submission recorded but never queued, a running run whose
+	// message was lost), and how long such a run must have been
+	// unchanged (maintain.StrandedIntervalDefault,
+	// maintain.StrandedAfterDefault).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
 	// BatchMaxBytes caps a POST /v1/batches body (zero:
 	// api.BatchMaxBytesDefault); BatchSweepInterval is how often batches
 	// are swept and their progress published (zero:
-	// api.BatchSweepIntervalDefault).
+	// maintain.BatchSweepIntervalDefault).
 	BatchMaxBytes      int64
 	BatchSweepInterval time.Duration
 	// Tracer traces admissions; nil means one from the standard
@@ -150,20 +152,20 @@ type DispatcherConfig struct {
 	// Egress is the network guard run callbacks dial through;
 	// CallbackInterval and CallbackBackoff override how often the
 	// callback outbox is drained and the retry schedule's unit
-	// (api.CallbackIntervalDefault, api.CallbackBackoffDefault).
+	// (maintain.CallbackIntervalDefault, maintain.CallbackBackoffDefault).
 	Egress           egress.Config
 	CallbackInterval time.Duration
 	CallbackBackoff  time.Duration
 	// ApprovalSweepInterval overrides how often approvals are expired
-	// and notified (api.ApprovalSweepIntervalDefault).
+	// and notified (maintain.ApprovalSweepIntervalDefault).
 	ApprovalSweepInterval time.Duration
 	// Retention is how long ended runs are kept before they are deleted
 	// with their trace (AGENTFLEET_RETENTION); zero keeps them all. The
 	// sweep runs where the scheduler leads. RetentionInterval is how
 	// often it looks, RetentionBatch the most runs one transaction
 	// deletes, RetentionPause the least pause between two (zero:
-	// RetentionIntervalDefault, RetentionBatchDefault,
-	// RetentionPauseDefault; see retention.go).
+	// maintain.RetentionIntervalDefault, RetentionBatchDefault,
+	// RetentionPauseDefault).
 	Retention         time.Duration
 	RetentionInterval time.Duration
 	RetentionBatch    int
@@ -176,9 +178,10 @@ type DispatcherConfig struct {
 	TenantStreams int
 }
 
-// Dispatcher is the dispatcher process's work: the HTTP API (with its
-// sweep of runs stranded at admission), the fair scheduler, the budget
-// keeper and, on a listener apart from the API's, the metrics.
+// Dispatcher is the dispatcher process's work: the HTTP API, the fair
+// scheduler, the budget keeper, the maintenance services
+// (internal/maintain) and, on a listener apart from the API's, the
+// metrics.
 type Dispatcher struct {
 	cfg      DispatcherConfig
 	listener net.Listener
@@ -186,9 +189,9 @@ type Dispatcher struct {
 	metrics  *metricsServer // nil without MetricsListen
 	api      *api.Server
 	sched    *scheduler.Scheduler
-	keeper   *budget.Keeper
-	// retention is nil when every run is kept.
-	retention *retentionSweep
+	// services are everything but the API that Run runs: the
+	// scheduler, the keeper, the sweeps, the metrics listener.
+	services []maintain.Service
 	// tracer is shut down by Run when the dispatcher made it.
 	tracer    *telemetry.Tracer
 	ownTracer bool
@@ -227,13 +230,12 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	keeper, err := budget.NewKeeper(budget.KeeperConfig{
 		Store: cfg.Store, Metrics: bm, Logger: cfg.Logger, Interval: cfg.KeeperInterval,
 		Resume: func(ctx context.Context, run agentfleet.Run) error {
-			return cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake})
+			return outbox.Outbox{Bus: cfg.Bus}.Resumed(ctx, run)
 		},
 	})
 	if err != nil {
 		return nil, err
 	}
-	d.keeper = keeper
 	lease := time.Duration(0)
 	if cfg.Elect {
 		lease = scheduler.LeaseTTLDefault
@@ -249,16 +251,16 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Retention > 0 {
-		d.retention = newRetentionSweep(cfg.Store, cfg.Retention, cmp.Or(cfg.RetentionInterval, RetentionIntervalDefault),
-			cmp.Or(cfg.RetentionBatch, RetentionBatchDefault), cmp.Or(cfg.RetentionPause, RetentionPauseDefault),
-			d.sched.Leading, deleted.WithLabelValues("retention"), cfg.Logger)
+	stranded, err := maintain.NewStranded(maintain.StrandedConfig{Store: cfg.Store, Bus: cfg.Bus,
+		Interval: cfg.StrandedInterval, After: cfg.StrandedAfter, Registerer: cfg.Registry, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
 	}
 	srv, err := api.New(api.Config{
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
 		Secrets:       cfg.Secrets, PublicURL: cfg.PublicURL,
-		Egress: cfg.Egress, CallbackBackoff: cfg.CallbackBackoff,
+		Egress: cfg.Egress, RequeueWithin: stranded.Within,
 		RunsDeleted: deleted.WithLabelValues("api"), BatchMaxBytes: cfg.BatchMaxBytes,
 		// Keys revoked on any dispatcher leave every one's cache.
 		KeyRevocations: cfg.Bus,
@@ -268,6 +270,10 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		TenantStreams:  cfg.TenantStreams,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := d.maintenance(srv, keeper, stranded, deleted); err != nil {
+		srv.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -299,49 +305,50 @@ func (d *Dispatcher) MetricsURL() string {
 	return d.metrics.URL()
 }
 
+// maintenance assembles the services Run runs beside the API.
+func (d *Dispatcher) maintenance(srv *api.Server, keeper *budget.Keeper, stranded *maintain.Stranded, deleted *prometheus.CounterVec) error {
+	cfg := d.cfg
+	leading := maintain.Leading(d.sched.Leading)
+	signer := maintain.NewSigner(cfg.Store, cfg.Secrets, cfg.Egress, cfg.CallbackBackoff)
+	callbacks, err := maintain.NewCallbacks(maintain.CallbacksConfig{Store: cfg.Store, Signer: signer,
+		Interval: cfg.CallbackInterval, Registerer: cfg.Registry, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	d.services = []maintain.Service{
+		maintain.Func(d.sched.Run), maintain.Func(keeper.Run), stranded, callbacks,
+		maintain.NewChildren(maintain.ChildrenConfig{Store: cfg.Store, Bus: cfg.Bus, Leading: leading, Logger: cfg.Logger}),
+		maintain.NewBatches(maintain.BatchesConfig{Store: cfg.Store, Bus: cfg.Bus, Signer: signer,
+			Interval: cfg.BatchSweepInterval, Leading: leading, Logger: cfg.Logger}),
+		maintain.NewApprovals(maintain.ApprovalsConfig{Store: cfg.Store, Bus: cfg.Bus, Signer: signer,
+			View: api.ApprovalView, Decisions: srv.ApprovalDecisions(),
+			Interval: cfg.ApprovalSweepInterval, Leading: leading, Logger: cfg.Logger}),
+	}
+	if cfg.Retention > 0 {
+		d.services = append(d.services, maintain.NewRetention(maintain.RetentionConfig{Store: cfg.Store, Age: cfg.Retention,
+			Interval: cfg.RetentionInterval, Batch: cfg.RetentionBatch, Pause: cfg.RetentionPause,
+			Leading: leading, Deleted: deleted.WithLabelValues("retention"), Logger: cfg.Logger}))
+	}
+	return nil
+}
+
 // Run serves until ctx ends, then shuts the HTTP server down gracefully
-// (open event streams are cut after a few seconds).
+// (open event streams are cut after a few seconds) and waits for the
+// services to stop.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, 5)
-	wg.Add(5)
+	services := d.services
 	if d.metrics != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- d.metrics.serve(ctx) }()
+		services = append(services[:len(services):len(services)], maintain.Func(d.metrics.serve))
 	}
-	go func() { defer wg.Done(); errs <- d.sched.Run(ctx) }()
-	go func() { defer wg.Done(); errs <- d.keeper.Run(ctx) }()
+	done := make(chan error, 1)
+	go func() { done <- maintain.Run(ctx, services...) }()
+	serveErr := make(chan error, 1)
 	go func() {
-		defer wg.Done()
-		d.api.SweepStranded(ctx, cmp.Or(d.cfg.StrandedInterval, api.StrandedIntervalDefault), cmp.Or(d.cfg.StrandedAfter, api.StrandedAfterDefault))
-	}()
-	wg.Add(1)
-	go func() { defer wg.Done(); d.api.SweepChildren(ctx, api.ChildrenSweepIntervalDefault, d.sched.Leading) }()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.api.SweepBatches(ctx, cmp.Or(d.cfg.BatchSweepInterval, api.BatchSweepIntervalDefault), d.sched.Leading)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.api.SweepApprovals(ctx, cmp.Or(d.cfg.ApprovalSweepInterval, api.ApprovalSweepIntervalDefault), d.sched.Leading)
-	}()
-	if d.retention != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); d.retention.run(ctx) }()
-	}
-	go func() {
-		defer wg.Done()
-		d.api.DeliverCallbacks(ctx, cmp.Or(d.cfg.CallbackInterval, api.CallbackIntervalDefault))
-	}()
-	go func() {
-		defer wg.Done()
 		if err := d.server.Serve(d.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("serve API: %w", err)
+			serveErr <- fmt.Errorf("serve API: %w", err)
 			return
 		}
-		errs <- nil
+		serveErr <- nil
 	}()
 	<-ctx.Done()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -349,7 +356,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err := d.server.Shutdown(sctx); err != nil {
 		_ = d.server.Close()
 	}
-	wg.Wait()
+	all := []error{<-serveErr, <-done}
 	d.api.Close()
 	if d.ownTracer {
 		// A context of its own: the HTTP shutdown may have spent sctx
@@ -358,13 +365,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer tcancel()
 		if err := d.tracer.Shutdown(tctx); err != nil {
-			errs <- fmt.Errorf("flush traces: %w", err)
+			all = append(all, fmt.Errorf("flush traces: %w", err))
 		}
-	}
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
 	}
 	return errors.Join(all...)
 }

@@ -6,8 +6,8 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
-	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -262,7 +262,6 @@ func decide(f facts) verdict {
 	}
 	return finish(settleAck, effects...)
 }
-
 
 // decideExhausted gives up on a message delivered more than MaxDeliver
 // times: its run fails (unless it ended) and the message is dead-lettered.
