@@ -867,6 +867,7 @@ func (s *Server) handleBatchCancel(w http.ResponseWriter, r *http.Request, p pri
 // publishBatchCancel publishes what one chunk of a batch's cancel
 // owes (outbox.BatchCancelled); the sweeps repeat what fails.
 func (s *Server) publishBatchCancel(ctx context.Context, res store.BatchCancelResult) {
+	ctx = context.WithoutCancel(ctx) // a family to settle is owed whether the client waits or not
 	for _, c := range res.Cancelled {
 		if c.Run.Children > 0 {
 			s.cfg.Tracer.EndRun(ctx, c.Run)

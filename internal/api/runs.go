@@ -270,7 +270,7 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 	}
 	// A publish that fails is the sweeps' to repeat (a family unsettled
 	// the children sweep's, a session's next run the stranded sweep's).
-	if err := s.outbox.Cancelled(r.Context(), res); err != nil {
+	if err := s.outbox.Cancelled(context.WithoutCancel(r.Context()), res); err != nil {
 		s.log.Warn("publish what a run's cancel owes", "run", run.ID, "err", err)
 	}
 	writeJSON(w, http.StatusAccepted, res.Run)

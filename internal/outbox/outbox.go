@@ -45,8 +45,10 @@ type Store interface {
 // that made it has ended.
 const TimeoutDefault = 10 * time.Second
 
-// Outbox publishes through Bus. The zero Timeout is TimeoutDefault; a nil
-// Log discards the warnings of best-effort publishes (cancel controls).
+// Outbox publishes through Bus. Each publish outlives the caller's
+// context, bounded by Timeout (zero: TimeoutDefault); the store call of
+// Settle runs in the caller's. A nil Log discards the warnings of
+// best-effort publishes (cancel controls).
 type Outbox struct {
 	Bus     Bus
 	Store   Store
@@ -90,9 +92,7 @@ func (o Outbox) Admitted(ctx context.Context, res store.RunCreateResult, tracepa
 // then the first turn of its session's next run and, when it ended a run
 // with a family, the family's settling (Settle).
 func (o Outbox) Changed(ctx context.Context, ch store.RunChangeResult) error {
-	ctx, cancel := o.ctx(ctx)
-	defer cancel()
-	if err := o.Bus.PublishEvents(ctx, ch.Events); err != nil {
+	if err := o.events(ctx, ch.Events); err != nil {
 		return fmt.Errorf("publish the events of run %s: %w", ch.Run.ID, err)
 	}
 	var errs []error
@@ -214,14 +214,14 @@ func (o Outbox) Cancelled(ctx context.Context, res store.RunCancelResult) error 
 // cancelled runs' events, their sessions' next runs, the families of
 // those with children, and a cancel for the running ones.
 func (o Outbox) BatchCancelled(ctx context.Context, res store.BatchCancelResult) error {
-	ctx, cancel := o.ctx(ctx)
+	pctx, cancel := o.ctx(ctx)
 	defer cancel()
 	var evs []agentfleet.Event
 	for _, c := range res.Cancelled {
 		evs = append(evs, c.Events...)
 	}
 	var errs []error
-	if err := o.Bus.PublishEventsBulk(ctx, evs); err != nil {
+	if err := o.Bus.PublishEventsBulk(pctx, evs); err != nil {
 		errs = append(errs, fmt.Errorf("publish the events of cancelled batch %s: %w", res.Batch.ID, err))
 	}
 	for _, c := range res.Cancelled {
@@ -233,8 +233,15 @@ func (o Outbox) BatchCancelled(ctx context.Context, res store.BatchCancelResult)
 			errs = append(errs, o.Settle(ctx, c.Run))
 		}
 	}
-	o.stop(ctx, res.Stopping)
+	o.stop(pctx, res.Stopping)
 	return errors.Join(errs...)
+}
+
+// events publishes evs within the outbox's timeout.
+func (o Outbox) events(ctx context.Context, evs []agentfleet.Event) error {
+	ctx, cancel := o.ctx(ctx)
+	defer cancel()
+	return o.Bus.PublishEvents(ctx, evs)
 }
 
 // stop tells the workers of runs to cancel them, best effort: the store
