@@ -168,7 +168,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, err
 	}
 	stranded, err := maintain.NewStranded(maintain.StrandedConfig{Store: cfg.Store, Bus: cfg.Bus,
-		Interval: cfg.StrandedInterval, After: cfg.StrandedAfter, Registerer: cfg.Registry, Logger: cfg.Logger})
+		Interval: cfg.StrandedInterval, After: cfg.StrandedAfter, Registerer: cfg.Registry, Admitted: d.tracer.Admitted, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

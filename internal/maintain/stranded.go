@@ -61,12 +61,15 @@ const (
 // StrandedConfig configures the stranded sweep. Interval and After are
 // how often it runs and how long a run must have been unchanged (zero:
 // StrandedIntervalDefault, StrandedAfterDefault); Registerer, when set,
-// receives agentfleet_runs_requeued_total.
+// receives agentfleet_runs_requeued_total; Admitted, when set, traces a
+// requeued admission as the API traces one and returns its traceparent
+// (telemetry.Tracer.Admitted).
 type StrandedConfig struct {
 	Store           store.Store
 	Bus             *bus.Bus
 	Interval, After time.Duration
 	Registerer      prometheus.Registerer
+	Admitted        func(ctx context.Context, run agentfleet.Run) string
 	Logger          *slog.Logger
 }
 
@@ -236,7 +239,11 @@ func (s *Stranded) requeueAdmission(ctx context.Context, run agentfleet.Run) (bo
 	if err != nil {
 		return false, fmt.Errorf("events of run %s: %w", run.ID, err)
 	}
-	if err := s.outbox.Admitted(ctx, store.RunCreateResult{Run: run, Events: evs, Startable: true}, ""); err != nil {
+	var traceparent string
+	if s.cfg.Admitted != nil {
+		traceparent = s.cfg.Admitted(ctx, run)
+	}
+	if err := s.outbox.Admitted(ctx, store.RunCreateResult{Run: run, Events: evs, Startable: true}, traceparent); err != nil {
 		return false, fmt.Errorf("requeue run %s: %w", run.ID, err)
 	}
 	return true, nil
