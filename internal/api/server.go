@@ -2,9 +2,9 @@
 // submission, reads, listing, cancellation, events as Server-Sent Events
 // (a run's, or every run's of a tenant: console.go), tenant
 // administration and health; it mounts the web console (internal/console)
-// when given one. It admits runs and publishes their first turn; it never
-// calls a model. It also sweeps for runs due a turn that have no turn
-// message in NATS and publishes what they are owed (stranded.go).
+// when given one. It admits runs and publishes their first turn
+// (internal/outbox); it never calls a model, and it runs nothing in the
+// background: the sweeps and the callback sender are internal/maintain's.
 //
 // Every endpoint but the health checks authenticates with a bearer token:
 // the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant
