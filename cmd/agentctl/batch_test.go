@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus/bustest"
+	"github.com/agentfleet/agentfleet/internal/maintain"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/wire"
@@ -43,7 +44,8 @@ func TestBatchSubmitWait(t *testing.T) {
 	defer hs.Close()
 	sweep, stopSweep := context.WithCancel(ctx)
 	swept := make(chan struct{})
-	go func() { defer close(swept); srv.SweepBatches(sweep, 20*time.Millisecond, nil) }()
+	batches := maintain.NewBatches(maintain.BatchesConfig{Store: st, Bus: b, Interval: 20 * time.Millisecond})
+	go func() { defer close(swept); _ = batches.Run(sweep) }()
 	defer func() { stopSweep(); <-swept }()
 	tv, err := client.New(hs.URL, "admin").CreateTenant(ctx, wire.TenantRequest{ID: "acme"})
 	require.NoError(t, err)

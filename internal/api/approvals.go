@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -22,15 +20,11 @@ import (
 // again (its recorded reply, the same script) and meets the call
 // decided: approved, it proceeds; denied, it throws a catchable error
 // with the reason. Who decided (the key's name, or "admin") is recorded.
-// The dispatcher's approvals sweep (SweepApprovals) denies what waited
+// The dispatcher's approvals sweep (internal/maintain) denies what waited
 // past the agent's approval_timeout (reason "expired"), closes the
 // approvals of runs that ended, and notifies the agent's
 // approval_callback_url of each new approval: a POST of its view,
-// signed like a run callback (callbacks.go), webhook-id
-// "approval_<id>".
-
-// ApprovalSweepIntervalDefault is how often the approvals sweep runs.
-const ApprovalSweepIntervalDefault = time.Second
+// signed like a run callback, webhook-id "approval_<id>".
 
 // approvalState is the approvals' metrics.
 type approvalState struct {
@@ -186,97 +180,17 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request, p princi
 }
 
 // publishDecision publishes a decision's event and, when it resumed the
-// run, the turn to run again, marked Retried so that it reuses its
-// recorded model reply. A publish that fails leaves a running run without
+// run, its turn again. A publish that fails leaves a running run without
 // a message, which the stranded sweep finds.
 func (s *Server) publishDecision(ctx context.Context, res store.ApprovalDecideResult) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	run := res.Change.Run
-	if err := s.cfg.Bus.PublishEvents(ctx, res.Change.Events); err != nil {
-		s.log.Warn("publish an approval's decision", "run", run.ID, "approval", res.Approval.ID, "err", err)
-	}
-	if !res.Woken {
-		return
-	}
-	if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: true}); err != nil {
-		s.log.Warn("enqueue the turn of a run whose approval was decided", "run", run.ID, "err", err)
+	if err := s.outbox.Decided(ctx, res); err != nil {
+		s.log.Warn("publish an approval's decision", "run", res.Change.Run.ID, "approval", res.Approval.ID, "err", err)
 	}
 }
 
-// SweepApprovals, every interval until ctx ends: denies the approvals
-// that waited too long and closes those of runs that ended, while leading
-// says this process schedules (nil: always); and sends the approvals'
-// notifications (claimed, so several dispatchers share them).
-func (s *Server) SweepApprovals(ctx context.Context, interval time.Duration, leading func() bool) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if leading == nil || leading() {
-			s.ExpireApprovals(ctx)
-		}
-		if _, err := s.NotifyApprovals(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("notify approvals", "err", err)
-		}
-	}
-}
+// ApprovalDecisions is agentfleet_approval_decisions_total, which the
+// approvals sweep counts its expiries in.
+func (s *Server) ApprovalDecisions() *prometheus.CounterVec { return s.approvals.decisions }
 
-// ExpireApprovals runs the expiry once.
-func (s *Server) ExpireApprovals(ctx context.Context) {
-	out, err := s.cfg.Store.ApprovalExpire(ctx, store.ApprovalExpireParams{Now: time.Now()})
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("expire approvals", "err", err)
-	}
-	for _, res := range out {
-		if res.Approval.Reason == store.ApprovalExpired {
-			s.approvals.decisions.WithLabelValues(res.Approval.Tenant, "expired").Inc()
-		}
-		s.publishDecision(ctx, res)
-	}
-}
-
-// approvalNotifyClaimMax bounds one claim of notifications.
-const approvalNotifyClaimMax = 32
-
-// NotifyApprovals sends one claim's worth of due approval notifications
-// and returns how many it claimed. A failed one is tried again with the
-// run callbacks' backoff until CallbackGiveUpDefault after the approval.
-func (s *Server) NotifyApprovals(ctx context.Context) (int, error) {
-	as, err := s.cfg.Store.ApprovalNotifyClaim(ctx, store.ApprovalNotifyClaimParams{
-		Now: time.Now(), Limit: approvalNotifyClaimMax, Lease: callbackTimeout + 5*time.Second,
-	})
-	if err != nil {
-		return 0, err
-	}
-	for _, a := range as {
-		body, err := json.Marshal(approvalView(a))
-		if err != nil {
-			return 0, err
-		}
-		at := time.Now()
-		_, err = s.postSigned(ctx, a.Tenant, a.NotifyURL, "approval_"+a.ID, body)
-		if err != nil && ctx.Err() != nil {
-			return len(as), nil // cut short: the lease runs out and it is tried again
-		}
-		rec := store.ApprovalNotifyRecordParams{ID: a.ID, State: store.CallbackDelivered}
-		if err != nil {
-			rec.Error = bound(err.Error())
-			step := callbackBackoff[min(a.NotifyAttempts, len(callbackBackoff)-1)]
-			next := at.Add(time.Duration(step) * s.callbacks.backoff)
-			if next.Sub(a.CreatedAt) > s.callbacks.giveUp {
-				rec.State = store.CallbackFailed
-			} else {
-				rec.State, rec.NextAt = store.CallbackPending, next
-			}
-		}
-		if err := s.cfg.Store.ApprovalNotifyRecord(ctx, rec); err != nil {
-			s.log.Warn("record an approval notification", "approval", a.ID, "err", err)
-		}
-	}
-	return len(as), nil
-}
+// ApprovalView is an approval as the API and its notifications show it.
+func ApprovalView(a store.Approval) wire.ApprovalView { return approvalView(a) }

@@ -221,7 +221,7 @@ func (s *Server) admitBatch(ctx context.Context, tenant string, req *wire.BatchC
 	}
 	if err := s.publishBatch(ctx, b); err != nil {
 		msg := fmt.Sprintf("batch %s was recorded but its runs could not all be queued (%v); ", b.ID, err)
-		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
+		if within := s.requeueWithin(); within > 0 {
 			msg += fmt.Sprintf("the dispatcher queues them once NATS is back (within about %s)", within)
 		} else {
 			msg += "the dispatcher's sweep queues them once NATS is back"
@@ -264,7 +264,7 @@ func (s *Server) publishBatch(ctx context.Context, b store.Batch) error {
 					continue // an earlier run of its session starts it
 				}
 			}
-			turns = append(turns, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Turn: 1, Batch: true})
+			turns = append(turns, bus.FirstTurn(run))
 		}
 		if err := s.cfg.Bus.PublishEventsBulk(ctx, evs); err != nil {
 			return fmt.Errorf("publish queued events: %w", err)
@@ -461,32 +461,16 @@ func (s *Server) handleBatchCancel(w http.ResponseWriter, r *http.Request, p pri
 }
 
 // publishBatchCancel publishes what one chunk of a batch's cancel
-// changed: the cancelled runs' events, a cancel for the running ones, and
-// what their ends owe (their sessions' next runs, their children).
+// owes (outbox.BatchCancelled); the sweeps repeat what fails.
 func (s *Server) publishBatchCancel(ctx context.Context, res store.BatchCancelResult) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	var evs []agentfleet.Event
+	ctx = context.WithoutCancel(ctx) // a family to settle is owed whether the client waits or not
 	for _, c := range res.Cancelled {
-		evs = append(evs, c.Events...)
-	}
-	if err := s.cfg.Bus.PublishEventsBulk(ctx, evs); err != nil {
-		s.log.Warn("publish the events of a cancelled batch", "batch", res.Batch.ID, "err", err)
-	}
-	for _, c := range res.Cancelled {
-		if next := c.SessionNext; next != nil {
-			if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: next.ID, Tenant: next.Tenant, Batch: next.BatchID != "", Turn: 1}); err != nil {
-				s.log.Warn("start next run of session", "run", next.ID, "err", err)
-			}
-		}
 		if c.Run.Children > 0 {
-			s.endedRun(ctx, c.Run)
+			s.cfg.Tracer.EndRun(ctx, c.Run)
 		}
 	}
-	for _, run := range res.Stopping {
-		if err := s.cfg.Bus.PublishControl(ctx, run.Tenant, run.ID, "cancel"); err != nil {
-			s.log.Warn("publish cancel control", "run", run.ID, "err", err)
-		}
+	if err := s.outbox.BatchCancelled(ctx, res); err != nil {
+		s.log.Warn("publish what a batch's cancel owes", "batch", res.Batch.ID, "err", err)
 	}
 }
 

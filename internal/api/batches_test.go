@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/maintain"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -210,33 +211,36 @@ func TestBatchMaxConcurrent(t *testing.T) {
 	runs := e.batchRuns(b.ID)
 	// Held runs are not stranded, however old (the released ones have
 	// their turns waiting).
-	n, err := e.api.RequeueStranded(e.ctx, time.Now().Add(time.Hour))
+	stranded, err := maintain.NewStranded(maintain.StrandedConfig{Store: e.store, Bus: e.bus})
+	require.NoError(t, err)
+	n, err := stranded.Requeue(e.ctx, time.Now().Add(time.Hour))
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.EqualValues(t, 2, e.queued())
 	first := []string{e.nextTurn().RunID, e.nextTurn().RunID}
+	sweep := maintain.NewBatches(maintain.BatchesConfig{Store: e.store, Bus: e.bus})
 	require.ElementsMatch(t, []string{runs[0].Run.ID, runs[1].Run.ID}, first)
 
 	// A run's end (its RunEnded missed, as after a crash) releases the
 	// next through the sweep.
 	e.complete(runs[0].Run.ID)
-	require.NoError(t, api.SweepBatchesForTest(e.ctx, e.api))
+	require.NoError(t, sweep.Pass(e.ctx))
 	next := e.nextTurn()
 	require.Equal(t, runs[2].Run.ID, next.RunID)
 	require.True(t, next.Batch, "a batch run's turn is marked for the scheduler")
-	require.NoError(t, api.SweepBatchesForTest(e.ctx, e.api))
+	require.NoError(t, sweep.Pass(e.ctx))
 	require.Zero(t, e.queued(), "two in flight: nothing more")
 
 	for _, i := range []int{1, 2} {
 		e.complete(runs[i].Run.ID)
 	}
-	require.NoError(t, api.SweepBatchesForTest(e.ctx, e.api))
+	require.NoError(t, sweep.Pass(e.ctx))
 	require.ElementsMatch(t, []string{runs[3].Run.ID, runs[4].Run.ID}, []string{e.nextTurn().RunID, e.nextTurn().RunID})
 	done := e.liveBatchEvents("acme")
 	for _, i := range []int{3, 4} {
 		e.complete(runs[i].Run.ID)
 	}
-	require.NoError(t, api.SweepBatchesForTest(e.ctx, e.api))
+	require.NoError(t, sweep.Pass(e.ctx))
 	got := e.batch(key, b.ID)
 	require.Equal(t, "completed", got.Status)
 	require.NotNil(t, got.FinishedAt)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -102,9 +101,9 @@ func (s *Server) admit(ctx context.Context, params store.RunCreateParams, a admi
 			return res, err
 		}
 	}
-	if err := s.publishAdmission(ctx, res.Run, evs, res.Startable); err != nil {
+	if err := s.outbox.Admitted(ctx, store.RunCreateResult{Run: res.Run, Events: evs, Startable: res.Startable}, s.cfg.Tracer.Admitted(ctx, res.Run)); err != nil {
 		msg := fmt.Sprintf("run %s was recorded but could not be queued (%v); ", res.Run.ID, err)
-		if within := time.Duration(s.sweepWithin.Load()); within > 0 {
+		if within := s.requeueWithin(); within > 0 {
 			msg += fmt.Sprintf("the dispatcher queues it once NATS is back (within about %s), or ", within)
 		}
 		msg += "submit it again with the same idempotency_key; submitting it again without one makes a second run"
@@ -122,23 +121,6 @@ func tooManyRuns(w http.ResponseWriter, err error) error {
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(full.RetryAfter.Seconds())))))
 	return &apiError{status: http.StatusTooManyRequests, code: "too_many_runs", msg: full.Error()}
-}
-
-// publishAdmission publishes a new run's events and, when it may start,
-// its first turn.
-func (s *Server) publishAdmission(ctx context.Context, run agentfleet.Run, evs []agentfleet.Event, startable bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	if err := s.cfg.Bus.PublishEvents(ctx, evs); err != nil {
-		return fmt.Errorf("publish events: %w", err)
-	}
-	if startable && run.Status == agentfleet.StatusQueued && run.Turn == 0 {
-		t := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: 1, Traceparent: s.cfg.Tracer.Admitted(ctx, run)}
-		if err := s.cfg.Bus.EnqueueTurn(ctx, t); err != nil {
-			return fmt.Errorf("enqueue first turn: %w", err)
-		}
-	}
-	return nil
 }
 
 func validateRunCreate(tenant string, req wire.RunCreateRequest) (store.RunCreateParams, error) {
@@ -283,24 +265,13 @@ func (s *Server) handleRunCancel(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), publishTimeout)
-	defer cancel()
 	if res.Immediate {
-		if err := s.cfg.Bus.PublishEvents(ctx, res.Events); err != nil {
-			s.log.Warn("publish cancel events", "run", run.ID, "err", err)
-		}
-		if next := res.SessionNext; next != nil {
-			if err := s.cfg.Bus.EnqueueTurn(ctx, bus.Turn{RunID: next.ID, Tenant: next.Tenant, Batch: next.BatchID != "", Turn: 1}); err != nil {
-				s.log.Warn("start next run of session", "run", next.ID, "err", err)
-			}
-		}
-		s.endedRun(ctx, res.Run)
-	} else {
-		// The worker running it stops at the next turn boundary; this
-		// interrupts a script that is running now.
-		if err := s.cfg.Bus.PublishControl(ctx, run.Tenant, run.ID, "cancel"); err != nil {
-			s.log.Warn("publish cancel control", "run", run.ID, "err", err)
-		}
+		s.cfg.Tracer.EndRun(r.Context(), res.Run)
+	}
+	// A publish that fails is the sweeps' to repeat (a family unsettled
+	// the children sweep's, a session's next run the stranded sweep's).
+	if err := s.outbox.Cancelled(context.WithoutCancel(r.Context()), res); err != nil {
+		s.log.Warn("publish what a run's cancel owes", "run", run.ID, "err", err)
 	}
 	writeJSON(w, http.StatusAccepted, res.Run)
 }

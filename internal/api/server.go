@@ -2,9 +2,9 @@
 // submission, reads, listing, cancellation, events as Server-Sent Events
 // (a run's, or every run's of a tenant: console.go), tenant
 // administration and health; it mounts the web console (internal/console)
-// when given one. It admits runs and publishes their first turn; it never
-// calls a model. It also sweeps for runs due a turn that have no turn
-// message in NATS and publishes what they are owed (stranded.go).
+// when given one. It admits runs and publishes their first turn
+// (internal/outbox); it never calls a model, and it runs nothing in the
+// background: the sweeps and the callback sender are internal/maintain's.
 //
 // Every endpoint but the health checks authenticates with a bearer token:
 // the admin token (AGENTFLEET_ADMIN_TOKEN) or a tenant's API key. A tenant
@@ -31,13 +31,12 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/ttlcache"
@@ -64,8 +63,7 @@ type Config struct {
 	AdminToken string
 	// MaxBodyBytes caps request bodies (413 beyond it).
 	MaxBodyBytes int64
-	// Registerer, when set, receives the API's own metrics (the sweep's
-	// agentfleet_runs_requeued_total).
+	// Registerer, when set, receives the API's own metrics.
 	Registerer prometheus.Registerer
 	// TenantChanged is called after a tenant's settings change, so
 	// parked runs can be woken at once.
@@ -94,11 +92,14 @@ type Config struct {
 	Secrets         *secrets.Box
 	PublicURL       string
 	DeliveryLogKeep int
-	// Run callbacks: Egress is the network guard they dial through
-	// (AGENTFLEET_EGRESS_ALLOW); CallbackBackoff scales the retry
-	// schedule (zero: CallbackBackoffDefault, for tests).
-	Egress          egress.Config
-	CallbackBackoff time.Duration
+	// Egress is the network guard run callbacks dial through
+	// (AGENTFLEET_EGRESS_ALLOW): a callback_url it refuses is refused at
+	// submission.
+	Egress egress.Config
+	// RequeueWithin, when set, says how soon the dispatcher's stranded
+	// sweep queues a run recorded but not queued (zero: no sweep runs),
+	// for the 503 of such a submission (maintain.Stranded.Within).
+	RequeueWithin func() time.Duration
 	// Console, when set, serves the web console at / and its assets
 	// under /console/ (internal/console).
 	Console http.Handler
@@ -138,23 +139,12 @@ type Server struct {
 	// stopRevocations ends the subscription to Config.KeyRevocations.
 	stopRevocations func()
 
-	// stranded is where the sweep of runs stranded without a turn
-	// message goes on, in each status it looks at (see
-	// RequeueStranded); one pass at a time. requeued counts the runs it
-	// gave their turn again, by the status they were in.
-	stranded struct {
-		sync.Mutex
-		queued, running string
-	}
-	requeued *prometheus.CounterVec
-	// sweepWithin is how soon the running sweep queues a stranded run
-	// (its interval plus its age threshold), for the 503 of a run that
-	// was recorded but not queued; zero while no sweep runs.
-	sweepWithin atomic.Int64
+	// outbox publishes what the API's store changes owe.
+	outbox outbox.Outbox
 	// readyLog paces the log lines of failing readiness checks.
 	readyLog readyLog
 	// hooks is the webhook intake's state (hooks.go), callbacks the
-	// run callback sender's (callbacks.go).
+	// guard callback URLs are checked against (callbacks.go).
 	hooks     hookState
 	callbacks callbackState
 	approvals approvalState
@@ -196,25 +186,15 @@ func New(cfg Config) (*Server, error) {
 		keys:   newKeyCache(cfg.LookupCacheTTL, cfg.UnknownKeyTTL),
 		agents: ttlcache.New[agentKey, struct{}](cfg.LookupCacheTTL, lookupCacheMax),
 	}
+	s.outbox = outbox.Outbox{Bus: cfg.Bus, Store: cfg.Store, Log: cfg.Logger, Timeout: publishTimeout}
 	var err error
-	s.requeued = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "agentfleet_runs_requeued_total",
-		Help: "Runs due a turn that had no turn message in NATS and were given it again by the dispatcher's sweep, by the status they were in (queued, running).",
-	}, []string{"status"})
-	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(s.requeued); err != nil {
-			return nil, fmt.Errorf("api: register metrics: %w", err)
-		}
-	}
 	if s.http, err = newHTTPMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("api: register metrics: %w", err)
 	}
 	if err := s.hooks.init(cfg); err != nil {
 		return nil, err
 	}
-	if err := s.callbacks.init(cfg); err != nil {
-		return nil, err
-	}
+	s.callbacks.init(cfg)
 	if err := s.approvals.init(cfg); err != nil {
 		return nil, err
 	}
@@ -602,4 +582,13 @@ func validID(s string) bool {
 		}
 	}
 	return true
+}
+
+// requeueWithin is how soon the dispatcher's stranded sweep queues a run
+// recorded but not queued; zero when none runs.
+func (s *Server) requeueWithin() time.Duration {
+	if s.cfg.RequeueWithin == nil {
+		return 0
+	}
+	return s.cfg.RequeueWithin()
 }

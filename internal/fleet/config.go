@@ -124,10 +124,10 @@ type Config struct {
 	// StrandedInterval and StrandedAfter set the dispatcher's sweep for
 	// runs due a turn that have no turn message in NATS: how often it
 	// looks, and how long such a run must have been unchanged (zero:
-	// api.StrandedIntervalDefault and api.StrandedAfterDefault). A
+	// maintain.StrandedIntervalDefault and maintain.StrandedAfterDefault). A
 	// shorter StrandedAfter brings a run stranded by a crash back sooner
 	// and costs a few more lookups per pass; it cannot queue a turn
-	// twice (see api.Server.RequeueStranded).
+	// twice (see maintain.Stranded.Requeue).
 	StrandedInterval time.Duration
 	StrandedAfter    time.Duration
 	// BatchMaxBytes caps the body of POST /v1/batches

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -69,20 +68,11 @@ func (w *Worker) park(a *attempt, run agentfleet.Run) (store.RunChangeResult, er
 		w.cfg.Metrics.approvalRequested(run.Tenant)
 		return got.Change, nil
 	}
-	r := got.Change.Run
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, decidedTurn(r)); err != nil {
-		// The run is running with no message: the stranded sweep
-		// enqueues its turn.
-		return store.RunChangeResult{}, fmt.Errorf("enqueue turn %d of run %s again: %w", r.Turn+1, r.ID, err)
+	// Decided meanwhile: the same turn again, in the run's class. A
+	// failed publish leaves the run running with no message, which the
+	// stranded sweep finds.
+	if err := w.owed(a).Repeat(ctx, got.Change.Run); err != nil {
+		return store.RunChangeResult{}, err
 	}
 	return got.Change, nil
-}
-
-// decidedTurn is the message of run r's turn once an approval it met was
-// decided: the same turn, marked Retried so that it reuses its recorded
-// reply, in r's class (a batch run's turn stays a batch turn).
-func decidedTurn(r agentfleet.Run) bus.Turn {
-	return bus.Turn{RunID: r.ID, Tenant: r.Tenant, Batch: r.BatchID != "", Turn: r.Turn + 1, Wake: r.Wake, Retried: true}
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -67,17 +66,9 @@ func (w *Worker) spawn(ctx context.Context, parent agentfleet.Run, turn, index i
 			return "", fmt.Errorf("load the child run's events: %w", err)
 		}
 	}
-	sent, err := w.cfg.Bus.SendEvents(evs)
-	if err == nil {
-		err = w.awaitEvents(ctx, sent)
-	}
-	if err != nil {
+	// A child has no session: it may start at once.
+	if err := w.owed(nil).Admitted(ctx, store.RunCreateResult{Run: res.Run, Events: evs, Startable: true}, ""); err != nil {
 		return "", err
-	}
-	if res.Run.Status == agentfleet.StatusQueued {
-		if err := w.startRun(ctx, res.Run); err != nil {
-			return "", err
-		}
 	}
 	return id, nil
 }
@@ -115,46 +106,4 @@ func (w *Worker) children(ctx context.Context, run agentfleet.Run) ([]agentfleet
 		}
 		p.Cursor = page.NextCursor
 	}
-}
-
-// settleFamily settles what the end of run owes its family: publishes
-// the changes RunEnded made, enqueues the next turn of a parent it woke
-// (and the first of the batch runs it released), and tells the workers of
-// children asked to stop.
-func (w *Worker) settleFamily(a *attempt, run agentfleet.Run) error {
-	res, err := w.cfg.Store.RunEnded(a.ctx, store.RunEndedParams{ID: run.ID})
-	if err != nil {
-		return fmt.Errorf("settle the family of run %s: %w", run.ID, err)
-	}
-	for _, ch := range res.Changes {
-		if err := w.send(a, ch.Events); err != nil {
-			return err
-		}
-	}
-	if err := w.awaitSent(a); err != nil {
-		return err
-	}
-	// A woken parent's next turn, and a released batch run's first (it
-	// is queued at turn 0).
-	for _, p := range append(res.Woken, res.Released...) {
-		if err := w.enqueueNext(a.ctx, p); err != nil {
-			return err
-		}
-	}
-	for _, c := range res.Stopping {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), publishTimeout)
-		_ = w.cfg.Bus.PublishControl(pctx, c.Tenant, c.ID, "cancel") // best effort: the store holds the cancel
-		cancel()
-	}
-	return nil
-}
-
-// enqueueNext publishes the next turn of a run that resumes.
-func (w *Worker) enqueueNext(ctx context.Context, run agentfleet.Run) error {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}); err != nil {
-		return fmt.Errorf("enqueue turn %d of run %s: %w", run.Turn+1, run.ID, err)
-	}
-	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -256,17 +257,10 @@ func decide(f facts) verdict {
 		effects = append(effects, effect{kind: effectChange, change: changeCancel, run: run})
 	case run.Status == agentfleet.StatusRunning:
 		effects = append(effects, effect{kind: effectContinue, run: run, owedBy: t})
-	case hasFamily(run):
+	case outbox.HasFamily(run):
 		effects = append(effects, effect{kind: effectFamily, run: run})
 	}
 	return finish(settleAck, effects...)
-}
-
-// hasFamily reports whether a run that ended may owe other runs: a
-// parent waiting for it, children to stop, held runs of its batch to
-// release.
-func hasFamily(run agentfleet.Run) bool {
-	return run.Status.Terminal() && (run.ParentRunID != "" || run.Children > 0 || run.BatchID != "")
 }
 
 // decideExhausted gives up on a message delivered more than MaxDeliver
@@ -375,7 +369,7 @@ func republish(prev bus.Turn, run agentfleet.Run, turn int) verdict {
 	if run.Status.Terminal() && run.SessionID != "" {
 		effects = append(effects, effect{kind: effectSessionNext, run: run, lookup: true})
 	}
-	if hasFamily(run) {
+	if outbox.HasFamily(run) {
 		effects = append(effects, effect{kind: effectFamily, run: run})
 	}
 	if run.Status == agentfleet.StatusRunning {
@@ -389,7 +383,8 @@ func republish(prev bus.Turn, run agentfleet.Run, turn int) verdict {
 			// If that turn ran from a message of its own instead, that
 			// message published the same turn, and the message id drops
 			// this copy.
-			owedBy := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn, Wake: run.Wake}
+			owedBy := bus.NextTurn(run)
+			owedBy.Turn = run.Turn // the message of the turn run in place
 			effects = append(effects, effect{kind: effectContinue, run: run, owedBy: owedBy, retried: true})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/outbox"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -165,19 +166,10 @@ func (w *Worker) apply(a *attempt, v verdict) (_ verdict, again bool) {
 				return v, false
 			}
 			if err == nil {
-				err = w.send(a, ch.Events)
-			}
-			if err == nil {
-				err = w.awaitSent(a)
-			}
-			if err == nil && ch.SessionNext != nil {
-				err = w.startRun(ctx, *ch.SessionNext)
-			}
-			if err == nil && hasFamily(ch.Run) {
-				err = w.settleFamily(a, ch.Run)
+				err = w.owed(a).Changed(ctx, ch)
 			}
 		case effectFamily:
-			err = w.settleFamily(a, e.run)
+			err = w.owed(a).Settle(ctx, e.run)
 		case effectRepublish:
 			err = w.republish(a, e.run, e.from)
 		case effectSendEvents:
@@ -190,7 +182,7 @@ func (w *Worker) apply(a *attempt, v verdict) (_ verdict, again bool) {
 				sessionNext, err = store.SessionNext(ctx, w.cfg.Store, e.run.Tenant, e.run.SessionID)
 			}
 			if err == nil && sessionNext != nil {
-				err = w.startRun(ctx, *sessionNext)
+				err = w.owed(a).Start(ctx, *sessionNext)
 			}
 		case effectContinue:
 			err = w.continueRun(ctx, e.owedBy, e.run, e.retried, a.traceOut)
@@ -373,7 +365,7 @@ func (w *Worker) retryDelay(attempt uint64) time.Duration {
 // delivery of t within MaxDeliver.
 func (w *Worker) inPlace(t bus.Turn, ch store.RunChangeResult, ld store.TurnLoadResult) (bus.Turn, store.TurnLoadResult) {
 	run := ch.Run
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake}
+	next := bus.NextTurn(run)
 	// The history TurnLoad would read: the steps of turns from
 	// HistoryFrom up to the one just committed.
 	from := w.cfg.Engine.HistoryFrom(next.Turn)
@@ -433,24 +425,14 @@ func (w *Worker) republish(a *attempt, run agentfleet.Run, turn int) error {
 	return w.send(a, owed)
 }
 
-// startRun enqueues the first turn of a run: the session's next, or a
-// child just spawned.
-func (w *Worker) startRun(ctx context.Context, run agentfleet.Run) error {
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-	defer cancel()
-	if err := w.cfg.Bus.EnqueueTurn(pctx, bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: 1, Wake: run.Wake}); err != nil {
-		return fmt.Errorf("enqueue the first turn of run %s: %w", run.ID, err)
-	}
-	return nil
-}
-
 // continueRun publishes the turn after prev, which run has committed:
 // past the scheduler when prev's message allows it. retried marks a turn
 // a redelivery publishes (bus.Turn.Retried).
 func (w *Worker) continueRun(ctx context.Context, prev bus.Turn, run agentfleet.Run, retried bool, traceparent string) error {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	next := bus.Turn{RunID: run.ID, Tenant: run.Tenant, Batch: run.BatchID != "", Turn: run.Turn + 1, Wake: run.Wake, Retried: retried, Traceparent: traceparent}
+	next := bus.NextTurn(run)
+	next.Retried, next.Traceparent = retried, traceparent
 	direct, err := w.cfg.Bus.ContinueTurn(pctx, prev, next)
 	if err != nil {
 		return fmt.Errorf("enqueue turn %d of run %s: %w", next.Turn, run.ID, err)
@@ -488,4 +470,44 @@ func (a *attempt) endTurnSpan(outcome string, err error) {
 		a.endSpan = nil
 	}
 	a.turnCtx = a.baseCtx
+}
+
+// owed is the outbox of what a's changes owe. Its events go with the
+// attempt's others and are waited for before it returns (so they are
+// stored before the turns that follow them, and before the ack); with a
+// nil attempt they are sent and waited for alone.
+func (w *Worker) owed(a *attempt) outbox.Outbox {
+	return outbox.Outbox{Bus: outboxBus{w: w, a: a}, Store: w.cfg.Store, Log: w.log, Timeout: publishTimeout}
+}
+
+// outboxBus is the worker's Bus as the outbox publishes through it.
+type outboxBus struct {
+	w *Worker
+	a *attempt
+}
+
+func (b outboxBus) PublishEvents(ctx context.Context, evs []agentfleet.Event) error {
+	if b.a != nil {
+		if err := b.w.send(b.a, evs); err != nil {
+			return err
+		}
+		return b.w.awaitSent(b.a)
+	}
+	sent, err := b.w.cfg.Bus.SendEvents(evs)
+	if err != nil {
+		return fmt.Errorf("publish events: %w", err)
+	}
+	return b.w.awaitEvents(ctx, sent)
+}
+
+func (b outboxBus) PublishEventsBulk(ctx context.Context, evs []agentfleet.Event) error {
+	return b.PublishEvents(ctx, evs)
+}
+
+func (b outboxBus) EnqueueTurn(ctx context.Context, t bus.Turn) error {
+	return b.w.cfg.Bus.EnqueueTurn(ctx, t)
+}
+
+func (b outboxBus) PublishControl(ctx context.Context, tenant, runID, verb string) error {
+	return b.w.cfg.Bus.PublishControl(ctx, tenant, runID, verb)
 }
