@@ -378,6 +378,7 @@ func (s *Store) flush(batch []*writeReq) {
 		finish(mapErr(sqltx.Commit()))
 		return
 	}
+	tx.shared = true
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err, r.finished = err, true
@@ -427,9 +428,23 @@ type wtx struct {
 	*sql.Tx
 	s      *Store
 	missed []string
+	// shared: the transaction runs a group of writes. A caller giving up
+	// must then not interrupt its statement: SQLite rolls an interrupted
+	// write's whole transaction back, every other write of the group and
+	// the savepoints with it. Its write, once begun, runs to its end.
+	shared bool
+}
+
+// ctx is what a statement of this transaction runs under.
+func (t *wtx) ctx(ctx context.Context) context.Context {
+	if t.shared {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	ctx = t.ctx(ctx)
 	if st, ok := t.s.wstmts.Load(q); ok {
 		return t.Tx.StmtContext(ctx, st.(*sql.Stmt)), nil
 	}
@@ -438,6 +453,7 @@ func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -446,6 +462,7 @@ func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Resul
 }
 
 func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -454,6 +471,7 @@ func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Row
 }
 
 func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return t.Tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
