@@ -287,7 +287,7 @@ func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (sto
 		if len(ids) > limit {
 			ids, res.More = ids[:limit], true
 		}
-		return rules.ApplyBatchCancel(ctx, runTx{tx}, b.ID, ids, now, &res)
+		return rules.ApplyBatchCancel(ctx, exec{s: s, tx: tx}, b.ID, ids, now, &res)
 	})
 	if err != nil {
 		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
@@ -336,7 +336,7 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 	for _, b := range bs {
 		var r store.BatchSweepResult
 		err := s.withTx(ctx, func(tx pgx.Tx) (err error) {
-			r, err = rules.ApplyBatchSweep(ctx, runTx{tx}, b.ID, now)
+			r, err = rules.ApplyBatchSweep(ctx, exec{s: s, tx: tx}, b.ID, now)
 			return err
 		})
 		if err != nil {
@@ -350,7 +350,7 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 
 // The BatchTx methods of runTx.
 
-func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
+func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
 	b, err := scanBatch(t.tx.QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
@@ -358,24 +358,24 @@ func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
 	return b, err
 }
 
-func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
 	var n int
 	err := t.tx.QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
 		id, released).Scan(&n)
 	return n, err
 }
 
-func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
 	return collect(ctx, t.tx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
 		AND batch_index >= $2 ORDER BY batch_index LIMIT $3`, scanBatchRun, id, from, limit)
 }
 
-func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
+func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
 	_, err := t.tx.Exec(ctx, `UPDATE batches SET released = $2 WHERE id = $1`, id, released)
 	return err
 }
 
-func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
 	if r.SessionID == "" {
 		return true, nil
 	}
@@ -385,13 +385,13 @@ func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
 	return ok, err
 }
 
-func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 	var open bool
 	err := t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
 	return open, err
 }
 
-func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
 	return scanBatch(t.tx.QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+batchCols,
 		id, string(status), at))
 }

@@ -135,6 +135,10 @@ func (c Config) validate() error {
 
 // Store is the Postgres store. It is safe for concurrent use.
 type Store struct {
+	// *rules.Store implements the nouns moved behind the driver seam
+	// (see its doc) over this package's driver (driver.go); the methods
+	// below implement the rest.
+	*rules.Store
 	cfg   Config
 	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
@@ -162,6 +166,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
 	}
 	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	s.Store = rules.NewStore(s.Driver())
 	s.pipe.calls.Linger = pipelineLinger
 	if err := s.migrate(ctx); err != nil {
 		s.pool.Close()

@@ -40,20 +40,9 @@ func (s *Store) RunDeleteEnded(ctx context.Context, p store.RunDeleteEndedParams
 	return int(n), nil
 }
 
-func (s *Store) RunDelete(ctx context.Context, p store.RunDeleteParams) error {
-	if err := rules.RunDelete(p); err != nil {
-		return err
-	}
-	err := s.withTx(ctx, func(tx pgx.Tx) error { return rules.ApplyRunDelete(ctx, runTx{tx}, p) })
-	if err != nil {
-		return fmt.Errorf("delete run %s: %w", p.ID, err)
-	}
-	return nil
-}
-
-// DeleteRun deletes run id; the trigger and the foreign keys take what
+// RunDelete deletes run id; the trigger and the foreign keys take what
 // belongs to it.
-func (t runTx) DeleteRun(ctx context.Context, id string) error {
+func (t exec) RunDelete(ctx context.Context, id string) error {
 	_, err := t.tx.Exec(ctx, `DELETE FROM runs WHERE id = $1`, id)
 	return err
 }

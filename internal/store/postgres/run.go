@@ -528,12 +528,8 @@ func numberParams(q string) string {
 	}
 }
 
-// runTx is a transaction as rules.ApplyTransition and rules.ApplyCancel
-// need it.
-type runTx struct{ tx pgx.Tx }
-
-// LockRun reads a run and locks its row for the transaction.
-func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
+// RunLock reads a run and locks its row for the transaction.
+func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
 	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
@@ -541,16 +537,16 @@ func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
 	return r, err
 }
 
-// UpdateRun writes the mutable columns a transition or cancel changes.
-func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+// RunUpdate writes the mutable columns a transition or cancel changes.
+func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
 	return scanRun(t.tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
 			cancel_requested = $7, cancel_reason = $8, updated_at = $9
 		WHERE id = $1 RETURNING `+runCols,
 		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
 }
 
-// InsertEvents appends events numbered after lastSeq, inside tx.
-func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
+// EventInsert appends events numbered after lastSeq, inside tx.
+func (t exec) EventInsert(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -560,10 +556,10 @@ func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, ev
 	return err
 }
 
-// SessionNext returns what ended's end hands out, inside the ending
+// RunSessionNext returns what ended's end hands out, inside the ending
 // transaction and under the session lock: the session's next queued run,
 // when ended was the session's head.
-func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
 	if ended.SessionID == "" || !ended.Status.Terminal() {
 		return nil, nil
 	}
@@ -579,40 +575,6 @@ func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet
 		return nil, err
 	}
 	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
-}
-
-func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
-	now := rules.Now()
-	p, err := rules.RunTransition(p, now)
-	if err != nil {
-		return store.RunChangeResult{}, err
-	}
-	var res store.RunChangeResult
-	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyTransition(ctx, runTx{tx}, p, now)
-		return err
-	})
-	if err != nil {
-		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
-	}
-	return res, nil
-}
-
-func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	now := rules.Now()
-	p, err := rules.RunCancel(p, now)
-	if err != nil {
-		return store.RunCancelResult{}, err
-	}
-	var res store.RunCancelResult
-	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, p.Events, now)
-		return err
-	})
-	if err != nil {
-		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
-	}
-	return res, nil
 }
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {

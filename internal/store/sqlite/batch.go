@@ -380,7 +380,7 @@ func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (sto
 		if len(ids) > limit {
 			ids, res.More = ids[:limit], true
 		}
-		return rules.ApplyBatchCancel(ctx, runTx{s: s, tx: tx}, b.ID, ids, now, &res)
+		return rules.ApplyBatchCancel(ctx, exec{s: s, q: tx, tx: tx}, b.ID, ids, now, &res)
 	})
 	if err != nil {
 		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
@@ -424,7 +424,7 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 	for _, b := range bs {
 		var r store.BatchSweepResult
 		err := s.write(ctx, func(tx *wtx) (err error) {
-			r, err = rules.ApplyBatchSweep(ctx, runTx{s: s, tx: tx}, b.ID, now)
+			r, err = rules.ApplyBatchSweep(ctx, exec{s: s, q: tx, tx: tx}, b.ID, now)
 			return err
 		})
 		if err != nil {
@@ -438,7 +438,7 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 
 // The BatchTx methods of runTx.
 
-func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
+func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
 	b, err := scanBatch(t.tx.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
@@ -446,14 +446,14 @@ func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
 	return b, err
 }
 
-func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
 	var n int
 	err := t.tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
 		id, released).Scan(&n)
 	return n, err
 }
 
-func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
 	rows, err := t.tx.QueryContext(ctx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
 		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, id, from, limit)
 	if err != nil {
@@ -462,12 +462,12 @@ func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([
 	return collectBatchRuns(rows)
 }
 
-func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
+func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
 	_, err := t.tx.ExecContext(ctx, `UPDATE batches SET released = ? WHERE id = ?`, released, id)
 	return err
 }
 
-func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
 	row, err := t.s.runByID(ctx, t.tx, r.ID)
 	if err != nil {
 		return false, err
@@ -475,13 +475,13 @@ func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
 	return startable(ctx, t.tx, row)
 }
 
-func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 	var open bool
 	err := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
 	return open, err
 }
 
-func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
 	return scanBatch(t.tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
 		string(status), at.UnixMicro(), id))
 }
@@ -490,8 +490,8 @@ func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchSta
 // committed nor aborted (their process died) for
 // rules.BatchAdmissionAbandonedAfter, a chunk per transaction.
 func (s *Store) dropAbandonedAdmissions(ctx context.Context, now time.Time) error {
-	ids, err := s.readStrings(ctx, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
-		now.Add(-rules.BatchAdmissionAbandonedAfter).UnixMicro())
+	ids, err := all(ctx, exec{s: s, q: s.rd}, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
+		scanString, now.Add(-rules.BatchAdmissionAbandonedAfter).UnixMicro())
 	if err != nil {
 		return fmt.Errorf("find abandoned batch admissions: %w", err)
 	}

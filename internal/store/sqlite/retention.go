@@ -41,19 +41,8 @@ func (s *Store) RunDeleteEnded(ctx context.Context, p store.RunDeleteEndedParams
 	return int(n), nil
 }
 
-func (s *Store) RunDelete(ctx context.Context, p store.RunDeleteParams) error {
-	if err := rules.RunDelete(p); err != nil {
-		return err
-	}
-	err := s.write(ctx, func(tx *wtx) error { return rules.ApplyRunDelete(ctx, runTx{s, tx}, p) })
-	if err != nil {
-		return fmt.Errorf("delete run %s: %w", p.ID, err)
-	}
-	return nil
-}
-
-// DeleteRun deletes run id; the foreign keys take what belongs to it.
-func (t runTx) DeleteRun(ctx context.Context, id string) error {
+// RunDelete deletes run id; the foreign keys take what belongs to it.
+func (t exec) RunDelete(ctx context.Context, id string) error {
 	_, err := t.tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id)
 	return err
 }

@@ -271,20 +271,12 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunLi
 	return rules.RunPage(rs, p), nil
 }
 
-// runTx is a write transaction as rules.ApplyTransition and
-// rules.ApplyCancel need it. SQLite writes one transaction at a time, so
-// reading a run holds it.
-type runTx struct {
-	s  *Store
-	tx *wtx
-}
-
-func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
+func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
 	return t.s.runByID(ctx, t.tx, id)
 }
 
-// UpdateRun writes the mutable columns a transition or cancel changes.
-func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+// RunUpdate writes the mutable columns a transition or cancel changes.
+func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
 	return scanRun(t.tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
 			cancel_requested = ?, cancel_reason = ?, updated_at = ?
 		WHERE id = ? RETURNING `+runCols,
@@ -292,47 +284,13 @@ func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, err
 		r.UpdatedAt.UnixMicro(), r.ID))
 }
 
-// InsertEvents stores evs as numbered: they carry their run and seq.
-func (t runTx) InsertEvents(ctx context.Context, _ string, _ int64, evs []agentfleet.Event) error {
+// EventInsert stores evs as numbered: they carry their run and seq.
+func (t exec) EventInsert(ctx context.Context, _ string, _ int64, evs []agentfleet.Event) error {
 	return t.s.insertEvents(ctx, t.tx, evs)
 }
 
-func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
 	return sessionNext(ctx, t.tx, ended)
-}
-
-func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
-	now := rules.Now()
-	p, err := rules.RunTransition(p, now)
-	if err != nil {
-		return store.RunChangeResult{}, err
-	}
-	var res store.RunChangeResult
-	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyTransition(ctx, runTx{s, tx}, p, now)
-		return err
-	})
-	if err != nil {
-		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
-	}
-	return res, nil
-}
-
-func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	now := rules.Now()
-	p, err := rules.RunCancel(p, now)
-	if err != nil {
-		return store.RunCancelResult{}, err
-	}
-	var res store.RunCancelResult
-	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, p.Events, now)
-		return err
-	})
-	if err != nil {
-		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
-	}
-	return res, nil
 }
 
 func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {

@@ -132,6 +132,10 @@ func (c Config) validate() error {
 
 // Store is the SQLite store. It is safe for concurrent use.
 type Store struct {
+	// *rules.Store implements the nouns moved behind the driver seam
+	// (see its doc) over this package's driver (driver.go); the methods
+	// below implement the rest.
+	*rules.Store
 	cfg Config
 	w   *sql.DB // one connection: every write transaction
 	r   *sql.DB // read-only pool
@@ -205,6 +209,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.ck.SetMaxOpenConns(1)
 	s.rd = reader{s}
+	s.Store = rules.NewStore(s.Driver())
 	cctx, stop := context.WithCancel(context.Background())
 	s.stopCheckpoints, s.checkpointsDone = stop, make(chan struct{})
 	go s.checkpoints(cctx, cfg.CheckpointInterval)

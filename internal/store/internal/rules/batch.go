@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // BatchAdmitting is the status of a batch being admitted, and on SQLite
@@ -132,39 +133,17 @@ func BatchReleasedAtCommit(total, maxConcurrent int) int {
 	return min(total, maxConcurrent)
 }
 
-// BatchTx is what ApplyBatchRelease needs of a backend's transaction.
-type BatchTx interface {
-	// LockBatch reads batch id and holds it for the rest of the
-	// transaction; a missing batch is store.ErrNotFound.
-	LockBatch(ctx context.Context, id string) (store.Batch, error)
-	// BatchInFlight counts the batch's released runs (index below
-	// released) not ended.
-	BatchInFlight(ctx context.Context, id string, released int) (int, error)
-	// BatchNextOpen lists up to limit of the batch's runs not ended from
-	// index from on, in input order.
-	BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error)
-	// BatchSetReleased stores the batch's released count.
-	BatchSetReleased(ctx context.Context, id string, released int) error
-	// RunStartable reports whether a queued run may start now: no earlier
-	// run of its session is unfinished.
-	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
-	// BatchHasOpen reports whether any run of the batch has not ended.
-	BatchHasOpen(ctx context.Context, id string) (bool, error)
-	// BatchFinish sets the batch's status and finished_at.
-	BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error)
-}
-
 // ApplyBatchSweep is BatchSweep of batch id in tx at now: its held runs
 // released while below max_concurrent, and the batch finished once none
 // of its runs is unfinished.
-func ApplyBatchSweep(ctx context.Context, tx BatchTx, id string, now time.Time) (store.BatchSweepResult, error) {
+func ApplyBatchSweep(ctx context.Context, tx driver.Executor, id string, now time.Time) (store.BatchSweepResult, error) {
 	var res store.BatchSweepResult
 	released, err := ApplyBatchRelease(ctx, tx, id)
 	if err != nil {
 		return res, err
 	}
 	res.Released = released
-	b, err := tx.LockBatch(ctx, id)
+	b, err := tx.BatchLock(ctx, id)
 	if err != nil || !b.FinishedAt.IsZero() {
 		return res, err
 	}
@@ -192,16 +171,16 @@ func BatchSweepLimit(n int) int {
 // while it has fewer than max_concurrent in flight, and returns those
 // whose first turn is due now (a run of a session that is not its head
 // starts when the head ends, as any session run).
-func ApplyBatchRelease(ctx context.Context, tx BatchTx, id string) ([]agentfleet.Run, error) {
-	b, err := tx.LockBatch(ctx, id)
+func ApplyBatchRelease(ctx context.Context, tx driver.Executor, id string) ([]agentfleet.Run, error) {
+	b, err := tx.BatchLock(ctx, id)
 	if err != nil || b.Status != store.BatchRunning || b.MaxConcurrent == 0 || b.Released >= b.Total {
 		return nil, err
 	}
-	inFlight, err := tx.BatchInFlight(ctx, id, b.Released)
+	inFlight, err := tx.BatchCountInFlight(ctx, id, b.Released)
 	if err != nil || inFlight >= b.MaxConcurrent {
 		return nil, err
 	}
-	next, err := tx.BatchNextOpen(ctx, id, b.Released, b.MaxConcurrent-inFlight)
+	next, err := tx.BatchListOpen(ctx, id, b.Released, b.MaxConcurrent-inFlight)
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +272,10 @@ func BatchListLimit(n int) int {
 // ApplyBatchCancel cancels batch's runs ids in tx at now, as RunCancel
 // would, into res: at once when queued or waiting, at their next turn
 // boundary when running. A run that ended meanwhile is skipped.
-func ApplyBatchCancel(ctx context.Context, tx RunTx, batch string, ids []string, now time.Time, res *store.BatchCancelResult) error {
+func ApplyBatchCancel(ctx context.Context, tx driver.Executor, batch string, ids []string, now time.Time, res *store.BatchCancelResult) error {
 	reason := BatchCancelReason(batch)
 	for _, id := range ids {
-		cur, err := tx.LockRun(ctx, id)
+		cur, err := tx.RunLock(ctx, id)
 		if err != nil {
 			return err
 		}

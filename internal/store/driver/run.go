@@ -1,0 +1,65 @@
+package driver
+
+import (
+	"context"
+	"time"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// RunExecutor reads and writes runs and their events inside a
+// transaction: what a transition, a cancel, a run's end, a wake and a
+// delete read and write, and in what order, is written once in the rules
+// over these. A backend that locks rows (PostgreSQL) locks what RunLock
+// reads; one with a single writer (SQLite) holds everything it reads.
+// They are called inside Driver.Tx.
+type RunExecutor interface {
+	// RunLock reads run id and holds it for the rest of the transaction;
+	// a missing run is store.ErrNotFound.
+	RunLock(ctx context.Context, id string) (RunRow, error)
+	// RunGet reads run id without locking it; a missing run is
+	// store.ErrNotFound.
+	RunGet(ctx context.Context, id string) (RunRow, error)
+	// RunUpdate writes the columns a transition or a cancel changes
+	// (status, error, answer, wake, event seq, cancel requested and its
+	// reason, updated at) and returns the run as stored.
+	RunUpdate(ctx context.Context, r RunRow) (RunRow, error)
+	// EventInsert stores numbered events of run runID that follow its
+	// event seq lastSeq.
+	EventInsert(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error
+	// RunSessionNext is what the run ended's end hands out: its
+	// session's next queued run, when ended was the session's head
+	// (taking the session's lock first where the backend has one).
+	RunSessionNext(ctx context.Context, ended RunRow) (*agentfleet.Run, error)
+	// RunStartable reports whether a queued run may start now: no earlier
+	// run of its session is unfinished.
+	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
+	// RunStatuses reads the statuses of the runs ids names that exist.
+	RunStatuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error)
+	// RunChildrenUnfinished lists the ids of parent's children that have
+	// not ended, oldest first.
+	RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error)
+	// RunListWaitersDue lists up to limit runs waiting for children that
+	// may resume: their wait ended by now, or none of the runs they wait
+	// for is unfinished; oldest first. Outside a transaction.
+	RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// RunListOrphaning lists up to limit ended runs with children not
+	// ended and not asked to cancel. Outside a transaction.
+	RunListOrphaning(ctx context.Context, limit int) ([]string, error)
+	// RunChildrenUsage sums the usage of every run below id.
+	RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error)
+	// RunDelete deletes run id and what belongs to it (steps, events,
+	// replies, journal, approvals).
+	RunDelete(ctx context.Context, id string) error
+}
+
+// RunRow is a run as a backend reads it: the domain run plus the columns
+// callers never see.
+type RunRow struct {
+	agentfleet.Run
+	// Seq is the run's insertion position: list order and cursors, and
+	// the order of runs within a session.
+	Seq int64
+	// CancelReason is the reason of a cancel requested while a turn ran.
+	CancelReason string
+}
