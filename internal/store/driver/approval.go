@@ -29,8 +29,8 @@ type ApprovalExecutor interface {
 	// ApprovalListDue lists up to limit pending approvals that expired by
 	// now or whose run ended, soonest expiry first.
 	ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]ApprovalDue, error)
-	// ApprovalCountPending counts pending approvals by tenant.
-	ApprovalCountPending(ctx context.Context) (map[string]int, error)
+	// ApprovalCountPending counts pending approvals by tenant (Key).
+	ApprovalCountPending(ctx context.Context) ([]Count, error)
 	// ApprovalNotifyClaim moves up to limit pending notifications due by
 	// now to be due again at until, skipping rows another claim holds.
 	ApprovalNotifyClaim(ctx context.Context, now, until time.Time, limit int) ([]store.Approval, error)
@@ -64,4 +64,10 @@ type ApprovalRow struct {
 type ApprovalDue struct {
 	ID       string
 	RunEnded bool
+}
+
+// Count is how many rows share Key.
+type Count struct {
+	Key string
+	N   int
 }

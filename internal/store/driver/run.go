@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
 )
 
 // RunExecutor reads and writes runs and their events inside a
@@ -48,6 +49,29 @@ type RunExecutor interface {
 	RunListOrphaning(ctx context.Context, limit int) ([]string, error)
 	// RunChildrenUsage sums the usage of every run below id.
 	RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error)
+	// RunList reads the page of runs p asks for (rules.RunListQuery),
+	// after list position after.
+	RunList(ctx context.Context, p store.RunListParams, after int64) ([]RunRow, error)
+	// RunCountActive counts a tenant's running runs.
+	RunCountActive(ctx context.Context, tenant string) (int, error)
+	// RunCountByStatus counts a tenant's runs by status (Key).
+	RunCountByStatus(ctx context.Context, tenant string) ([]Count, error)
+	// RunDeleteEnded deletes up to limit runs ended before before, oldest
+	// first, with what belongs to them, and counts them. Sweeps that
+	// overlap take different runs.
+	RunDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error)
+	// StepList reads a run's steps of turns [from, to) in order.
+	StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error)
+	// EventList reads a run's events after p.AfterSeq in order, at most
+	// p.Limit when it is positive; an unknown run has none.
+	EventList(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error)
+	// EventAppend numbers evs after the run's last event (as
+	// rules.Number does) and stores them with the run's event seq moved
+	// on, in one write; it returns the run's id, tenant and session and
+	// the seq the events follow. An unknown run is store.ErrNotFound.
+	EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error)
+	// ModelReplyGet reads the recorded reply of a turn.
+	ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error)
 	// RunDelete deletes run id and what belongs to it (steps, events,
 	// replies, journal, approvals).
 	RunDelete(ctx context.Context, id string) error

@@ -96,21 +96,8 @@ func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]
 		}, now, limit)
 }
 
-func (t exec) ApprovalCountPending(ctx context.Context) (map[string]int, error) {
-	type count struct {
-		tenant string
-		n      int
-	}
-	cs, err := all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`,
-		func(sc scanner) (count, error) {
-			var c count
-			return c, sc.Scan(&c.tenant, &c.n)
-		})
-	out := make(map[string]int, len(cs))
-	for _, c := range cs {
-		out[c.tenant] = c.n
-	}
-	return out, err
+func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
+	return all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`, scanCount)
 }
 
 func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, limit int) ([]store.Approval, error) {

@@ -15,11 +15,11 @@ import (
 
 // RunGet reads a run without locking it.
 func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
+	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
-	return r, err
+	return r, mapErr(err)
 }
 
 // RunStatuses reads the statuses of the runs ids names.
@@ -28,7 +28,7 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) (map[string]agentfl
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := t.tx.Query(ctx, `SELECT id, status FROM runs WHERE id = ANY($1)`, ids)
+	rows, err := t.q().Query(ctx, `SELECT id, status FROM runs WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func openChildren(a string) string {
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	rows, err := t.tx.Query(ctx, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, parent)
+	rows, err := t.q().Query(ctx, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, parent)
 	if err != nil {
 		return nil, err
 	}

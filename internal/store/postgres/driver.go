@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
@@ -22,6 +23,21 @@ var _ driver.Driver = pgDriver{}
 
 func (d pgDriver) Tx(ctx context.Context, fn func(x driver.Executor) error) error {
 	return d.s.withTx(ctx, func(tx pgx.Tx) error { return fn(exec{s: d.s, tx: tx}) })
+}
+
+// pgq is what a primitive's statements run on: the transaction, or
+// the pool (each statement its own transaction).
+type pgq interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (e exec) q() pgq {
+	if e.tx != nil {
+		return e.tx
+	}
+	return e.s.pool
 }
 
 // one runs sql and scans its one row, on the transaction or the pool.
@@ -74,3 +90,9 @@ func (e exec) run(ctx context.Context, sql string, args ...any) (int64, error) {
 // Driver is s as the rules see it: its primitives, for the driver
 // contract suite (driver/drivertest).
 func (s *Store) Driver() driver.Driver { return pgDriver{exec{s: s}} }
+
+// scanCount scans a key and its count.
+func scanCount(sc scanner) (driver.Count, error) {
+	var c driver.Count
+	return c, sc.Scan(&c.Key, &c.N)
+}

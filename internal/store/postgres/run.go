@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -276,14 +276,6 @@ func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
 	}, r.Tenant, r.SessionID, r.Seq)
 }
 
-func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
-	r, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanRunRow, p.ID, p.Tenant)
-	if err != nil {
-		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, err)
-	}
-	return r.Run, nil
-}
-
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
 // it is queued for that turn (turn $2-1 committed), no cancel requested. The
 // status is concatenated with an empty string so that no index can serve
@@ -497,17 +489,9 @@ var turnLoadMerger = pipeMerger{
 	},
 }
 
-func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
-	p, after, err := rules.RunList(p)
-	if err != nil {
-		return store.RunListResult{}, err
-	}
+func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
 	q, args := rules.RunListQuery(runCols, p, after, true)
-	rs, err := queryAll(ctx, s, numberParams(q), scanRunRow, args...)
-	if err != nil {
-		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
-	}
-	return rules.RunPage(rs, p), nil
+	return all(ctx, e, numberParams(q), scanRunRow, args...)
 }
 
 // numberParams turns the "?" parameters of q into Postgres's $1, $2, ...
@@ -530,7 +514,7 @@ func numberParams(q string) string {
 
 // RunLock reads a run and locks its row for the transaction.
 func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
+	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -539,7 +523,7 @@ func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
 func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(t.tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
+	return scanRun(t.q().QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
 			cancel_requested = $7, cancel_reason = $8, updated_at = $9
 		WHERE id = $1 RETURNING `+runCols,
 		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
@@ -551,7 +535,7 @@ func (t exec) EventInsert(ctx context.Context, runID string, lastSeq int64, evs 
 		return nil
 	}
 	args := append([]any{runID, lastSeq}, evArgs(evs)...)
-	_, err := t.tx.Exec(ctx, insertEventsInto+`
+	_, err := t.q().Exec(ctx, insertEventsInto+`
 		SELECT $1, $2 + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary FROM `+evUnnest(3), args...)
 	return err
 }
@@ -563,10 +547,10 @@ func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfle
 	if ended.SessionID == "" || !ended.Status.Terminal() {
 		return nil, nil
 	}
-	if _, err := t.tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
 		return nil, err
 	}
-	head, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
+	head, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
 		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -577,36 +561,17 @@ func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfle
 	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
-func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, func(sc scanner) (int, error) {
-		var n int
-		err := sc.Scan(&n)
-		return n, err
-	}, tenant)
-	if err != nil {
-		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
-	}
-	return n, nil
+func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
+	return one(ctx, e, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, scanInt, tenant)
 }
 
-func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
-	type count struct {
-		status agentfleet.RunStatus
-		n      int
-	}
-	cs, err := queryAll(ctx, s, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, func(sc scanner) (count, error) {
-		var c count
-		err := sc.Scan(&c.status, &c.n)
-		return c, err
-	}, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
-	}
-	out := make(map[agentfleet.RunStatus]int, len(cs))
-	for _, c := range cs {
-		out[c.status] = c.n
-	}
-	return out, nil
+func scanInt(sc scanner) (int, error) {
+	var n int
+	return n, sc.Scan(&n)
+}
+
+func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Count, error) {
+	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, scanCount, tenant)
 }
 
 const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
@@ -865,13 +830,9 @@ var unlimitedRecordMerger = pipeMerger{
 	},
 }
 
-func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	m, err := queryOne(ctx, s, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
+func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
+	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
 		func(sc scanner) (store.ModelReply, error) { return scanReply(sc) }, runID, turn)
-	if err != nil {
-		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, err)
-	}
-	return m, nil
 }
 
 const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
@@ -886,55 +847,40 @@ func scanStep(sc scanner) (agentfleet.Step, error) {
 	return x, err
 }
 
-func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	steps, err := queryAll(ctx, s, stepsSQL, scanStep, p.RunID, p.FromTurn, math.MaxInt32)
-	if err != nil {
-		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
-	}
-	return steps, nil
+func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
+	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
 }
 
-func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]agentfleet.Event, error) {
-	evs, err := rules.Events(p.Events, 0, rules.Now())
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
+// EventAppend is one statement: the run's seq moves on and the events
+// go in numbered after it.
+func (e exec) EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error) {
 	type head struct {
-		last            int64
-		tenant, session string
+		last int64
+		run  agentfleet.Run
 	}
-	args := append([]any{p.RunID, int64(len(evs))}, evArgs(evs)...)
-	h, err := queryOne(ctx, s, `WITH r AS (
+	args := append([]any{runID, int64(len(evs))}, evArgs(evs)...)
+	h, err := one(ctx, e, `WITH r AS (
 			UPDATE runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq - $2 AS last, tenant, session_id
 		), e AS (
 			`+insertEventsInto+` SELECT $1, r.last + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
 			FROM r, `+evUnnest(3)+`
 		)
 		SELECT last, tenant, session_id FROM r`, func(sc scanner) (head, error) {
-		var h head
-		err := sc.Scan(&h.last, &h.tenant, &h.session)
-		return h, err
+		h := head{run: agentfleet.Run{ID: runID}}
+		return h, sc.Scan(&h.last, &h.run.Tenant, &h.run.SessionID)
 	}, args...)
-	if err != nil {
-		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), p.RunID, err)
-	}
-	rules.Number(evs, agentfleet.Run{ID: p.RunID, Tenant: h.tenant, SessionID: h.session}, h.last)
-	return evs, nil
+	return h.run, h.last, err
 }
 
-func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
+func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
 	var limit *int
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	evs, err := queryAll(ctx, s, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+	return all(ctx, e, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
 			e.tokens_prompt, e.tokens_completion, e.summary
 		FROM events e JOIN runs r ON r.id = e.run_id
 		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scanEvent, p.RunID, p.AfterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
-	}
-	return evs, nil
 }
 
 func scanEvent(sc scanner) (agentfleet.Event, error) {

@@ -10,7 +10,7 @@ import (
 
 // RunGet reads a run; in SQLite's one write transaction that holds it.
 func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
-	return t.s.runByID(ctx, t.tx, id)
+	return t.s.runByID(ctx, t.q, id)
 }
 
 // RunStatuses reads the statuses of the runs ids names.
@@ -19,7 +19,7 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) (map[string]agentfl
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`,
+	rows, err := t.q.QueryContext(ctx, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`,
 		string(rules.EncodeStrings(ids)))
 	if err != nil {
 		return nil, err
@@ -44,7 +44,7 @@ func openChildren(a string) string {
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT id FROM runs WHERE parent_run_id = ? AND `+openChildren("")+` ORDER BY seq`, parent)
+	rows, err := t.q.QueryContext(ctx, `SELECT id FROM runs WHERE parent_run_id = ? AND `+openChildren("")+` ORDER BY seq`, parent)
 	if err != nil {
 		return nil, err
 	}

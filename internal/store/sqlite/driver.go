@@ -90,3 +90,9 @@ func all[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan
 // Driver is s as the rules see it: its primitives, for the driver
 // contract suite (driver/drivertest).
 func (s *Store) Driver() driver.Driver { return liteDriver{exec{s: s, q: s.rd}} }
+
+// scanCount scans a key and its count.
+func scanCount(sc interface{ Scan(...any) error }) (driver.Count, error) {
+	var c driver.Count
+	return c, sc.Scan(&c.Key, &c.N)
+}

@@ -36,6 +36,9 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"Tenants":   exerciseTenants,
 		"Callbacks": exerciseCallbacks,
 		"Triggers":  exerciseTriggers,
+		"Runs":      exerciseRuns,
+		"Approvals": exerciseApprovals,
+		"Batches":   exerciseBatches,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -434,9 +434,13 @@ func (s *Store) ApprovalExpire(ctx context.Context, p store.ApprovalExpireParams
 }
 
 func (s *Store) ApprovalCountPending(ctx context.Context) (map[string]int, error) {
-	out, err := s.d.ApprovalCountPending(ctx)
+	cs, err := s.d.ApprovalCountPending(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("count pending approvals: %w", err)
+	}
+	out := make(map[string]int, len(cs))
+	for _, c := range cs {
+		out[c.Key] = c.N
 	}
 	return out, nil
 }

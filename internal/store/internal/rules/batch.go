@@ -339,3 +339,124 @@ func BatchKeysRefusal(batch string, rows []BatchRunRow, holders []BatchKeyHolder
 	}
 	return refusal
 }
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := s.d.BatchGet(ctx, p.ID, p.Tenant)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
+	}
+	cs, err := s.d.BatchCountRuns(ctx, b.ID)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, err)
+	}
+	b.Counts = map[agentfleet.RunStatus]int{}
+	for _, c := range cs {
+		b.Counts[c.Status] = c.N
+		b.Usage.PromptTokens += c.Usage.PromptTokens
+		b.Usage.CompletionTokens += c.Usage.CompletionTokens
+	}
+	return b, nil
+}
+
+func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
+	after, err := DecodeBatchCursor(p.Cursor)
+	if err != nil {
+		return store.BatchListResult{}, err
+	}
+	limit := BatchListLimit(p.Limit)
+	bs, err := s.d.BatchList(ctx, p.Tenant, after, limit+1)
+	if err != nil {
+		return store.BatchListResult{}, fmt.Errorf("list batches: %w", err)
+	}
+	var res store.BatchListResult
+	if len(bs) > limit {
+		bs = bs[:limit]
+		res.NextCursor = EncodeBatchCursor(bs[limit-1].ID)
+	}
+	res.Batches = bs
+	return res, nil
+}
+
+func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+	p.Limit = BatchRunsLimit(p.Limit)
+	out, err := s.d.BatchRunList(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// BatchCancel cancels up to Limit of the batch's open runs in one
+// transaction; More says a next call has more to cancel.
+func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
+	limit := BatchCancelLimit(p.Limit)
+	now := Now()
+	var res store.BatchCancelResult
+	err := s.d.Tx(ctx, func(x driver.Executor) error {
+		res = store.BatchCancelResult{}
+		b, err := x.BatchCancelMark(ctx, p.ID, p.Tenant)
+		if err != nil {
+			return err
+		}
+		res.Batch = b
+		ids, err := x.BatchRunListCancellable(ctx, p.ID, limit+1)
+		if err != nil {
+			return err
+		}
+		if len(ids) > limit {
+			ids, res.More = ids[:limit], true
+		}
+		return ApplyBatchCancel(ctx, x, b.ID, ids, now, &res)
+	})
+	if err != nil {
+		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+// BatchRunHeld is false for a run of no batch.
+func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	held, err := s.d.BatchRunHeld(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("is run %s held by its batch: %w", runID, err)
+	}
+	return held, nil
+}
+
+func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	bs, err := s.d.BatchListUnfinished(ctx, BatchSweepLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished batches: %w", err)
+	}
+	return bs, nil
+}
+
+// BatchSweep drops abandoned admissions, then sweeps each unfinished
+// batch in a transaction of its own.
+func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
+	now := NowOr(p.Now)
+	if err := s.d.BatchAdmissionDropAbandoned(ctx, now.Add(-BatchAdmissionAbandonedAfter)); err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	bs, err := s.BatchUnfinished(ctx, p.Limit)
+	if err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	var res store.BatchSweepResult
+	for _, b := range bs {
+		var r store.BatchSweepResult
+		err := s.d.Tx(ctx, func(x driver.Executor) (err error) {
+			r, err = ApplyBatchSweep(ctx, x, b.ID, now)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sweep batch %s: %w", b.ID, err)
+		}
+		res.Released = append(res.Released, r.Released...)
+		res.Finished = append(res.Finished, r.Finished...)
+	}
+	return res, nil
+}
