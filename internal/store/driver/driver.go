@@ -14,7 +14,7 @@
 //
 // Every primitive is held to the contract suite in driver/drivertest,
 // which each backend runs. Nouns move behind this seam one at a time; the
-// Executor lists the ones that have (see the rules package doc).
+// Executor lists the ones that have (see rules.Store's doc).
 package driver
 
 import "context"
@@ -30,6 +30,10 @@ type Driver interface {
 	// A backend may run fn more than once (PostgreSQL retries a
 	// deadlock victim), so fn must be safe to repeat and must not keep x.
 	Tx(ctx context.Context, fn func(x Executor) error) error
+	// Read runs fn's reads on one snapshot where the backend keeps reads
+	// apart from its writer (SQLite's read transaction), else on the
+	// pool. fn must not write.
+	Read(ctx context.Context, fn func(x Executor) error) error
 }
 
 // Executor is every primitive, grouped by noun (one file each).
@@ -41,4 +45,5 @@ type Executor interface {
 	RunExecutor
 	ApprovalExecutor
 	BatchExecutor
+	BudgetExecutor
 }

@@ -36,7 +36,7 @@ type RunExecutor interface {
 	// run of its session is unfinished.
 	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
 	// RunStatuses reads the statuses of the runs ids names that exist.
-	RunStatuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error)
+	RunStatuses(ctx context.Context, ids []string) ([]RunStatus, error)
 	// RunChildrenUnfinished lists the ids of parent's children that have
 	// not ended, oldest first.
 	RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error)
@@ -86,4 +86,10 @@ type RunRow struct {
 	Seq int64
 	// CancelReason is the reason of a cancel requested while a turn ran.
 	CancelReason string
+}
+
+// RunStatus is a run's status.
+type RunStatus struct {
+	ID     string
+	Status agentfleet.RunStatus
 }

@@ -106,7 +106,7 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 		return err
 	}
 	s := a.s
-	done, err := s.queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
+	done, err := s.Store.Queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
 	if err != nil {
 		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
 	}

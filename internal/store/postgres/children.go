@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -23,25 +24,16 @@ func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
 }
 
 // RunStatuses reads the statuses of the runs ids names.
-func (t exec) RunStatuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error) {
-	out := make(map[string]agentfleet.RunStatus, len(ids))
+func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus, error) {
 	if len(ids) == 0 {
-		return out, nil
+		return nil, nil
 	}
-	rows, err := t.q().Query(ctx, `SELECT id, status FROM runs WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var st agentfleet.RunStatus
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, err
-		}
-		out[id] = st
-	}
-	return out, rows.Err()
+	return all(ctx, t, `SELECT id, status FROM runs WHERE id = ANY($1)`, scanRunStatus, ids)
+}
+
+func scanRunStatus(sc scanner) (driver.RunStatus, error) {
+	var r driver.RunStatus
+	return r, sc.Scan(&r.ID, &r.Status)
 }
 
 // openChildren repeats runs_open_children's predicate for the runs table
@@ -52,11 +44,7 @@ func openChildren(a string) string {
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	rows, err := t.q().Query(ctx, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, parent)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, scanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their

@@ -72,6 +72,14 @@ func (e exec) batch(ctx context.Context, build func() *pgx.Batch, read func(br p
 	return mapErr(err)
 }
 
+// inTx runs fn in the executor's transaction, or in one of its own.
+func (e exec) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	if e.tx != nil {
+		return mapErr(fn(e.tx))
+	}
+	return e.s.withTx(ctx, fn)
+}
+
 // run runs a statement and returns the rows it affected.
 func (e exec) run(ctx context.Context, sql string, args ...any) (int64, error) {
 	if e.tx != nil {
@@ -95,4 +103,10 @@ func (s *Store) Driver() driver.Driver { return pgDriver{exec{s: s}} }
 func scanCount(sc scanner) (driver.Count, error) {
 	var c driver.Count
 	return c, sc.Scan(&c.Key, &c.N)
+}
+
+// Read runs fn on the pool: each read is its own snapshot, as before
+// the seam.
+func (d pgDriver) Read(ctx context.Context, fn func(x driver.Executor) error) error {
+	return fn(d.exec)
 }

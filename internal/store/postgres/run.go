@@ -131,7 +131,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
-	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
 	var full *store.QueueFullError
 	if errors.As(err, &full) && p.IdempotencyKey != "" {
 		// A repeat of a run already admitted is never refused.
@@ -688,19 +688,12 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 		if !isNotFound(err) {
 			return store.ModelReplyRecordResult{}, wrap(err)
 		}
-		cur, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1`, scanRunRow, r.RunID)
+		old, found, err := rules.ReplyExisting(ctx, exec{s: s}, r.RunID, r.Turn)
 		if err != nil {
 			return store.ModelReplyRecordResult{}, wrap(err)
 		}
-		if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
-			return store.ModelReplyRecordResult{}, wrap(err)
-		}
-		old, err := s.ModelReplyGet(ctx, r.RunID, r.Turn)
-		if err == nil {
+		if found {
 			return store.ModelReplyRecordResult{Reply: old, Existed: true}, nil
-		}
-		if !isNotFound(err) {
-			return store.ModelReplyRecordResult{}, wrap(err)
 		}
 		// The fence passes now and there is no reply: the run moved
 		// under us between the statements. Try again.

@@ -2,11 +2,8 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -45,84 +42,6 @@ func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (ag
 
 func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
 	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`, scanTenant, id)
-}
-
-// TenantUpdate changes the set fields. A changed window restarts: used
-// starts again from zero and the next use opens the new window;
-// reservations carry over. The tenant row is locked FOR UPDATE first: an
-// unlimited tenant given a limit starts from what its usage ledger
-// charged in the current window, and that lock waits out every settle
-// still inserting into the ledger under its share lock (see budget.go).
-func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
-	p, w, err := rules.TenantUpdate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	var window *string
-	var windowUS *int64
-	if w != nil {
-		name, us := string(w.Name), w.Every.Microseconds()
-		window, windowUS = &name, &us
-	}
-	var exhausted *string
-	if p.Exhausted != nil {
-		e := string(*p.Exhausted)
-		exhausted = &e
-	}
-	now := rules.Now()
-	var t agentfleet.Tenant
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		l, err := scanLedger(tx.QueryRow(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`, p.ID))
-		if err != nil {
-			return err
-		}
-		restart := w != nil && w.Name != l.Window.Name
-		limit, perMinute := l.Limit, l.TokensPerMinute
-		if p.TokenLimit != nil {
-			limit = *p.TokenLimit
-		}
-		if p.TokensPerMinute != nil {
-			perMinute = *p.TokensPerMinute
-		}
-		// The ledger columns to set when the tenant stops being
-		// unlimited; nil keeps them.
-		var used *int64
-		var ws, we, ms *time.Time
-		var mu *int64
-		if !restart && l.Unlimited() && !rules.Unlimited(limit, perMinute) {
-			nl, err := startLimited(ctx, tx, l, now)
-			if err != nil {
-				return err
-			}
-			used, ws, we, ms, mu = &nl.Used, &nl.WindowStart, &nl.WindowEnd, &nl.MinuteStart, &nl.MinuteUsed
-		}
-		t, err = scanTenant(tx.QueryRow(ctx, `UPDATE tenants SET
-				token_limit = COALESCE($2::bigint, token_limit),
-				budget_window = COALESCE($3::text, budget_window),
-				window_us = COALESCE($4::bigint, window_us),
-				tokens_per_minute = COALESCE($5::bigint, tokens_per_minute),
-				max_concurrent_runs = COALESCE($6::integer, max_concurrent_runs),
-				weight = COALESCE($7::integer, weight),
-				exhausted = COALESCE($8::text, exhausted),
-				used = CASE WHEN $3::text <> budget_window THEN 0 ELSE COALESCE($10::bigint, used) END,
-				window_start = CASE WHEN $3::text <> budget_window THEN NULL WHEN $10::bigint IS NOT NULL THEN $11 ELSE window_start END,
-				window_end = CASE WHEN $3::text <> budget_window THEN NULL WHEN $10::bigint IS NOT NULL THEN $12 ELSE window_end END,
-				minute_start = CASE WHEN $10::bigint IS NOT NULL THEN $13 ELSE minute_start END,
-				minute_used = COALESCE($14::bigint, minute_used),
-				max_queued_runs = COALESCE($15::integer, max_queued_runs),
-				updated_at = $9
-			WHERE id = $1 RETURNING `+tenantCols,
-			p.ID, p.TokenLimit, window, windowUS, p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, exhausted, now,
-			used, ws, we, ms, mu, p.MaxQueuedRuns))
-		return err
-	})
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
-	}
-	if p.MaxQueuedRuns != nil {
-		s.queue.Forget(p.ID)
-	}
-	return t, nil
 }
 
 func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -14,26 +15,17 @@ func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
 }
 
 // RunStatuses reads the statuses of the runs ids names.
-func (t exec) RunStatuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error) {
-	out := make(map[string]agentfleet.RunStatus, len(ids))
+func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus, error) {
 	if len(ids) == 0 {
-		return out, nil
+		return nil, nil
 	}
-	rows, err := t.q.QueryContext(ctx, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`,
+	return all(ctx, t, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`, scanRunStatus,
 		string(rules.EncodeStrings(ids)))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var st agentfleet.RunStatus
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, err
-		}
-		out[id] = st
-	}
-	return out, rows.Err()
+}
+
+func scanRunStatus(sc interface{ Scan(...any) error }) (driver.RunStatus, error) {
+	var r driver.RunStatus
+	return r, sc.Scan(&r.ID, &r.Status)
 }
 
 // openChildren repeats runs_open_children's predicate for the runs table
@@ -44,11 +36,7 @@ func openChildren(a string) string {
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	rows, err := t.q.QueryContext(ctx, `SELECT id FROM runs WHERE parent_run_id = ? AND `+openChildren("")+` ORDER BY seq`, parent)
-	if err != nil {
-		return nil, err
-	}
-	return collectStrings(rows)
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+openChildren("")+` ORDER BY seq`, scanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
@@ -81,23 +69,4 @@ func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage
 			var u agentfleet.Usage
 			return u, sc.Scan(&u.PromptTokens, &u.CompletionTokens)
 		}, id)
-}
-
-// collectStrings reads one string column of rows and closes them.
-func collectStrings(rows interface {
-	Next() bool
-	Scan(...any) error
-	Err() error
-	Close() error
-}) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }

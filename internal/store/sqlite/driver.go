@@ -96,3 +96,9 @@ func scanCount(sc interface{ Scan(...any) error }) (driver.Count, error) {
 	var c driver.Count
 	return c, sc.Scan(&c.Key, &c.N)
 }
+
+// Read runs fn in one read transaction on the read pool: one snapshot
+// for all its reads.
+func (d liteDriver) Read(ctx context.Context, fn func(x driver.Executor) error) error {
+	return d.s.readTx(ctx, func(q queryer) error { return fn(exec{s: d.s, q: q}) })
+}

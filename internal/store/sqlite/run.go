@@ -85,7 +85,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
-	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
 	var full *store.QueueFullError
 	if errors.As(err, &full) && p.IdempotencyKey != "" {
 		// A repeat of a run already admitted is never refused.
@@ -345,20 +345,12 @@ func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettlePara
 	return settled, nil, err
 }
 
-// replyNotInserted says why the fenced insert of r did nothing: the run
-// is missing or fenced off (an error), or the turn has its reply already
-// (res.Existed).
+// replyNotInserted says why the fenced insert of r did nothing
+// (rules.ReplyExisting).
 func (s *Store) replyNotInserted(ctx context.Context, tx *wtx, r store.ModelReply, res *store.ModelReplyRecordResult) error {
-	cur, err := s.runByID(ctx, tx, r.RunID)
-	if err != nil {
-		return err
-	}
-	if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
-		return err
-	}
-	old, err := scanReply(tx.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, r.RunID, r.Turn))
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
+	old, found, err := rules.ReplyExisting(ctx, exec{s: s, q: tx, tx: tx}, r.RunID, r.Turn)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
 	}
 	if err != nil {
 		return err

@@ -1,10 +1,12 @@
 // Package sqlite is the embedded store backend: one SQLite file, pure Go
 // (modernc.org/sqlite), the default when no Postgres URL is configured.
 //
-// It owns the SQLite schema (migrations/, applied on Open) and the
-// translation of store.Store calls into SQL. It must not know NATS, HTTP
-// or the turn engine; callers see only store.Store and store's sentinel
-// errors.
+// It owns the SQLite schema (migrations/, applied on Open) and the SQL:
+// the driver.Executor primitives (driver.go and one file per noun), over
+// which the rules package implements most of store.Store, and the
+// methods that have not moved behind that seam (see rules.Store's doc).
+// It must not know NATS, HTTP or the turn engine; callers see only
+// store.Store and store's sentinel errors.
 //
 // Concurrency: SQLite allows one writer at a time, and a write
 // transaction that starts as a reader and later writes can fail with
@@ -153,7 +155,6 @@ type Store struct {
 	rd     reader
 	// The group commit's queue of writes (see write).
 	writes group.Queue[*writeReq]
-	queue  rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)

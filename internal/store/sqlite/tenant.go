@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -39,84 +38,6 @@ func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (ag
 
 func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
 	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, scanTenant, id)
-}
-
-// TenantUpdate changes the set fields. A changed window restarts: used
-// starts again from zero and the next use opens the new window;
-// reservations carry over. An unlimited tenant given a limit starts from
-// what its usage ledger charged in the current window (see
-// store.TenantUpdateParams); inside the write transaction no settlement
-// can slip past that sum.
-func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
-	p, w, err := rules.TenantUpdate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	now := rules.Now()
-	var t agentfleet.Tenant
-	err = s.write(ctx, func(tx *wtx) error {
-		cur, err := scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, p.ID))
-		if err != nil {
-			return err
-		}
-		l, err := loadLedger(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		restart := w != nil && w.Name != cur.Window
-		wasUnlimited := l.Unlimited()
-		if p.TokenLimit != nil {
-			cur.TokenLimit = *p.TokenLimit
-		}
-		if p.Window != nil {
-			cur.Window = *p.Window
-		}
-		if p.TokensPerMinute != nil {
-			cur.TokensPerMinute = *p.TokensPerMinute
-		}
-		if p.MaxConcurrentRuns != nil {
-			cur.MaxConcurrentRuns = *p.MaxConcurrentRuns
-		}
-		if p.MaxQueuedRuns != nil {
-			cur.MaxQueuedRuns = *p.MaxQueuedRuns
-		}
-		if p.Weight != nil {
-			cur.Weight = *p.Weight
-		}
-		if p.Exhausted != nil {
-			cur.Exhausted = *p.Exhausted
-		}
-		switch {
-		case restart:
-			l.Used, l.WindowStart, l.WindowEnd = 0, time.Time{}, time.Time{}
-		case wasUnlimited && !rules.Unlimited(cur.TokenLimit, cur.TokensPerMinute):
-			if l, err = startLimited(ctx, tx, l, now); err != nil {
-				return err
-			}
-		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
-				max_concurrent_runs = ?, max_queued_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
-				used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
-			WHERE id = ? RETURNING `+tenantCols,
-			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.MaxQueuedRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
-			l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, p.ID))
-		return err
-	})
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
-	}
-	if p.MaxQueuedRuns != nil {
-		s.queue.Forget(p.ID)
-	}
-	return t, nil
-}
-
-// startLimited is the ledger of an unlimited tenant given a limit at now
-// (rules.Ledger.StartLimited), read from its usage ledger.
-func startLimited(ctx context.Context, q queryer, l rules.Ledger, now time.Time) (rules.Ledger, error) {
-	return l.StartLimited(now, nextUse(ctx, q, l.Tenant), func(from, to time.Time) (int64, error) {
-		return ledgerSum(ctx, q, l.Tenant, from, to)
-	})
 }
 
 func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {

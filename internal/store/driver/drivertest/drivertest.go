@@ -39,6 +39,7 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"Runs":      exerciseRuns,
 		"Approvals": exerciseApprovals,
 		"Batches":   exerciseBatches,
+		"Budget":    exerciseBudget,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

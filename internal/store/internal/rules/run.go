@@ -294,9 +294,16 @@ func ApplyWake(ctx context.Context, tx driver.Executor, id string, now time.Time
 	if err != nil || r.Status != agentfleet.StatusWaitingChildren {
 		return res, false, err
 	}
-	statuses, err := tx.RunStatuses(ctx, r.WaitIDs)
-	if err != nil || !WaitDue(r.Run, statuses, now) {
+	rows, err := tx.RunStatuses(ctx, r.WaitIDs)
+	if err != nil {
 		return res, false, err
+	}
+	statuses := make(map[string]agentfleet.RunStatus, len(rows))
+	for _, s := range rows {
+		statuses[s.ID] = s.Status
+	}
+	if !WaitDue(r.Run, statuses, now) {
+		return res, false, nil
 	}
 	r.Status = agentfleet.StatusRunning
 	r.Wake++
