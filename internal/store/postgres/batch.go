@@ -98,17 +98,10 @@ var (
 )
 
 func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
-	if a.ended {
-		return rules.Invalidf("batch %s: admission ended", a.p.ID)
-	}
-	rows, err := rules.BatchRows(a.p, inputs, a.next, rules.Now())
+	s := a.s
+	rows, done, err := s.BatchChunk(ctx, a.p, a.ended, inputs, a.next, s.countQueued)
 	if err != nil || len(rows) == 0 {
 		return err
-	}
-	s := a.s
-	done, err := s.Store.Queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
-	if err != nil {
-		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
 	}
 	created := 0
 	defer func() { done(created) }()

@@ -460,3 +460,22 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 	}
 	return res, nil
 }
+
+// BatchChunk is how a backend's admission Append starts, written once:
+// an ended admission refuses, the inputs become rows numbered from next,
+// and the queue gate admits them. With no error and rows, the caller
+// must call done with how many runs it created.
+func (s *Store) BatchChunk(ctx context.Context, p store.BatchAdmitParams, ended bool, inputs []store.BatchInput, next int,
+	count QueueCount) (rows []BatchRunRow, done func(created int), err error) {
+	if ended {
+		return nil, nil, Invalidf("batch %s: admission ended", p.ID)
+	}
+	rows, err = BatchRows(p, inputs, next, Now())
+	if err != nil || len(rows) == 0 {
+		return nil, nil, err
+	}
+	if done, err = s.Queue.Admit(ctx, p.Tenant, len(rows), count); err != nil {
+		return nil, nil, fmt.Errorf("admit batch %s: %w", p.ID, err)
+	}
+	return rows, done, nil
+}
