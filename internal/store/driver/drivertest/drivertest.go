@@ -40,6 +40,8 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"Approvals": exerciseApprovals,
 		"Batches":   exerciseBatches,
 		"Budget":    exerciseBudget,
+		"Reads":     exerciseReads,
+		"Notify":    exerciseApprovalNotify,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
