@@ -5,8 +5,11 @@
 //
 // There are two backends behind the one Store interface: store/postgres
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
-// default). Both are held to one contract suite, store/storetest; a change
-// of behaviour starts there. Nothing outside the backends sees a driver
+// default). Most of the interface is implemented once, in
+// store/internal/rules, over the SQL primitives each backend exports as a
+// store/driver.Driver (held to store/driver/drivertest); the rest each
+// backend implements itself. Both are held to one contract suite,
+// store/storetest; a change of behaviour starts there. Nothing outside the backends sees a driver
 // type, and callers branch only on the sentinel errors declared here, on
 // *QueueFullError and on *agentfleet.BudgetExhaustedError.
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver/drivertest"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -58,6 +59,26 @@ func TestStore(t *testing.T) {
 					return postgres.Open(ctx, postgres.Config{URL: url, Schema: schema})
 				}
 			}))
+	})
+}
+
+// The driver contract suite, against every backend: TestDriver/sqlite/...,
+// TestDriver/postgres/...
+func TestDriver(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		drivertest.Exercise(t, func(t *testing.T) drivertest.Backend {
+			s := openSQLite(t, filepath.Join(t.TempDir(), "store.db"))
+			return drivertest.Backend{Driver: s.Driver(), Store: s}
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		pgtest.URL(t)
+		drivertest.Exercise(t, func(t *testing.T) drivertest.Backend {
+			s := pgtest.Open(t)
+			return drivertest.Backend{Driver: s.Driver(), Store: s}
+		})
 	})
 }
 

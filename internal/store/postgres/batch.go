@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -97,17 +98,10 @@ var (
 )
 
 func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
-	if a.ended {
-		return rules.Invalidf("batch %s: admission ended", a.p.ID)
-	}
-	rows, err := rules.BatchRows(a.p, inputs, a.next, rules.Now())
+	s := a.s
+	rows, done, err := s.BatchChunk(ctx, a.p, a.ended, inputs, a.next, s.countQueued)
 	if err != nil || len(rows) == 0 {
 		return err
-	}
-	s := a.s
-	done, err := s.queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
-	if err != nil {
-		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
 	}
 	created := 0
 	defer func() { done(created) }()
@@ -197,53 +191,22 @@ func (a *admission) Abort(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch,
-		scanBatch, p.ID, p.Tenant)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
-	}
-	type count struct {
-		status agentfleet.RunStatus
-		n      int
-		u      agentfleet.Usage
-	}
-	cs, err := queryAll(ctx, s, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = $1 AND batch_id <> '' GROUP BY status`, func(sc scanner) (count, error) {
-		var c count
-		err := sc.Scan(&c.status, &c.n, &c.u.PromptTokens, &c.u.CompletionTokens)
-		return c, err
-	}, b.ID)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, err)
-	}
-	b.Counts = map[agentfleet.RunStatus]int{}
-	for _, c := range cs {
-		b.Counts[c.status] = c.n
-		b.Usage.PromptTokens += c.u.PromptTokens
-		b.Usage.CompletionTokens += c.u.CompletionTokens
-	}
-	return b, nil
+func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
+	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch,
+		scanBatch, id, tenant)
 }
 
-func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
-	after, err := rules.DecodeBatchCursor(p.Cursor)
-	if err != nil {
-		return store.BatchListResult{}, err
-	}
-	limit := rules.BatchListLimit(p.Limit)
-	bs, err := queryAll(ctx, s, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND `+visibleBatch+`
-		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scanBatch, p.Tenant, after, limit+1)
-	if err != nil {
-		return store.BatchListResult{}, fmt.Errorf("list batches: %w", err)
-	}
-	var res store.BatchListResult
-	if len(bs) > limit {
-		bs = bs[:limit]
-		res.NextCursor = rules.EncodeBatchCursor(bs[limit-1].ID)
-	}
-	res.Batches = bs
-	return res, nil
+func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
+	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
+		FROM runs WHERE batch_id = $1 AND batch_id <> '' GROUP BY status`, func(sc scanner) (driver.BatchStatusCount, error) {
+		var c driver.BatchStatusCount
+		return c, sc.Scan(&c.Status, &c.N, &c.Usage.PromptTokens, &c.Usage.CompletionTokens)
+	}, id)
+}
+
+func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
+	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND `+visibleBatch+`
+		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scanBatch, tenant, afterID, limit)
 }
 
 func scanBatchRun(sc scanner) (store.BatchRun, error) {
@@ -253,46 +216,24 @@ func scanBatchRun(sc scanner) (store.BatchRun, error) {
 	return br, err
 }
 
-func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+func (e exec) BatchRunList(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
 	var statuses []string
 	for _, st := range p.Status {
 		statuses = append(statuses, string(st))
 	}
-	out, err := queryAll(ctx, s, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND batch_id <> ''
+	return all(ctx, e, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND batch_id <> ''
 		AND batch_index > $2 AND (coalesce(cardinality($3::text[]), 0) = 0 OR status = ANY($3)) ORDER BY batch_index LIMIT $4`,
-		scanBatchRun, p.ID, p.AfterIndex, statuses, rules.BatchRunsLimit(p.Limit))
-	if err != nil {
-		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, err)
-	}
-	return out, nil
+		scanBatchRun, p.ID, p.AfterIndex, statuses, p.Limit)
 }
 
-func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
-	limit := rules.BatchCancelLimit(p.Limit)
-	now := rules.Now()
-	var res store.BatchCancelResult
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
-		res = store.BatchCancelResult{}
-		b, err := scanBatch(tx.QueryRow(ctx, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-			WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch+` RETURNING `+batchCols, p.ID, p.Tenant))
-		if err != nil {
-			return err
-		}
-		res.Batch = b
-		ids, err := collect(ctx, tx, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-			AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, scanString, p.ID, limit+1)
-		if err != nil {
-			return err
-		}
-		if len(ids) > limit {
-			ids, res.More = ids[:limit], true
-		}
-		return rules.ApplyBatchCancel(ctx, runTx{tx}, b.ID, ids, now, &res)
-	})
-	if err != nil {
-		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
-	}
-	return res, nil
+func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
+	return one(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
+		WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch+` RETURNING `+batchCols, scanBatch, id, tenant)
+}
+
+func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
+	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
+		AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, scanString, id, limit)
 }
 
 func scanString(sc scanner) (string, error) {
@@ -301,97 +242,67 @@ func scanString(sc scanner) (string, error) {
 	return v, err
 }
 
-func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
-	held, err := queryOne(ctx, s, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
+func (e exec) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
 		WHERE r.id = $1 AND r.batch_id <> ''`, func(sc scanner) (bool, error) {
 		var v bool
-		err := sc.Scan(&v)
-		return v, err
+		return v, sc.Scan(&v)
 	}, runID)
-	if isNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("is run %s held by its batch: %w", runID, err)
-	}
-	return held, nil
 }
 
-func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	bs, err := queryAll(ctx, s, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT $1`,
-		scanBatch, rules.BatchSweepLimit(limit))
-	if err != nil {
-		return nil, fmt.Errorf("list unfinished batches: %w", err)
-	}
-	return bs, nil
+func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT $1`,
+		scanBatch, limit)
 }
 
-func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
-	now := rules.NowOr(p.Now)
-	bs, err := s.BatchUnfinished(ctx, p.Limit)
-	if err != nil {
-		return store.BatchSweepResult{}, err
-	}
-	var res store.BatchSweepResult
-	for _, b := range bs {
-		var r store.BatchSweepResult
-		err := s.withTx(ctx, func(tx pgx.Tx) (err error) {
-			r, err = rules.ApplyBatchSweep(ctx, runTx{tx}, b.ID, now)
-			return err
-		})
-		if err != nil {
-			return res, fmt.Errorf("sweep batch %s: %w", b.ID, err)
-		}
-		res.Released = append(res.Released, r.Released...)
-		res.Finished = append(res.Finished, r.Finished...)
-	}
-	return res, nil
-}
+// BatchAdmissionDropAbandoned has nothing to do: an admission here is one
+// transaction, which a dead process's connection rolls back.
+func (e exec) BatchAdmissionDropAbandoned(context.Context, time.Time) error { return nil }
 
 // The BatchTx methods of runTx.
 
-func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
-	b, err := scanBatch(t.tx.QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, id))
+func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
+	b, err := scanBatch(t.q().QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
 	}
 	return b, err
 }
 
-func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
 	var n int
-	err := t.tx.QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
+	err := t.q().QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
 		id, released).Scan(&n)
 	return n, err
 }
 
-func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
 	return collect(ctx, t.tx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
 		AND batch_index >= $2 ORDER BY batch_index LIMIT $3`, scanBatchRun, id, from, limit)
 }
 
-func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
-	_, err := t.tx.Exec(ctx, `UPDATE batches SET released = $2 WHERE id = $1`, id, released)
+func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
+	_, err := t.q().Exec(ctx, `UPDATE batches SET released = $2 WHERE id = $1`, id, released)
 	return err
 }
 
-func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
 	if r.SessionID == "" {
 		return true, nil
 	}
 	var ok bool
-	err := t.tx.QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
+	err := t.q().QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
 		AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
 	return ok, err
 }
 
-func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 	var open bool
-	err := t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
+	err := t.q().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
 	return open, err
 }
 
-func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return scanBatch(t.tx.QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+batchCols,
+func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+	return scanBatch(t.q().QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+batchCols,
 		id, string(status), at))
 }

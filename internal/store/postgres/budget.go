@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -290,35 +291,21 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 	return store.BudgetSettleResult{Charged: charged, Overage: total - charged}, nil
 }
 
-func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
-	if reservationID == "" {
-		return nil // an unlimited tenant's reservation: nothing was held
-	}
-	_, err := queryOne(ctx, s, `WITH r AS (
+func (e exec) ReservationRelease(ctx context.Context, id string) error {
+	_, err := one(ctx, e, `WITH r AS (
 			DELETE FROM reservations WHERE id = $1 RETURNING tenant, tokens
 		)
 		UPDATE tenants t SET reserved = GREATEST(t.reserved - r.tokens, 0) FROM r WHERE t.id = r.tenant RETURNING t.id`,
-		func(sc scanner) (string, error) {
-			var id string
-			err := sc.Scan(&id)
-			return id, err
-		}, reservationID)
-	if isNotFound(err) {
-		err = fmt.Errorf("reservation %s (settled, released or expired): %w", reservationID, store.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("release reservation %s: %w", reservationID, err)
-	}
-	return nil
+		scanString, id)
+	return err
 }
 
-// BudgetExpire releases expired reservations. Concurrent expiries are
-// serialised by an advisory lock: each updates several tenant rows, and
-// two doing so in different orders could deadlock.
-func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
-	now = rules.NowOr(now)
+// ReservationExpire serialises concurrent expiries by an advisory lock:
+// each updates several tenant rows, and two doing so in different orders
+// could deadlock.
+func (e exec) ReservationExpire(ctx context.Context, now time.Time) (int, error) {
 	var n int
-	err := s.withTx(ctx, func(tx pgx.Tx) error {
+	err := e.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, lockExpire); err != nil {
 			return err
 		}
@@ -331,80 +318,80 @@ func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
 			)
 			SELECT count(*) FROM d`, now).Scan(&n)
 	})
-	if err != nil {
-		return 0, fmt.Errorf("expire reservations before %s: %w", now.Format(time.RFC3339), err)
-	}
-	return n, nil
-}
-
-func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error) {
-	now = rules.NowOr(now)
-	var st agentfleet.BudgetState
-	err := s.withConn(ctx, func(c *pgx.Conn) error {
-		l, err := scanLedger(c.QueryRow(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1`, tenant))
-		if err != nil {
-			return err
-		}
-		st, err = l.BudgetState(now, nextUse(ctx, c, tenant), func(from, to time.Time) (int64, error) {
-			return ledgerSum(ctx, c, tenant, from, to)
-		})
-		return err
-	})
-	if err != nil {
-		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, mapErr(err))
-	}
-	return st, nil
-}
-
-// rowQuerier runs a one-row query: a connection or a transaction.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// nextUse finds a tenant's first ledger entry at or after a time.
-func nextUse(ctx context.Context, q rowQuerier, tenant string) rules.NextUse {
-	return func(t time.Time) (time.Time, bool, error) {
-		var next *time.Time
-		err := q.QueryRow(ctx, `SELECT min(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at >= COALESCE($2::timestamptz, '-infinity')`,
-			tenant, tsArg(t)).Scan(&next)
-		return tsVal(next), next != nil, err
-	}
-}
-
-// ledgerSum is what the ledger charged a tenant in [from, to).
-func ledgerSum(ctx context.Context, q rowQuerier, tenant string, from, to time.Time) (int64, error) {
-	var n int64
-	err := q.QueryRow(ctx, `SELECT COALESCE(sum(charged), 0)::bigint FROM usage_ledger WHERE tenant = $1 AND created_at >= $2 AND created_at < $3`,
-		tenant, from, to).Scan(&n)
 	return n, err
 }
 
-// startLimited is the ledger of an unlimited tenant given a limit at now
-// (rules.Ledger.StartLimited), read from its usage ledger.
-func startLimited(ctx context.Context, q rowQuerier, l rules.Ledger, now time.Time) (rules.Ledger, error) {
-	return l.StartLimited(now, nextUse(ctx, q, l.Tenant), func(from, to time.Time) (int64, error) {
-		return ledgerSum(ctx, q, l.Tenant, from, to)
-	})
-}
-
-func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {
-	p, err := rules.UsageList(p)
-	if err != nil {
-		return nil, err
-	}
+func (e exec) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {
 	key := "model"
 	if p.GroupBy == "run" {
 		key = "run_id"
 	}
-	rows, err := queryAll(ctx, s, `SELECT `+key+`, sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, count(*) FROM usage_ledger
+	return all(ctx, e, `SELECT `+key+`, sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, count(*) FROM usage_ledger
 		WHERE tenant = $1 AND ($2 = '' OR run_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)
 		GROUP BY `+key+` ORDER BY `+key+` COLLATE "C"`, func(sc scanner) (store.UsageRow, error) {
 		var u store.UsageRow
 		err := sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
 		return u, err
 	}, p.Tenant, p.RunID, tsArg(p.Since))
-	if err != nil {
-		return nil, fmt.Errorf("list usage of %s: %w", p.Tenant, err)
+}
+
+func scanLedgerRow(sc scanner, extra ...any) (driver.Ledger, error) {
+	var l driver.Ledger
+	var ws, we, ms *time.Time
+	err := sc.Scan(append(extra, &l.Tenant, &l.Limit, &l.Window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)...)
+	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
+	return l, err
+}
+
+func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
+	return one(ctx, e, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1`, func(sc scanner) (driver.Ledger, error) { return scanLedgerRow(sc) }, tenant)
+}
+
+// LedgerLock locks the row FOR UPDATE: that waits out every settle still
+// inserting into the usage ledger under its share lock.
+func (e exec) LedgerLock(ctx context.Context, tenant string) (agentfleet.Tenant, driver.Ledger, error) {
+	type both struct {
+		t agentfleet.Tenant
+		l driver.Ledger
 	}
-	return rows, nil
+	b, err := one(ctx, e, `SELECT `+tenantCols+`, `+ledgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`, func(sc scanner) (both, error) {
+		var b both
+		var ws, we, ms *time.Time
+		var err error
+		b.t, err = scanTenantThen(sc, &b.l.Tenant, &b.l.Limit, &b.l.Window, &b.l.Used, &b.l.Reserved, &ws, &we, &b.l.TokensPerMinute, &ms, &b.l.MinuteUsed)
+		b.l.WindowStart, b.l.WindowEnd, b.l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
+		return b, err
+	}, tenant)
+	return b.t, b.l, err
+}
+
+func (e exec) UsageFirst(ctx context.Context, tenant string, t time.Time) (time.Time, bool, error) {
+	next, err := one(ctx, e, `SELECT min(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at >= COALESCE($2::timestamptz, '-infinity')`,
+		func(sc scanner) (*time.Time, error) {
+			var next *time.Time
+			return next, sc.Scan(&next)
+		}, tenant, tsArg(t))
+	return tsVal(next), next != nil, err
+}
+
+func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (int64, error) {
+	return one(ctx, e, `SELECT COALESCE(sum(charged), 0)::bigint FROM usage_ledger WHERE tenant = $1 AND created_at >= $2 AND created_at < $3`,
+		func(sc scanner) (int64, error) {
+			var n int64
+			return n, sc.Scan(&n)
+		}, tenant, from, to)
+}
+
+func (e exec) TenantUpdate(ctx context.Context, t agentfleet.Tenant, windowEvery *time.Duration, l driver.Ledger, now time.Time) (agentfleet.Tenant, error) {
+	var windowUS *int64
+	if windowEvery != nil {
+		us := windowEvery.Microseconds()
+		windowUS = &us
+	}
+	return one(ctx, e, `UPDATE tenants SET token_limit = $2, budget_window = $3, window_us = COALESCE($4::bigint, window_us),
+			tokens_per_minute = $5, max_concurrent_runs = $6, weight = $7, exhausted = $8, max_queued_runs = $9, updated_at = $10,
+			used = $11, window_start = $12, window_end = $13, minute_start = $14, minute_used = $15
+		WHERE id = $1 RETURNING `+tenantCols, scanTenant,
+		t.ID, t.TokenLimit, string(t.Window), windowUS, t.TokensPerMinute, t.MaxConcurrentRuns, t.Weight, string(t.Exhausted), t.MaxQueuedRuns, now,
+		l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed)
 }

@@ -4,43 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-// ReadRun reads a run without locking it.
-func (t runTx) ReadRun(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
+// RunGet reads a run without locking it.
+func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
+	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
-	return r, err
+	return r, mapErr(err)
 }
 
-// Statuses reads the statuses of the runs ids names.
-func (t runTx) Statuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error) {
-	out := make(map[string]agentfleet.RunStatus, len(ids))
+// RunStatuses reads the statuses of the runs ids names.
+func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus, error) {
 	if len(ids) == 0 {
-		return out, nil
+		return nil, nil
 	}
-	rows, err := t.tx.Query(ctx, `SELECT id, status FROM runs WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		var st agentfleet.RunStatus
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, err
-		}
-		out[id] = st
-	}
-	return out, rows.Err()
+	return all(ctx, t, `SELECT id, status FROM runs WHERE id = ANY($1)`, scanRunStatus, ids)
+}
+
+func scanRunStatus(sc scanner) (driver.RunStatus, error) {
+	var r driver.RunStatus
+	return r, sc.Scan(&r.ID, &r.Status)
 }
 
 // openChildren repeats runs_open_children's predicate for the runs table
@@ -49,26 +42,9 @@ func openChildren(a string) string {
 	return a + `parent_run_id <> '' AND ` + a + `status NOT IN ('completed','failed','cancelled','max_turns')`
 }
 
-// UnfinishedChildren lists parent's children that have not ended.
-func (t runTx) UnfinishedChildren(ctx context.Context, parent string) ([]string, error) {
-	rows, err := t.tx.Query(ctx, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, parent)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-func (s *Store) RunEnded(ctx context.Context, p store.RunEndedParams) (store.RunEndedResult, error) {
-	now := rules.Now()
-	var res store.RunEndedResult
-	err := s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyRunEnded(ctx, runTx{tx}, p.ID, now)
-		return err
-	})
-	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("settle the end of run %s: %w", p.ID, err)
-	}
-	return res, nil
+// RunChildrenUnfinished lists parent's children that have not ended.
+func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, scanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
@@ -82,35 +58,16 @@ var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND
 var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
 	WHERE ` + openChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT $1`
 
-func (s *Store) RunChildrenDue(ctx context.Context, p store.RunChildrenDueParams) (store.RunEndedResult, error) {
-	now := rules.NowOr(p.Now)
-	limit := rules.ChildrenDueLimit(p.Limit)
-	str := func(sc scanner) (string, error) {
-		var id string
-		return id, sc.Scan(&id)
-	}
-	waiters, err := queryAll(ctx, s, waitersDueSQL, str, now, limit)
-	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("find runs whose children are done: %w", err)
-	}
-	ended, err := queryAll(ctx, s, orphanedSQL, str, limit)
-	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("find ended runs with children: %w", err)
-	}
-	wake := func(ctx context.Context, id string) (ch store.RunChangeResult, woken bool, err error) {
-		err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-			ch, woken, err = rules.ApplyWake(ctx, runTx{tx}, id, now)
-			return err
-		})
-		return ch, woken, err
-	}
-	return rules.SettleChildrenDue(ctx, waiters, ended, wake, func(ctx context.Context, id string) (store.RunEndedResult, error) {
-		return s.RunEnded(ctx, store.RunEndedParams{ID: id})
-	})
+func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return all(ctx, e, waitersDueSQL, scanString, now, limit)
 }
 
-func (s *Store) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {
-	u, err := queryOne(ctx, s, `WITH RECURSIVE d(id) AS (
+func (e exec) RunListOrphaning(ctx context.Context, limit int) ([]string, error) {
+	return all(ctx, e, orphanedSQL, scanString, limit)
+}
+
+func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {
+	return one(ctx, e, `WITH RECURSIVE d(id) AS (
 			SELECT id FROM runs WHERE parent_run_id = $1 AND parent_run_id <> ''
 			UNION ALL
 			SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id WHERE r.parent_run_id <> ''
@@ -120,8 +77,4 @@ func (s *Store) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usa
 			var u agentfleet.Usage
 			return u, sc.Scan(&u.PromptTokens, &u.CompletionTokens)
 		}, id)
-	if err != nil {
-		return agentfleet.Usage{}, fmt.Errorf("sum the usage of run %s's children: %w", id, err)
-	}
-	return u, nil
 }

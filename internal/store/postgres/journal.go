@@ -112,20 +112,12 @@ func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) 
 			}
 			return res, nil
 		}
-		cur, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1`, scanRunRow, e.RunID)
+		old, found, err := rules.JournalExisting(ctx, exec{s: s}, e)
 		if err != nil {
 			return store.JournalRecordResult{}, wrap(err)
 		}
-		if err := rules.CheckCommitFence(cur.Run, e.Turn, ""); err != nil {
-			return store.JournalRecordResult{}, wrap(err)
-		}
-		old, err := queryOne(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 AND idx = $3`,
-			func(sc scanner) (agentfleet.JournalEntry, error) { return scanJournal(sc) }, e.RunID, e.Turn, e.Index)
-		if err == nil {
+		if found {
 			return store.JournalRecordResult{Entry: old, Existed: true}, nil
-		}
-		if !isNotFound(err) {
-			return store.JournalRecordResult{}, wrap(err)
 		}
 		// The fence passes now and there is no entry: the run moved
 		// under us between the statements. Try again.
@@ -133,22 +125,15 @@ func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) 
 	return store.JournalRecordResult{}, wrap(fmt.Errorf("%w: the run kept changing", store.ErrConflict))
 }
 
-func (s *Store) JournalListByRun(ctx context.Context, p store.JournalListByRunParams) ([]agentfleet.JournalEntry, error) {
-	if err := rules.JournalListByRun(p); err != nil {
-		return nil, err
-	}
+func (e exec) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {
 	scan := func(sc scanner) (agentfleet.JournalEntry, error) { return scanJournal(sc) }
-	var (
-		out []agentfleet.JournalEntry
-		err error
-	)
-	if p.Turn > 0 {
-		out, err = queryAll(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 ORDER BY idx`, scan, p.RunID, p.Turn)
-	} else {
-		out, err = queryAll(ctx, s, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 ORDER BY turn, idx`, scan, p.RunID)
+	if turn > 0 {
+		return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 ORDER BY idx`, scan, runID, turn)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list the journal of run %s: %w", p.RunID, err)
-	}
-	return out, nil
+	return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 ORDER BY turn, idx`, scan, runID)
+}
+
+func (e exec) JournalGet(ctx context.Context, runID string, turn, index int) (agentfleet.JournalEntry, error) {
+	return one(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 AND idx = $3`,
+		func(sc scanner) (agentfleet.JournalEntry, error) { return scanJournal(sc) }, runID, turn, index)
 }

@@ -4,8 +4,11 @@
 //
 // It owns the Postgres schema (migrations/, applied on Open under an
 // advisory lock, so any number of processes may start at once) and the
-// translation of store.Store calls into SQL. It must not know NATS, HTTP
-// or the turn engine.
+// SQL: the driver.Executor primitives (driver.go and one file per noun),
+// over which the rules package implements most of store.Store, and the
+// methods that have not moved behind that seam (see rules.Store's doc:
+// the turn path, the budget ledger, the batch admission). It must not
+// know NATS, HTTP or the turn engine.
 //
 // How it stays correct and fast under concurrency:
 //   - The hot writes are single statements (or one pipelined batch, which
@@ -135,11 +138,14 @@ func (c Config) validate() error {
 
 // Store is the Postgres store. It is safe for concurrent use.
 type Store struct {
+	// *rules.Store implements the nouns moved behind the driver seam
+	// (see its doc) over this package's driver (driver.go); the methods
+	// below implement the rest.
+	*rules.Store
 	cfg   Config
 	pool  *pgxpool.Pool
 	pairs []string // legal "from>to" status transitions
 	pipe  pipeline
-	queue rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -162,6 +168,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
 	}
 	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	s.Store = rules.NewStore(s.Driver())
 	s.pipe.calls.Linger = pipelineLinger
 	if err := s.migrate(ctx); err != nil {
 		s.pool.Close()

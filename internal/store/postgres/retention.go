@@ -2,12 +2,8 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -20,40 +16,17 @@ import (
 var deleteEndedSQL = numberParams(`DELETE FROM runs WHERE id IN (
 	SELECT id FROM runs WHERE ` + rules.EndedBeforeSQL + ` ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)`)
 
-// RunDeleteEnded deletes one batch in one statement. Its locks are on the
+// RunDeleteEnded is one statement. Its locks are on the
 // ended runs it deletes and their rows only, which nothing else writes,
 // so turn commits never wait on it; the batch size bounds its length.
-func (s *Store) RunDeleteEnded(ctx context.Context, p store.RunDeleteEndedParams) (int, error) {
-	p, err := rules.RunDeleteEnded(p)
-	if err != nil {
-		return 0, err
-	}
-	var n int64
-	err = s.withConn(ctx, func(c *pgx.Conn) error {
-		tag, err := c.Exec(ctx, deleteEndedSQL, p.EndedBefore, p.EndedBefore, p.Limit)
-		n = tag.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("delete runs ended before %s: %w", p.EndedBefore.Format(time.RFC3339), mapErr(err))
-	}
-	return int(n), nil
+func (e exec) RunDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := e.run(ctx, deleteEndedSQL, before, before, limit)
+	return int(n), err
 }
 
-func (s *Store) RunDelete(ctx context.Context, p store.RunDeleteParams) error {
-	if err := rules.RunDelete(p); err != nil {
-		return err
-	}
-	err := s.withTx(ctx, func(tx pgx.Tx) error { return rules.ApplyRunDelete(ctx, runTx{tx}, p) })
-	if err != nil {
-		return fmt.Errorf("delete run %s: %w", p.ID, err)
-	}
-	return nil
-}
-
-// DeleteRun deletes run id; the trigger and the foreign keys take what
+// RunDelete deletes run id; the trigger and the foreign keys take what
 // belongs to it.
-func (t runTx) DeleteRun(ctx context.Context, id string) error {
-	_, err := t.tx.Exec(ctx, `DELETE FROM runs WHERE id = $1`, id)
+func (t exec) RunDelete(ctx context.Context, id string) error {
+	_, err := t.q().Exec(ctx, `DELETE FROM runs WHERE id = $1`, id)
 	return err
 }

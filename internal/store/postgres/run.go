@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -131,7 +131,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
-	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
 	var full *store.QueueFullError
 	if errors.As(err, &full) && p.IdempotencyKey != "" {
 		// A repeat of a run already admitted is never refused.
@@ -274,14 +274,6 @@ func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
 		err := sc.Scan(&free)
 		return free, err
 	}, r.Tenant, r.SessionID, r.Seq)
-}
-
-func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
-	r, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanRunRow, p.ID, p.Tenant)
-	if err != nil {
-		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, err)
-	}
-	return r.Run, nil
 }
 
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
@@ -497,17 +489,9 @@ var turnLoadMerger = pipeMerger{
 	},
 }
 
-func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
-	p, after, err := rules.RunList(p)
-	if err != nil {
-		return store.RunListResult{}, err
-	}
+func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
 	q, args := rules.RunListQuery(runCols, p, after, true)
-	rs, err := queryAll(ctx, s, numberParams(q), scanRunRow, args...)
-	if err != nil {
-		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
-	}
-	return rules.RunPage(rs, p), nil
+	return all(ctx, e, numberParams(q), scanRunRow, args...)
 }
 
 // numberParams turns the "?" parameters of q into Postgres's $1, $2, ...
@@ -528,49 +512,45 @@ func numberParams(q string) string {
 	}
 }
 
-// runTx is a transaction as rules.ApplyTransition and rules.ApplyCancel
-// need it.
-type runTx struct{ tx pgx.Tx }
-
-// LockRun reads a run and locks its row for the transaction.
-func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
+// RunLock reads a run and locks its row for the transaction.
+func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
+	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
 	return r, err
 }
 
-// UpdateRun writes the mutable columns a transition or cancel changes.
-func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(t.tx.QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
+// RunUpdate writes the mutable columns a transition or cancel changes.
+func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+	return scanRun(t.q().QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
 			cancel_requested = $7, cancel_reason = $8, updated_at = $9
 		WHERE id = $1 RETURNING `+runCols,
 		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
 }
 
-// InsertEvents appends events numbered after lastSeq, inside tx.
-func (t runTx) InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
+// EventInsert appends events numbered after lastSeq, inside tx.
+func (t exec) EventInsert(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	args := append([]any{runID, lastSeq}, evArgs(evs)...)
-	_, err := t.tx.Exec(ctx, insertEventsInto+`
+	_, err := t.q().Exec(ctx, insertEventsInto+`
 		SELECT $1, $2 + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary FROM `+evUnnest(3), args...)
 	return err
 }
 
-// SessionNext returns what ended's end hands out, inside the ending
+// RunSessionNext returns what ended's end hands out, inside the ending
 // transaction and under the session lock: the session's next queued run,
 // when ended was the session's head.
-func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
 	if ended.SessionID == "" || !ended.Status.Terminal() {
 		return nil, nil
 	}
-	if _, err := t.tx.Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
 		return nil, err
 	}
-	head, err := scanRun(t.tx.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
+	head, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
 		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -581,70 +561,17 @@ func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet
 	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
-func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
-	now := rules.Now()
-	p, err := rules.RunTransition(p, now)
-	if err != nil {
-		return store.RunChangeResult{}, err
-	}
-	var res store.RunChangeResult
-	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyTransition(ctx, runTx{tx}, p, now)
-		return err
-	})
-	if err != nil {
-		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
-	}
-	return res, nil
+func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
+	return one(ctx, e, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, scanInt, tenant)
 }
 
-func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	now := rules.Now()
-	p, err := rules.RunCancel(p, now)
-	if err != nil {
-		return store.RunCancelResult{}, err
-	}
-	var res store.RunCancelResult
-	err = s.withTx(ctx, func(tx pgx.Tx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{tx}, p, p.Events, now)
-		return err
-	})
-	if err != nil {
-		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
-	}
-	return res, nil
+func scanInt(sc scanner) (int, error) {
+	var n int
+	return n, sc.Scan(&n)
 }
 
-func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	n, err := queryOne(ctx, s, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, func(sc scanner) (int, error) {
-		var n int
-		err := sc.Scan(&n)
-		return n, err
-	}, tenant)
-	if err != nil {
-		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
-	}
-	return n, nil
-}
-
-func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
-	type count struct {
-		status agentfleet.RunStatus
-		n      int
-	}
-	cs, err := queryAll(ctx, s, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, func(sc scanner) (count, error) {
-		var c count
-		err := sc.Scan(&c.status, &c.n)
-		return c, err
-	}, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
-	}
-	out := make(map[agentfleet.RunStatus]int, len(cs))
-	for _, c := range cs {
-		out[c.status] = c.n
-	}
-	return out, nil
+func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Count, error) {
+	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, scanCount, tenant)
 }
 
 const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
@@ -761,19 +688,12 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 		if !isNotFound(err) {
 			return store.ModelReplyRecordResult{}, wrap(err)
 		}
-		cur, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = $1`, scanRunRow, r.RunID)
+		old, found, err := rules.ReplyExisting(ctx, exec{s: s}, r.RunID, r.Turn)
 		if err != nil {
 			return store.ModelReplyRecordResult{}, wrap(err)
 		}
-		if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
-			return store.ModelReplyRecordResult{}, wrap(err)
-		}
-		old, err := s.ModelReplyGet(ctx, r.RunID, r.Turn)
-		if err == nil {
+		if found {
 			return store.ModelReplyRecordResult{Reply: old, Existed: true}, nil
-		}
-		if !isNotFound(err) {
-			return store.ModelReplyRecordResult{}, wrap(err)
 		}
 		// The fence passes now and there is no reply: the run moved
 		// under us between the statements. Try again.
@@ -903,13 +823,9 @@ var unlimitedRecordMerger = pipeMerger{
 	},
 }
 
-func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	m, err := queryOne(ctx, s, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
+func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
+	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
 		func(sc scanner) (store.ModelReply, error) { return scanReply(sc) }, runID, turn)
-	if err != nil {
-		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, err)
-	}
-	return m, nil
 }
 
 const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
@@ -924,55 +840,40 @@ func scanStep(sc scanner) (agentfleet.Step, error) {
 	return x, err
 }
 
-func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	steps, err := queryAll(ctx, s, stepsSQL, scanStep, p.RunID, p.FromTurn, math.MaxInt32)
-	if err != nil {
-		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
-	}
-	return steps, nil
+func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
+	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
 }
 
-func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]agentfleet.Event, error) {
-	evs, err := rules.Events(p.Events, 0, rules.Now())
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
+// EventAppend is one statement: the run's seq moves on and the events
+// go in numbered after it.
+func (e exec) EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error) {
 	type head struct {
-		last            int64
-		tenant, session string
+		last int64
+		run  agentfleet.Run
 	}
-	args := append([]any{p.RunID, int64(len(evs))}, evArgs(evs)...)
-	h, err := queryOne(ctx, s, `WITH r AS (
+	args := append([]any{runID, int64(len(evs))}, evArgs(evs)...)
+	h, err := one(ctx, e, `WITH r AS (
 			UPDATE runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq - $2 AS last, tenant, session_id
 		), e AS (
 			`+insertEventsInto+` SELECT $1, r.last + x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
 			FROM r, `+evUnnest(3)+`
 		)
 		SELECT last, tenant, session_id FROM r`, func(sc scanner) (head, error) {
-		var h head
-		err := sc.Scan(&h.last, &h.tenant, &h.session)
-		return h, err
+		h := head{run: agentfleet.Run{ID: runID}}
+		return h, sc.Scan(&h.last, &h.run.Tenant, &h.run.SessionID)
 	}, args...)
-	if err != nil {
-		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), p.RunID, err)
-	}
-	rules.Number(evs, agentfleet.Run{ID: p.RunID, Tenant: h.tenant, SessionID: h.session}, h.last)
-	return evs, nil
+	return h.run, h.last, err
 }
 
-func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
+func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
 	var limit *int
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	evs, err := queryAll(ctx, s, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+	return all(ctx, e, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
 			e.tokens_prompt, e.tokens_completion, e.summary
 		FROM events e JOIN runs r ON r.id = e.run_id
 		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scanEvent, p.RunID, p.AfterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
-	}
-	return evs, nil
 }
 
 func scanEvent(sc scanner) (agentfleet.Event, error) {

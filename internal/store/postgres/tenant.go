@@ -2,14 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -35,132 +33,24 @@ func prefixCols(prefix, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// TenantCreate creates a tenant and its "default" agent (version 1 is
-// p.DefaultAgent), so every tenant has one.
-func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
-	p, w, err := rules.TenantCreate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	now := rules.Now()
-	t, err := queryOne(ctx, s, `WITH t AS (
-			INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $11) RETURNING `+tenantCols+`
-		), a AS (
-			INSERT INTO agents (tenant, name, version, created_at) SELECT id, $10, 1, created_at FROM t
-		), v AS (
-			INSERT INTO agent_versions (tenant, name, version, spec, created_at) SELECT id, $10, 1, $12, created_at FROM t
-		)
-		SELECT `+tenantCols+` FROM t`, scanTenant,
-		p.ID, p.TokenLimit, string(p.Window), w.Every.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
-		string(p.Exhausted), now, agentfleet.DefaultAgent, p.MaxQueuedRuns, rules.EncodeAgentSpec(p.DefaultAgent))
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
-	}
-	return t, nil
+func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (agentfleet.Tenant, error) {
+	return one(ctx, e, `INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10) RETURNING `+tenantCols, scanTenant,
+		p.ID, p.TokenLimit, string(p.Window), p.WindowEvery.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
+		string(p.Exhausted), p.Now, p.MaxQueuedRuns)
 }
 
-func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error) {
-	t, err := queryOne(ctx, s, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`, scanTenant, id)
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("get tenant %s: %w", id, err)
-	}
-	return t, nil
+func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
+	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`, scanTenant, id)
 }
 
-// TenantUpdate changes the set fields. A changed window restarts: used
-// starts again from zero and the next use opens the new window;
-// reservations carry over. The tenant row is locked FOR UPDATE first: an
-// unlimited tenant given a limit starts from what its usage ledger
-// charged in the current window, and that lock waits out every settle
-// still inserting into the ledger under its share lock (see budget.go).
-func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
-	p, w, err := rules.TenantUpdate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	var window *string
-	var windowUS *int64
-	if w != nil {
-		name, us := string(w.Name), w.Every.Microseconds()
-		window, windowUS = &name, &us
-	}
-	var exhausted *string
-	if p.Exhausted != nil {
-		e := string(*p.Exhausted)
-		exhausted = &e
-	}
-	now := rules.Now()
-	var t agentfleet.Tenant
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		l, err := scanLedger(tx.QueryRow(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`, p.ID))
-		if err != nil {
-			return err
-		}
-		restart := w != nil && w.Name != l.Window.Name
-		limit, perMinute := l.Limit, l.TokensPerMinute
-		if p.TokenLimit != nil {
-			limit = *p.TokenLimit
-		}
-		if p.TokensPerMinute != nil {
-			perMinute = *p.TokensPerMinute
-		}
-		// The ledger columns to set when the tenant stops being
-		// unlimited; nil keeps them.
-		var used *int64
-		var ws, we, ms *time.Time
-		var mu *int64
-		if !restart && l.Unlimited() && !rules.Unlimited(limit, perMinute) {
-			nl, err := startLimited(ctx, tx, l, now)
-			if err != nil {
-				return err
-			}
-			used, ws, we, ms, mu = &nl.Used, &nl.WindowStart, &nl.WindowEnd, &nl.MinuteStart, &nl.MinuteUsed
-		}
-		t, err = scanTenant(tx.QueryRow(ctx, `UPDATE tenants SET
-				token_limit = COALESCE($2::bigint, token_limit),
-				budget_window = COALESCE($3::text, budget_window),
-				window_us = COALESCE($4::bigint, window_us),
-				tokens_per_minute = COALESCE($5::bigint, tokens_per_minute),
-				max_concurrent_runs = COALESCE($6::integer, max_concurrent_runs),
-				weight = COALESCE($7::integer, weight),
-				exhausted = COALESCE($8::text, exhausted),
-				used = CASE WHEN $3::text <> budget_window THEN 0 ELSE COALESCE($10::bigint, used) END,
-				window_start = CASE WHEN $3::text <> budget_window THEN NULL WHEN $10::bigint IS NOT NULL THEN $11 ELSE window_start END,
-				window_end = CASE WHEN $3::text <> budget_window THEN NULL WHEN $10::bigint IS NOT NULL THEN $12 ELSE window_end END,
-				minute_start = CASE WHEN $10::bigint IS NOT NULL THEN $13 ELSE minute_start END,
-				minute_used = COALESCE($14::bigint, minute_used),
-				max_queued_runs = COALESCE($15::integer, max_queued_runs),
-				updated_at = $9
-			WHERE id = $1 RETURNING `+tenantCols,
-			p.ID, p.TokenLimit, window, windowUS, p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight, exhausted, now,
-			used, ws, we, ms, mu, p.MaxQueuedRuns))
-		return err
-	})
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
-	}
-	if p.MaxQueuedRuns != nil {
-		s.queue.Forget(p.ID)
-	}
-	return t, nil
-}
-
-func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.TenantListResult, error) {
-	p, after, err := rules.TenantList(p)
-	if err != nil {
-		return store.TenantListResult{}, err
-	}
-	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{}
+func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {
+	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{limit}
 	if after != nil {
 		q += ` WHERE (created_at, id COLLATE "C") < ($2, $3)`
-		args = append(args, time.UnixMicro(after.CreatedAt).UTC(), after.ID)
+		args = append(args, after.CreatedAt, after.ID)
 	}
-	ts, err := queryAll(ctx, s, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scanTenant, append([]any{p.Limit + 1}, args...)...)
-	if err != nil {
-		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", err)
-	}
-	return rules.TenantPage(ts, p), nil
+	return all(ctx, e, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scanTenant, args...)
 }
 
 const apiKeyCols = `id, tenant, name, scopes, created_at, last_used_at`
@@ -181,60 +71,25 @@ func apiKeyDest(k *store.APIKey, scopes *string, used **time.Time) []any {
 	return []any{&k.ID, &k.Tenant, &k.Name, scopes, &k.CreatedAt, used}
 }
 
-func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	scopes, err := rules.APIKeyCreate(p)
-	if err != nil {
-		return store.APIKey{}, err
-	}
-	k, err := queryOne(ctx, s, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES ($1, $2, $3, $4, $5, $6)
+func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (store.APIKey, error) {
+	return one(ctx, e, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 		RETURNING `+apiKeyCols, func(sc scanner) (store.APIKey, error) { return scanAPIKey(sc) },
-		rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, scopes, rules.Now())
-	if err != nil {
-		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
-	}
-	return k, nil
+		p.ID, p.Hash, p.Tenant, p.Name, p.Scopes, p.Now)
 }
 
-func (s *Store) APIKeyList(ctx context.Context, p store.APIKeyListParams) (store.APIKeyListResult, error) {
-	p, after, err := rules.APIKeyList(p)
-	if err != nil {
-		return store.APIKeyListResult{}, err
-	}
-	type row struct {
-		key store.APIKey
-		seq int64
-	}
-	rows, err := queryAll(ctx, s, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
-		ORDER BY seq DESC LIMIT $3`, func(sc scanner) (row, error) {
-		var r row
+func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
+	return all(ctx, e, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
+		ORDER BY seq DESC LIMIT $3`, func(sc scanner) (driver.APIKeyRow, error) {
+		var r driver.APIKeyRow
 		var err error
-		r.key, err = scanAPIKey(sc, &r.seq)
+		r.Key, err = scanAPIKey(sc, &r.Seq)
 		return r, err
-	}, p.Tenant, after, p.Limit+1)
-	if err != nil {
-		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, err)
-	}
-	keys, seqs := make([]store.APIKey, len(rows)), make([]int64, len(rows))
-	for i, r := range rows {
-		keys[i], seqs[i] = r.key, r.seq
-	}
-	return rules.APIKeyPage(keys, seqs, p), nil
+	}, tenant, afterSeq, limit)
 }
 
-func (s *Store) APIKeyDelete(ctx context.Context, p store.APIKeyDeleteParams) error {
-	var n int64
-	err := s.withConn(ctx, func(c *pgx.Conn) error {
-		tag, err := c.Exec(ctx, `DELETE FROM api_keys WHERE id = $1 AND tenant = $2`, p.ID, p.Tenant)
-		n = tag.RowsAffected()
-		return err
-	})
-	if err == nil && n == 0 {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("revoke api key %s of tenant %s: %w", p.ID, p.Tenant, mapErr(err))
-	}
-	return nil
+func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
+	n, err := e.run(ctx, `DELETE FROM api_keys WHERE id = $1 AND tenant = $2`, id, tenant)
+	return n > 0, err
 }
 
 // tenantByAPIKeySQL finds a key and its tenant and, in the same
@@ -247,9 +102,8 @@ var tenantByAPIKeySQL = `WITH k AS (
 	)
 	SELECT ` + prefixCols("t.", tenantCols) + `, ` + prefixCols("k.", apiKeyCols) + ` FROM k JOIN tenants t ON t.id = k.tenant`
 
-func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
-	now := rules.NowOr(p.Now)
-	res, err := queryOne(ctx, s, tenantByAPIKeySQL, func(sc scanner) (store.TenantGetByAPIKeyResult, error) {
+func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
+	return one(ctx, e, tenantByAPIKeySQL, func(sc scanner) (store.TenantGetByAPIKeyResult, error) {
 		var r store.TenantGetByAPIKeyResult
 		var used *time.Time
 		var scopes string
@@ -257,14 +111,7 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 		r.Tenant, err = scanTenantThen(sc, apiKeyDest(&r.Key, &scopes, &used)...)
 		r.Key.CreatedAt, r.Key.LastUsedAt, r.Key.Scopes = r.Key.CreatedAt.UTC(), tsVal(used), rules.DecodeAPIKeyScopes(scopes)
 		return r, err
-	}, rules.HashAPIKey(p.Key), now, now.Add(-rules.APIKeyTouchEvery))
-	if err != nil {
-		return store.TenantGetByAPIKeyResult{}, fmt.Errorf("get tenant by api key: %w", err)
-	}
-	if rules.APIKeyTouchDue(res.Key.LastUsedAt, now) {
-		res.Key.LastUsedAt = now
-	}
-	return res, nil
+	}, hash, now, touchBefore)
 }
 
 const skillCols = `tenant, name, description, code, created_at, updated_at`
@@ -276,31 +123,16 @@ func scanSkill(sc scanner) (store.Skill, error) {
 	return k, err
 }
 
-func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (store.Skill, error) {
-	if err := rules.SkillUpsert(p); err != nil {
-		return store.Skill{}, err
-	}
-	k, err := queryOne(ctx, s, `INSERT INTO skills (`+skillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
+func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
+	return one(ctx, e, `INSERT INTO skills (`+skillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
 		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+skillCols, scanSkill, p.Tenant, p.Name, p.Description, p.Code, rules.Now())
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("upsert skill %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return k, nil
+		RETURNING `+skillCols, scanSkill, p.Tenant, p.Name, p.Description, p.Code, now)
 }
 
-func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
-	k, err := queryOne(ctx, s, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scanSkill, tenant, name)
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, err)
-	}
-	return k, nil
+func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
+	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scanSkill, tenant, name)
 }
 
-func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	ks, err := queryAll(ctx, s, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanSkill, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
-	}
-	return ks, nil
+func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
+	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanSkill, tenant)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -93,17 +94,10 @@ type admission struct {
 }
 
 func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
-	if a.ended {
-		return rules.Invalidf("batch %s: admission ended", a.p.ID)
-	}
-	rows, err := rules.BatchRows(a.p, inputs, a.next, rules.Now())
+	s := a.s
+	rows, done, err := s.BatchChunk(ctx, a.p, a.ended, inputs, a.next, s.countQueued)
 	if err != nil || len(rows) == 0 {
 		return err
-	}
-	s := a.s
-	done, err := s.queue.Admit(ctx, a.p.Tenant, len(rows), s.countQueued)
-	if err != nil {
-		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
 	}
 	created := 0
 	defer func() { done(created) }()
@@ -248,75 +242,32 @@ func (a *admission) Abort(ctx context.Context) error {
 
 const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
 
-func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
-	b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
-		p.ID, p.Tenant, p.Tenant))
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, mapErr(err))
-	}
-	rows, err := s.rd.QueryContext(ctx, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = ? AND batch_id <> '' GROUP BY status`, b.ID)
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, mapErr(err))
-	}
-	defer rows.Close()
-	b.Counts = map[agentfleet.RunStatus]int{}
-	for rows.Next() {
-		var st agentfleet.RunStatus
-		var n int
-		var u agentfleet.Usage
-		if err := rows.Scan(&st, &n, &u.PromptTokens, &u.CompletionTokens); err != nil {
-			return store.Batch{}, err
-		}
-		b.Counts[st] = n
-		b.Usage.PromptTokens += u.PromptTokens
-		b.Usage.CompletionTokens += u.CompletionTokens
-	}
-	return b, mapErr(rows.Err())
+func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
+	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
+		scanBatch, id, tenant, tenant)
 }
 
-func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
-	after, err := rules.DecodeBatchCursor(p.Cursor)
-	if err != nil {
-		return store.BatchListResult{}, err
-	}
-	limit := rules.BatchListLimit(p.Limit)
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND `+visibleBatch+`
-		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, p.Tenant, after, after, limit+1)
-	if err != nil {
-		return store.BatchListResult{}, fmt.Errorf("list batches: %w", mapErr(err))
-	}
-	bs, err := collectBatches(rows)
-	if err != nil {
-		return store.BatchListResult{}, fmt.Errorf("list batches: %w", mapErr(err))
-	}
-	var res store.BatchListResult
-	if len(bs) > limit {
-		bs = bs[:limit]
-		res.NextCursor = rules.EncodeBatchCursor(bs[limit-1].ID)
-	}
-	res.Batches = bs
-	return res, nil
+func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
+	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
+		FROM runs WHERE batch_id = ? AND batch_id <> '' GROUP BY status`, func(sc interface{ Scan(...any) error }) (driver.BatchStatusCount, error) {
+		var c driver.BatchStatusCount
+		return c, sc.Scan(&c.Status, &c.N, &c.Usage.PromptTokens, &c.Usage.CompletionTokens)
+	}, id)
 }
 
-func collectBatches(rows *sql.Rows) ([]store.Batch, error) {
-	defer rows.Close()
-	var out []store.Batch
-	for rows.Next() {
-		b, err := scanBatch(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, rows.Err()
+func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
+	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND `+visibleBatch+`
+		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scanBatch, tenant, afterID, afterID, limit)
 }
 
-func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
-	return batchRuns(ctx, s.rd, p)
+func scanBatchRun(sc interface{ Scan(...any) error }) (store.BatchRun, error) {
+	var br store.BatchRun
+	row, err := scanRun(sc, &br.Index, &br.CustomID)
+	br.Run = row.Run
+	return br, err
 }
 
-func batchRuns(ctx context.Context, q queryer, p store.BatchRunsParams) ([]store.BatchRun, error) {
+func (e exec) BatchRunList(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
 	query := `SELECT batch_index, custom_id, ` + runCols + ` FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index > ?
 		AND status <> '` + rules.BatchAdmitting + `'`
 	args := []any{p.ID, p.AfterIndex}
@@ -326,178 +277,89 @@ func batchRuns(ctx context.Context, q queryer, p store.BatchRunsParams) ([]store
 			args = append(args, string(st))
 		}
 	}
-	query += ` ORDER BY batch_index LIMIT ?`
-	args = append(args, rules.BatchRunsLimit(p.Limit))
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, mapErr(err))
-	}
-	out, err := collectBatchRuns(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, mapErr(err))
-	}
-	return out, nil
+	return all(ctx, e, query+` ORDER BY batch_index LIMIT ?`, scanBatchRun, append(args, p.Limit)...)
 }
 
-// collectBatchRuns reads rows of batch_index, custom_id and runCols, and
-// closes them.
-func collectBatchRuns(rows *sql.Rows) ([]store.BatchRun, error) {
-	defer rows.Close()
-	var out []store.BatchRun
-	for rows.Next() {
-		var br store.BatchRun
-		row, err := scanRun(rows, &br.Index, &br.CustomID)
-		if err != nil {
-			return nil, err
-		}
-		br.Run = row.Run
-		out = append(out, br)
-	}
-	return out, rows.Err()
+func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
+	return row(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
+		WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch+` RETURNING `+batchCols, scanBatch, id, tenant, tenant)
 }
 
-func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
-	limit := rules.BatchCancelLimit(p.Limit)
-	now := rules.Now()
-	var res store.BatchCancelResult
-	err := s.write(ctx, func(tx *wtx) error {
-		res = store.BatchCancelResult{}
-		b, err := scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-			WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch+` RETURNING `+batchCols, p.ID, p.Tenant, p.Tenant))
-		if err != nil {
-			return err
-		}
-		res.Batch = b
-		rows, err := tx.QueryContext(ctx, `SELECT id FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-			AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, p.ID, limit+1)
-		if err != nil {
-			return err
-		}
-		ids, err := collectStrings(rows)
-		if err != nil {
-			return err
-		}
-		if len(ids) > limit {
-			ids, res.More = ids[:limit], true
-		}
-		return rules.ApplyBatchCancel(ctx, runTx{s: s, tx: tx}, b.ID, ids, now, &res)
-	})
-	if err != nil {
-		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, mapErr(err))
-	}
-	return res, nil
+func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
+	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
+		AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, scanString, id, limit)
 }
 
-func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
-	var held bool
-	err := s.rd.QueryRowContext(ctx, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
-		WHERE r.id = ? AND r.batch_id <> ''`, runID).Scan(&held)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("is run %s held by its batch: %w", runID, mapErr(err))
-	}
-	return held, nil
+func (e exec) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
+		WHERE r.id = ? AND r.batch_id <> ''`, func(sc interface{ Scan(...any) error }) (bool, error) {
+		var v bool
+		return v, sc.Scan(&v)
+	}, runID)
 }
 
-func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT ?`,
-		rules.BatchSweepLimit(limit))
-	if err != nil {
-		return nil, fmt.Errorf("list unfinished batches: %w", mapErr(err))
-	}
-	bs, err := collectBatches(rows)
-	return bs, mapErr(err)
-}
-
-func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
-	now := rules.NowOr(p.Now)
-	if err := s.dropAbandonedAdmissions(ctx, now); err != nil {
-		return store.BatchSweepResult{}, err
-	}
-	bs, err := s.BatchUnfinished(ctx, p.Limit)
-	if err != nil {
-		return store.BatchSweepResult{}, err
-	}
-	var res store.BatchSweepResult
-	for _, b := range bs {
-		var r store.BatchSweepResult
-		err := s.write(ctx, func(tx *wtx) (err error) {
-			r, err = rules.ApplyBatchSweep(ctx, runTx{s: s, tx: tx}, b.ID, now)
-			return err
-		})
-		if err != nil {
-			return res, fmt.Errorf("sweep batch %s: %w", b.ID, mapErr(err))
-		}
-		res.Released = append(res.Released, r.Released...)
-		res.Finished = append(res.Finished, r.Finished...)
-	}
-	return res, nil
+func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT ?`,
+		scanBatch, limit)
 }
 
 // The BatchTx methods of runTx.
 
-func (t runTx) LockBatch(ctx context.Context, id string) (store.Batch, error) {
-	b, err := scanBatch(t.tx.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
+func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
+	b, err := scanBatch(t.q.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
 	}
 	return b, err
 }
 
-func (t runTx) BatchInFlight(ctx context.Context, id string, released int) (int, error) {
+func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
 	var n int
-	err := t.tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
+	err := t.q.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
 		id, released).Scan(&n)
 	return n, err
 }
 
-func (t runTx) BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
-	rows, err := t.tx.QueryContext(ctx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, id, from, limit)
-	if err != nil {
-		return nil, err
-	}
-	return collectBatchRuns(rows)
+func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
+	return all(ctx, t, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
+		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, scanBatchRun, id, from, limit)
 }
 
-func (t runTx) BatchSetReleased(ctx context.Context, id string, released int) error {
-	_, err := t.tx.ExecContext(ctx, `UPDATE batches SET released = ? WHERE id = ?`, released, id)
+func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
+	_, err := t.run(ctx, `UPDATE batches SET released = ? WHERE id = ?`, released, id)
 	return err
 }
 
-func (t runTx) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
-	row, err := t.s.runByID(ctx, t.tx, r.ID)
+func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) {
+	row, err := t.s.runByID(ctx, t.q, r.ID)
 	if err != nil {
 		return false, err
 	}
-	return startable(ctx, t.tx, row)
+	return startable(ctx, t.q, row)
 }
 
-func (t runTx) BatchHasOpen(ctx context.Context, id string) (bool, error) {
+func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
 	var open bool
-	err := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
+	err := t.q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
 	return open, err
 }
 
-func (t runTx) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return scanBatch(t.tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
-		string(status), at.UnixMicro(), id))
+func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
+	return row(ctx, t, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols, scanBatch,
+		string(status), at.UnixMicro(), id)
 }
 
-// dropAbandonedAdmissions deletes what admissions left that neither
-// committed nor aborted (their process died) for
-// rules.BatchAdmissionAbandonedAfter, a chunk per transaction.
-func (s *Store) dropAbandonedAdmissions(ctx context.Context, now time.Time) error {
-	ids, err := s.readStrings(ctx, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
-		now.Add(-rules.BatchAdmissionAbandonedAfter).UnixMicro())
+// BatchAdmissionDropAbandoned drops an admission a chunk per
+// transaction, so the writer is never held long.
+func (e exec) BatchAdmissionDropAbandoned(ctx context.Context, before time.Time) error {
+	ids, err := all(ctx, e, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
+		scanString, before.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("find abandoned batch admissions: %w", err)
 	}
 	for _, id := range ids {
 		for deleted := int64(-1); deleted != 0; {
-			err := s.write(ctx, func(tx *wtx) error {
+			err := e.write(ctx, func(tx *wtx) error {
 				res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE seq IN (SELECT seq FROM runs WHERE batch_id = ? AND batch_id <> ''
 					AND status = '`+rules.BatchAdmitting+`' LIMIT ?)`, id, store.BatchChunkMax)
 				if err != nil {
@@ -510,7 +372,7 @@ func (s *Store) dropAbandonedAdmissions(ctx context.Context, now time.Time) erro
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("drop abandoned admission of batch %s: %w", id, mapErr(err))
+				return fmt.Errorf("drop abandoned admission of batch %s: %w", id, err)
 			}
 		}
 	}

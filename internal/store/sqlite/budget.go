@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -178,28 +179,20 @@ func settle(ctx context.Context, tx *wtx, p store.BudgetSettleParams) (store.Bud
 	return res, err
 }
 
-func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
-	if reservationID == "" {
-		return nil // an unlimited tenant's reservation: nothing was held
-	}
-	err := s.write(ctx, func(tx *wtx) error {
-		tenant, _, tokens, err := takeReservation(ctx, tx, reservationID)
+func (e exec) ReservationRelease(ctx context.Context, id string) error {
+	return e.write(ctx, func(tx *wtx) error {
+		tenant, _, tokens, err := takeReservation(ctx, tx, id)
 		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE tenants SET reserved = max(reserved - ?, 0) WHERE id = ?`, tokens, tenant)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("release reservation %s: %w", reservationID, err)
-	}
-	return nil
 }
 
-func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
-	now = rules.NowOr(now)
+func (e exec) ReservationExpire(ctx context.Context, now time.Time) (int, error) {
 	released := 0
-	err := s.write(ctx, func(tx *wtx) error {
+	err := e.write(ctx, func(tx *wtx) error {
 		rows, err := tx.QueryContext(ctx, `DELETE FROM reservations WHERE lease_until < ? RETURNING tenant, tokens`, now.UnixMicro())
 		if err != nil {
 			return err
@@ -227,68 +220,60 @@ func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
 		released = n
 		return nil
 	})
+	return released, err
+}
+
+func (e exec) UsageFirst(ctx context.Context, tenant string, t time.Time) (time.Time, bool, error) {
+	us, err := one(ctx, e, `SELECT min(created_at) FROM usage_ledger WHERE tenant = ? AND created_at >= ?`,
+		func(sc interface{ Scan(...any) error }) (sql.NullInt64, error) {
+			var us sql.NullInt64
+			return us, sc.Scan(&us)
+		}, tenant, t.UnixMicro())
+	return tsVal(us), us.Valid, err
+}
+
+func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (int64, error) {
+	return one(ctx, e, `SELECT coalesce(sum(charged), 0) FROM usage_ledger WHERE tenant = ? AND created_at >= ? AND created_at < ?`,
+		func(sc interface{ Scan(...any) error }) (int64, error) {
+			var n int64
+			return n, sc.Scan(&n)
+		}, tenant, from.UnixMicro(), to.UnixMicro())
+}
+
+func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
+	l, err := loadLedger(ctx, e.q, tenant)
+	return l.Row(), mapErr(err)
+}
+
+// LedgerLock reads in the write transaction, which holds what it reads.
+func (e exec) LedgerLock(ctx context.Context, tenant string) (agentfleet.Tenant, driver.Ledger, error) {
+	t, err := one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, scanTenant, tenant)
 	if err != nil {
-		return 0, fmt.Errorf("expire reservations before %s: %w", now.Format(time.RFC3339), err)
+		return t, driver.Ledger{}, err
 	}
-	return released, nil
+	l, err := e.LedgerGet(ctx, tenant)
+	return t, l, err
 }
 
-func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error) {
-	now = rules.NowOr(now)
-	// One read transaction, so the row and the ledger agree.
-	var st agentfleet.BudgetState
-	err := s.readTx(ctx, func(q queryer) error {
-		l, err := loadLedger(ctx, q, tenant)
-		if err != nil {
-			return err
-		}
-		st, err = l.BudgetState(now, nextUse(ctx, q, tenant), func(from, to time.Time) (int64, error) {
-			return ledgerSum(ctx, q, tenant, from, to)
-		})
-		return err
-	})
-	if err != nil {
-		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, err)
-	}
-	return st, nil
+func (e exec) TenantUpdate(ctx context.Context, t agentfleet.Tenant, _ *time.Duration, l driver.Ledger, now time.Time) (agentfleet.Tenant, error) {
+	return row(ctx, e, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
+			max_concurrent_runs = ?, max_queued_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
+			used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
+		WHERE id = ? RETURNING `+tenantCols, scanTenant,
+		t.TokenLimit, string(t.Window), t.TokensPerMinute, t.MaxConcurrentRuns, t.MaxQueuedRuns, t.Weight, string(t.Exhausted), now.UnixMicro(),
+		l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, t.ID)
 }
 
-// nextUse finds a tenant's first ledger entry at or after a time.
-func nextUse(ctx context.Context, q queryer, tenant string) rules.NextUse {
-	return func(t time.Time) (time.Time, bool, error) {
-		var us sql.NullInt64
-		err := q.QueryRowContext(ctx, `SELECT min(created_at) FROM usage_ledger WHERE tenant = ? AND created_at >= ?`,
-			tenant, t.UnixMicro()).Scan(&us)
-		return tsVal(us), us.Valid, err
-	}
-}
-
-// ledgerSum is what the ledger charged a tenant in [from, to).
-func ledgerSum(ctx context.Context, q queryer, tenant string, from, to time.Time) (int64, error) {
-	var n int64
-	err := q.QueryRowContext(ctx, `SELECT coalesce(sum(charged), 0) FROM usage_ledger WHERE tenant = ? AND created_at >= ? AND created_at < ?`,
-		tenant, from.UnixMicro(), to.UnixMicro()).Scan(&n)
-	return n, err
-}
-
-func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {
-	p, err := rules.UsageList(p)
-	if err != nil {
-		return nil, err
-	}
+func (e exec) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {
 	key := "model"
 	if p.GroupBy == "run" {
 		key = "run_id"
 	}
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+key+`, sum(prompt_tokens), sum(completion_tokens), count(*) FROM usage_ledger
+	return all(ctx, e, `SELECT `+key+`, sum(prompt_tokens), sum(completion_tokens), count(*) FROM usage_ledger
 		WHERE tenant = ? AND (? = '' OR run_id = ?) AND created_at >= ? GROUP BY `+key+` ORDER BY `+key,
-		p.Tenant, p.RunID, p.RunID, p.Since.UnixMicro())
-	if err != nil {
-		return nil, fmt.Errorf("list usage of %s: %w", p.Tenant, err)
-	}
-	return collect(rows, func(sc interface{ Scan(...any) error }) (store.UsageRow, error) {
-		var u store.UsageRow
-		err := sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
-		return u, err
-	})
+		func(sc interface{ Scan(...any) error }) (store.UsageRow, error) {
+			var u store.UsageRow
+			err := sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
+			return u, err
+		}, p.Tenant, p.RunID, p.RunID, p.Since.UnixMicro())
 }

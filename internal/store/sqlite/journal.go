@@ -64,19 +64,12 @@ func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) 
 	return res, nil
 }
 
-// journalNotInserted says why the fenced insert of e did nothing: the run
-// is missing or fenced off, or the entry is there already (Existed).
+// journalNotInserted says why the fenced insert of e did nothing
+// (rules.JournalExisting).
 func (s *Store) journalNotInserted(ctx context.Context, tx *wtx, e agentfleet.JournalEntry, res *store.JournalRecordResult) error {
-	cur, err := s.runByID(ctx, tx, e.RunID)
-	if err != nil {
-		return err
-	}
-	if err := rules.CheckCommitFence(cur.Run, e.Turn, ""); err != nil {
-		return err
-	}
-	old, err := scanJournal(tx.QueryRowContext(ctx, `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? AND idx = ?`, e.RunID, e.Turn, e.Index))
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: the entry was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
+	old, found, err := rules.JournalExisting(ctx, exec{s: s, q: tx, tx: tx}, e)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: the entry was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
 	}
 	if err != nil {
 		return err
@@ -85,17 +78,13 @@ func (s *Store) journalNotInserted(ctx context.Context, tx *wtx, e agentfleet.Jo
 	return nil
 }
 
-func (s *Store) JournalListByRun(ctx context.Context, p store.JournalListByRunParams) ([]agentfleet.JournalEntry, error) {
-	if err := rules.JournalListByRun(p); err != nil {
-		return nil, err
+func (e exec) JournalGet(ctx context.Context, runID string, turn, index int) (agentfleet.JournalEntry, error) {
+	return one(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? AND idx = ?`, scanJournal, runID, turn, index)
+}
+
+func (e exec) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {
+	if turn > 0 {
+		return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? ORDER BY idx`, scanJournal, runID, turn)
 	}
-	q, args := `SELECT `+journalCols+` FROM journal WHERE run_id = ? ORDER BY turn, idx`, []any{p.RunID}
-	if p.Turn > 0 {
-		q, args = `SELECT `+journalCols+` FROM journal WHERE run_id = ? AND turn = ? ORDER BY idx`, []any{p.RunID, p.Turn}
-	}
-	rows, err := s.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list the journal of run %s: %w", p.RunID, err)
-	}
-	return collect(rows, scanJournal)
+	return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = ? ORDER BY turn, idx`, scanJournal, runID)
 }

@@ -2,9 +2,8 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
+	"time"
 
-	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -20,40 +19,14 @@ var endedRunsSQL = `SELECT seq FROM runs INDEXED BY runs_ended WHERE ` + rules.E
 // (enforced on the writer's connection) cascade the delete to steps,
 // events, model replies and approvals, each found by its run_id key. The
 // write holds the one writer for its length, so callers keep Limit small.
-func (s *Store) RunDeleteEnded(ctx context.Context, p store.RunDeleteEndedParams) (int, error) {
-	p, err := rules.RunDeleteEnded(p)
-	if err != nil {
-		return 0, err
-	}
-	cut := p.EndedBefore.UnixMicro()
-	var n int64
-	err = s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE seq IN (`+endedRunsSQL+`)`, cut, cut, p.Limit)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("delete runs ended before %s: %w", p.EndedBefore.Format("2006-01-02T15:04:05Z07:00"), err)
-	}
-	return int(n), nil
+func (e exec) RunDeleteEnded(ctx context.Context, before time.Time, limit int) (int, error) {
+	cut := before.UnixMicro()
+	n, err := e.run(ctx, `DELETE FROM runs WHERE seq IN (`+endedRunsSQL+`)`, cut, cut, limit)
+	return int(n), err
 }
 
-func (s *Store) RunDelete(ctx context.Context, p store.RunDeleteParams) error {
-	if err := rules.RunDelete(p); err != nil {
-		return err
-	}
-	err := s.write(ctx, func(tx *wtx) error { return rules.ApplyRunDelete(ctx, runTx{s, tx}, p) })
-	if err != nil {
-		return fmt.Errorf("delete run %s: %w", p.ID, err)
-	}
-	return nil
-}
-
-// DeleteRun deletes run id; the foreign keys take what belongs to it.
-func (t runTx) DeleteRun(ctx context.Context, id string) error {
-	_, err := t.tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id)
+// RunDelete deletes run id; the foreign keys take what belongs to it.
+func (t exec) RunDelete(ctx context.Context, id string) error {
+	_, err := t.run(ctx, `DELETE FROM runs WHERE id = ?`, id)
 	return err
 }

@@ -5,11 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -47,7 +47,7 @@ func scanRun(sc interface{ Scan(...any) error }, extra ...any) (rules.RunRow, er
 
 func scanRunRow(sc interface{ Scan(...any) error }) (rules.RunRow, error) { return scanRun(sc) }
 
-func (s *Store) runByID(ctx context.Context, tx *wtx, id string) (rules.RunRow, error) {
+func (s *Store) runByID(ctx context.Context, tx queryer, id string) (rules.RunRow, error) {
 	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
@@ -85,7 +85,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
-	done, err := s.queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
 	var full *store.QueueFullError
 	if errors.As(err, &full) && p.IdempotencyKey != "" {
 		// A repeat of a run already admitted is never refused.
@@ -201,14 +201,6 @@ func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentflee
 	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
-func (s *Store) RunGetByID(ctx context.Context, p store.RunGetByIDParams) (agentfleet.Run, error) {
-	r, err := scanRun(s.rd.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ? AND (? = '' OR tenant = ?)`, p.ID, p.Tenant, p.Tenant))
-	if err != nil {
-		return agentfleet.Run{}, fmt.Errorf("get run %s: %w", p.ID, mapErr(err))
-	}
-	return r.Run, nil
-}
-
 func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.TurnLoadResult, error) {
 	if err := rules.TurnLoad(p); err != nil {
 		return store.TurnLoadResult{}, err
@@ -254,118 +246,42 @@ func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.Tur
 	return res, nil
 }
 
-func (s *Store) RunList(ctx context.Context, p store.RunListParams) (store.RunListResult, error) {
-	p, after, err := rules.RunList(p)
-	if err != nil {
-		return store.RunListResult{}, err
-	}
+func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
 	q, args := rules.RunListQuery(runCols, p, after, false)
-	rows, err := s.rd.QueryContext(ctx, q, args...)
-	if err != nil {
-		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
-	}
-	rs, err := collect(rows, scanRunRow)
-	if err != nil {
-		return store.RunListResult{}, fmt.Errorf("list runs: %w", err)
-	}
-	return rules.RunPage(rs, p), nil
+	return all(ctx, e, q, scanRunRow, args...)
 }
 
-// runTx is a write transaction as rules.ApplyTransition and
-// rules.ApplyCancel need it. SQLite writes one transaction at a time, so
-// reading a run holds it.
-type runTx struct {
-	s  *Store
-	tx *wtx
+func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
+	return t.s.runByID(ctx, t.q, id)
 }
 
-func (t runTx) LockRun(ctx context.Context, id string) (rules.RunRow, error) {
-	return t.s.runByID(ctx, t.tx, id)
-}
-
-// UpdateRun writes the mutable columns a transition or cancel changes.
-func (t runTx) UpdateRun(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(t.tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
+// RunUpdate writes the mutable columns a transition or cancel changes.
+func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
+	return row(ctx, t, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
 			cancel_requested = ?, cancel_reason = ?, updated_at = ?
-		WHERE id = ? RETURNING `+runCols,
+		WHERE id = ? RETURNING `+runCols, scanRunRow,
 		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
-		r.UpdatedAt.UnixMicro(), r.ID))
+		r.UpdatedAt.UnixMicro(), r.ID)
 }
 
-// InsertEvents stores evs as numbered: they carry their run and seq.
-func (t runTx) InsertEvents(ctx context.Context, _ string, _ int64, evs []agentfleet.Event) error {
-	return t.s.insertEvents(ctx, t.tx, evs)
+// EventInsert stores evs as numbered: they carry their run and seq.
+func (t exec) EventInsert(ctx context.Context, _ string, _ int64, evs []agentfleet.Event) error {
+	return t.write(ctx, func(tx *wtx) error { return t.s.insertEvents(ctx, tx, evs) })
 }
 
-func (t runTx) SessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	return sessionNext(ctx, t.tx, ended)
+func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
+	return sessionNext(ctx, t.q, ended)
 }
 
-func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
-	now := rules.Now()
-	p, err := rules.RunTransition(p, now)
-	if err != nil {
-		return store.RunChangeResult{}, err
-	}
-	var res store.RunChangeResult
-	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyTransition(ctx, runTx{s, tx}, p, now)
-		return err
-	})
-	if err != nil {
-		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
-	}
-	return res, nil
+func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
+	return one(ctx, e, `SELECT count(*) FROM runs WHERE tenant = ? AND status = 'running'`, func(sc interface{ Scan(...any) error }) (int, error) {
+		var n int
+		return n, sc.Scan(&n)
+	}, tenant)
 }
 
-func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
-	now := rules.Now()
-	p, err := rules.RunCancel(p, now)
-	if err != nil {
-		return store.RunCancelResult{}, err
-	}
-	var res store.RunCancelResult
-	err = s.write(ctx, func(tx *wtx) (err error) {
-		res, err = rules.ApplyCancel(ctx, runTx{s, tx}, p, p.Events, now)
-		return err
-	})
-	if err != nil {
-		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
-	}
-	return res, nil
-}
-
-func (s *Store) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	var n int
-	err := s.rd.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE tenant = ? AND status = 'running'`, tenant).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count active runs of %s: %w", tenant, err)
-	}
-	return n, nil
-}
-
-func (s *Store) RunCountByStatus(ctx context.Context, tenant string) (map[agentfleet.RunStatus]int, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
-	}
-	type count struct {
-		status agentfleet.RunStatus
-		n      int
-	}
-	cs, err := collect(rows, func(sc interface{ Scan(...any) error }) (count, error) {
-		var c count
-		err := sc.Scan(&c.status, &c.n)
-		return c, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("count runs of %s by status: %w", tenant, err)
-	}
-	out := make(map[agentfleet.RunStatus]int, len(cs))
-	for _, c := range cs {
-		out[c.status] = c.n
-	}
-	return out, nil
+func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Count, error) {
+	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, scanCount, tenant)
 }
 
 const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
@@ -429,20 +345,12 @@ func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettlePara
 	return settled, nil, err
 }
 
-// replyNotInserted says why the fenced insert of r did nothing: the run
-// is missing or fenced off (an error), or the turn has its reply already
-// (res.Existed).
+// replyNotInserted says why the fenced insert of r did nothing
+// (rules.ReplyExisting).
 func (s *Store) replyNotInserted(ctx context.Context, tx *wtx, r store.ModelReply, res *store.ModelReplyRecordResult) error {
-	cur, err := s.runByID(ctx, tx, r.RunID)
-	if err != nil {
-		return err
-	}
-	if err := rules.CheckCommitFence(cur.Run, r.Turn, ""); err != nil {
-		return err
-	}
-	old, err := scanReply(tx.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, r.RunID, r.Turn))
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
+	old, found, err := rules.ReplyExisting(ctx, exec{s: s, q: tx, tx: tx}, r.RunID, r.Turn)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
 	}
 	if err != nil {
 		return err
@@ -451,12 +359,9 @@ func (s *Store) replyNotInserted(ctx context.Context, tx *wtx, r store.ModelRepl
 	return nil
 }
 
-func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	m, err := scanReply(s.rd.QueryRowContext(ctx, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`, runID, turn))
-	if err != nil {
-		return store.ModelReply{}, fmt.Errorf("get model reply of run %s turn %d: %w", runID, turn, mapErr(err))
-	}
-	return m, nil
+func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
+	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`,
+		func(sc interface{ Scan(...any) error }) (store.ModelReply, error) { return scanReply(sc) }, runID, turn)
 }
 
 // commitRunSQL advances a run past a turn, fenced in its WHERE: the run
@@ -679,49 +584,35 @@ func scanStep(sc interface{ Scan(...any) error }) (agentfleet.Step, error) {
 	return x, err
 }
 
-func (s *Store) StepListByRun(ctx context.Context, p store.StepListByRunParams) ([]agentfleet.Step, error) {
-	rows, err := s.rd.QueryContext(ctx, stepsSQL, p.RunID, p.FromTurn, math.MaxInt32)
-	if err != nil {
-		return nil, fmt.Errorf("list steps of run %s: %w", p.RunID, err)
-	}
-	return collect(rows, scanStep)
+func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
+	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
 }
 
-func (s *Store) EventAppend(ctx context.Context, p store.EventAppendParams) ([]agentfleet.Event, error) {
-	evs, err := rules.Events(p.Events, 0, rules.Now())
-	if err != nil || len(evs) == 0 {
-		return nil, err
-	}
-	err = s.write(ctx, func(tx *wtx) error {
-		var last int64
-		var tenant, session string
+func (e exec) EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error) {
+	r := agentfleet.Run{ID: runID}
+	var last int64
+	err := e.write(ctx, func(tx *wtx) error {
 		err := tx.QueryRowContext(ctx, `UPDATE runs SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq, tenant, session_id`,
-			len(evs), p.RunID).Scan(&last, &tenant, &session)
+			len(evs), runID).Scan(&last, &r.Tenant, &r.SessionID)
 		if err != nil {
 			return err
 		}
-		rules.Number(evs, agentfleet.Run{ID: p.RunID, Tenant: tenant, SessionID: session}, last-int64(len(evs)))
-		return s.insertEvents(ctx, tx, evs)
+		last -= int64(len(evs))
+		rules.Number(evs, r, last)
+		return e.s.insertEvents(ctx, tx, evs)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("append %d events to run %s: %w", len(evs), p.RunID, err)
-	}
-	return evs, nil
+	return r, last, err
 }
 
-func (s *Store) EventListByRun(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
+func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]agentfleet.Event, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = -1
 	}
-	rows, err := s.rd.QueryContext(ctx, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
+	return all(ctx, e, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
 			e.tokens_prompt, e.tokens_completion, e.summary
 		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, p.RunID, p.AfterSeq, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list events of run %s: %w", p.RunID, err)
-	}
-	return collect(rows, scanEvent)
+		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, scanEvent, p.RunID, p.AfterSeq, limit)
 }
 
 func scanEvent(sc interface{ Scan(...any) error }) (agentfleet.Event, error) {

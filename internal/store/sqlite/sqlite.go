@@ -1,10 +1,12 @@
 // Package sqlite is the embedded store backend: one SQLite file, pure Go
 // (modernc.org/sqlite), the default when no Postgres URL is configured.
 //
-// It owns the SQLite schema (migrations/, applied on Open) and the
-// translation of store.Store calls into SQL. It must not know NATS, HTTP
-// or the turn engine; callers see only store.Store and store's sentinel
-// errors.
+// It owns the SQLite schema (migrations/, applied on Open) and the SQL:
+// the driver.Executor primitives (driver.go and one file per noun), over
+// which the rules package implements most of store.Store, and the
+// methods that have not moved behind that seam (see rules.Store's doc).
+// It must not know NATS, HTTP or the turn engine; callers see only
+// store.Store and store's sentinel errors.
 //
 // Concurrency: SQLite allows one writer at a time, and a write
 // transaction that starts as a reader and later writes can fail with
@@ -132,6 +134,10 @@ func (c Config) validate() error {
 
 // Store is the SQLite store. It is safe for concurrent use.
 type Store struct {
+	// *rules.Store implements the nouns moved behind the driver seam
+	// (see its doc) over this package's driver (driver.go); the methods
+	// below implement the rest.
+	*rules.Store
 	cfg Config
 	w   *sql.DB // one connection: every write transaction
 	r   *sql.DB // read-only pool
@@ -149,7 +155,6 @@ type Store struct {
 	rd     reader
 	// The group commit's queue of writes (see write).
 	writes group.Queue[*writeReq]
-	queue  rules.QueueGate // tenants' max_queued_runs (RunCreate)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -205,6 +210,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.ck.SetMaxOpenConns(1)
 	s.rd = reader{s}
+	s.Store = rules.NewStore(s.Driver())
 	cctx, stop := context.WithCancel(context.Background())
 	s.stopCheckpoints, s.checkpointsDone = stop, make(chan struct{})
 	go s.checkpoints(cctx, cfg.CheckpointInterval)

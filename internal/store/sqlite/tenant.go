@@ -1,16 +1,15 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -30,136 +29,25 @@ func scanTenantThen(sc interface{ Scan(...any) error }, extra ...any) (agentflee
 	return t, err
 }
 
-// TenantCreate creates a tenant and its "default" agent (version 1 is
-// p.DefaultAgent), so every tenant has one.
-func (s *Store) TenantCreate(ctx context.Context, p store.TenantCreateParams) (agentfleet.Tenant, error) {
-	p, _, err := rules.TenantCreate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	now := rules.Now()
-	var t agentfleet.Tenant
-	err = s.write(ctx, func(tx *wtx) error {
-		row := tx.QueryRowContext(ctx, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols,
-			p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.MaxQueuedRuns, p.Weight, string(p.Exhausted), now.UnixMicro(), now.UnixMicro())
-		var err error
-		if t, err = scanTenant(row); err != nil {
-			return err
-		}
-		return insertAgentVersion(ctx, tx, p.ID, agentfleet.DefaultAgent, 1, p.DefaultAgent, now.UnixMicro(), true)
-	})
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("create tenant %s: %w", p.ID, err)
-	}
-	return t, nil
+func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (agentfleet.Tenant, error) {
+	now := p.Now.UnixMicro()
+	return row(ctx, e, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols, scanTenant,
+		p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.MaxQueuedRuns, p.Weight, string(p.Exhausted), now, now)
 }
 
-func (s *Store) TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error) {
-	t, err := scanTenant(s.rd.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, id))
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("get tenant %s: %w", id, mapErr(err))
-	}
-	return t, nil
+func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
+	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, scanTenant, id)
 }
 
-// TenantUpdate changes the set fields. A changed window restarts: used
-// starts again from zero and the next use opens the new window;
-// reservations carry over. An unlimited tenant given a limit starts from
-// what its usage ledger charged in the current window (see
-// store.TenantUpdateParams); inside the write transaction no settlement
-// can slip past that sum.
-func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
-	p, w, err := rules.TenantUpdate(p)
-	if err != nil {
-		return agentfleet.Tenant{}, err
-	}
-	now := rules.Now()
-	var t agentfleet.Tenant
-	err = s.write(ctx, func(tx *wtx) error {
-		cur, err := scanTenant(tx.QueryRowContext(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, p.ID))
-		if err != nil {
-			return err
-		}
-		l, err := loadLedger(ctx, tx, p.ID)
-		if err != nil {
-			return err
-		}
-		restart := w != nil && w.Name != cur.Window
-		wasUnlimited := l.Unlimited()
-		if p.TokenLimit != nil {
-			cur.TokenLimit = *p.TokenLimit
-		}
-		if p.Window != nil {
-			cur.Window = *p.Window
-		}
-		if p.TokensPerMinute != nil {
-			cur.TokensPerMinute = *p.TokensPerMinute
-		}
-		if p.MaxConcurrentRuns != nil {
-			cur.MaxConcurrentRuns = *p.MaxConcurrentRuns
-		}
-		if p.MaxQueuedRuns != nil {
-			cur.MaxQueuedRuns = *p.MaxQueuedRuns
-		}
-		if p.Weight != nil {
-			cur.Weight = *p.Weight
-		}
-		if p.Exhausted != nil {
-			cur.Exhausted = *p.Exhausted
-		}
-		switch {
-		case restart:
-			l.Used, l.WindowStart, l.WindowEnd = 0, time.Time{}, time.Time{}
-		case wasUnlimited && !rules.Unlimited(cur.TokenLimit, cur.TokensPerMinute):
-			if l, err = startLimited(ctx, tx, l, now); err != nil {
-				return err
-			}
-		}
-		t, err = scanTenant(tx.QueryRowContext(ctx, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
-				max_concurrent_runs = ?, max_queued_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
-				used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
-			WHERE id = ? RETURNING `+tenantCols,
-			cur.TokenLimit, string(cur.Window), cur.TokensPerMinute, cur.MaxConcurrentRuns, cur.MaxQueuedRuns, cur.Weight, string(cur.Exhausted), now.UnixMicro(),
-			l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, p.ID))
-		return err
-	})
-	if err != nil {
-		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
-	}
-	if p.MaxQueuedRuns != nil {
-		s.queue.Forget(p.ID)
-	}
-	return t, nil
-}
-
-// startLimited is the ledger of an unlimited tenant given a limit at now
-// (rules.Ledger.StartLimited), read from its usage ledger.
-func startLimited(ctx context.Context, q queryer, l rules.Ledger, now time.Time) (rules.Ledger, error) {
-	return l.StartLimited(now, nextUse(ctx, q, l.Tenant), func(from, to time.Time) (int64, error) {
-		return ledgerSum(ctx, q, l.Tenant, from, to)
-	})
-}
-
-func (s *Store) TenantList(ctx context.Context, p store.TenantListParams) (store.TenantListResult, error) {
-	p, after, err := rules.TenantList(p)
-	if err != nil {
-		return store.TenantListResult{}, err
-	}
+func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {
 	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{}
 	if after != nil {
+		at := after.CreatedAt.UnixMicro()
 		q += ` WHERE created_at < ? OR (created_at = ? AND id < ?)`
-		args = append(args, after.CreatedAt, after.CreatedAt, after.ID)
+		args = append(args, at, at, after.ID)
 	}
-	rows, err := s.rd.QueryContext(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, p.Limit+1)...)
-	if err != nil {
-		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", mapErr(err))
-	}
-	ts, err := collect(rows, scanTenant)
-	if err != nil {
-		return store.TenantListResult{}, fmt.Errorf("list tenants: %w", mapErr(err))
-	}
-	return rules.TenantPage(ts, p), nil
+	return all(ctx, e, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, scanTenant, append(args, limit)...)
 }
 
 const apiKeyCols = `id, tenant, name, scopes, created_at, last_used_at`
@@ -182,89 +70,45 @@ func (r *apiKeyRow) key() store.APIKey {
 	return k
 }
 
-func (s *Store) APIKeyCreate(ctx context.Context, p store.APIKeyCreateParams) (store.APIKey, error) {
-	scopes, err := rules.APIKeyCreate(p)
-	if err != nil {
-		return store.APIKey{}, err
-	}
+func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (store.APIKey, error) {
 	var r apiKeyRow
-	err = s.write(ctx, func(tx *wtx) error {
+	err := e.write(ctx, func(tx *wtx) error {
 		return tx.QueryRowContext(ctx, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+apiKeyCols,
-			rules.NewAPIKeyID(), rules.HashAPIKey(p.Key), p.Tenant, p.Name, scopes, rules.Now().UnixMicro()).Scan(r.dest()...)
+			p.ID, p.Hash, p.Tenant, p.Name, p.Scopes, p.Now.UnixMicro()).Scan(r.dest()...)
 	})
-	if err != nil {
-		return store.APIKey{}, fmt.Errorf("create api key %q for tenant %s: %w", p.Name, p.Tenant, err)
-	}
-	return r.key(), nil
+	return r.key(), err
 }
 
-func (s *Store) APIKeyList(ctx context.Context, p store.APIKeyListParams) (store.APIKeyListResult, error) {
-	p, after, err := rules.APIKeyList(p)
-	if err != nil {
-		return store.APIKeyListResult{}, err
-	}
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = ? AND (? = 0 OR seq < ?)
-		ORDER BY seq DESC LIMIT ?`, p.Tenant, after, after, p.Limit+1)
-	if err != nil {
-		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, mapErr(err))
-	}
-	var keys []store.APIKey
-	var seqs []int64
-	_, err = collect(rows, func(sc interface{ Scan(...any) error }) (struct{}, error) {
+func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
+	return all(ctx, e, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = ? AND (? = 0 OR seq < ?)
+		ORDER BY seq DESC LIMIT ?`, func(sc interface{ Scan(...any) error }) (driver.APIKeyRow, error) {
 		var r apiKeyRow
 		var seq int64
-		if err := sc.Scan(append(r.dest(), &seq)...); err != nil {
-			return struct{}{}, err
-		}
-		keys, seqs = append(keys, r.key()), append(seqs, seq)
-		return struct{}{}, nil
-	})
-	if err != nil {
-		return store.APIKeyListResult{}, fmt.Errorf("list api keys of %s: %w", p.Tenant, mapErr(err))
-	}
-	return rules.APIKeyPage(keys, seqs, p), nil
+		err := sc.Scan(append(r.dest(), &seq)...)
+		return driver.APIKeyRow{Key: r.key(), Seq: seq}, err
+	}, tenant, afterSeq, afterSeq, limit)
 }
 
-func (s *Store) APIKeyDelete(ctx context.Context, p store.APIKeyDeleteParams) error {
-	err := s.write(ctx, func(tx *wtx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ? AND tenant = ?`, p.ID, p.Tenant)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return cmp.Or(err, store.ErrNotFound)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("revoke api key %s of tenant %s: %w", p.ID, p.Tenant, err)
-	}
-	return nil
+func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
+	n, err := e.run(ctx, `DELETE FROM api_keys WHERE id = ? AND tenant = ?`, id, tenant)
+	return n > 0, err
 }
 
 // TenantGetByAPIKey reads on the read pool; only a due last-use write
-// (rules.APIKeyTouchDue) goes to the writer.
-func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKeyParams) (store.TenantGetByAPIKeyResult, error) {
-	now := rules.NowOr(p.Now)
-	hash := rules.HashAPIKey(p.Key)
+// goes to the writer.
+func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
 	var r apiKeyRow
-	t, err := scanTenantThen(s.rd.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`, `+prefixCols("k.", apiKeyCols)+`
+	t, err := scanTenantThen(e.q.QueryRowContext(ctx, `SELECT `+prefixCols("t.", tenantCols)+`, `+prefixCols("k.", apiKeyCols)+`
 		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, hash), r.dest()...)
 	if err != nil {
-		return store.TenantGetByAPIKeyResult{}, fmt.Errorf("get tenant by api key: %w", mapErr(err))
+		return store.TenantGetByAPIKeyResult{}, mapErr(err)
 	}
 	res := store.TenantGetByAPIKeyResult{Tenant: t, Key: r.key()}
-	if rules.APIKeyTouchDue(res.Key.LastUsedAt, now) {
+	if !res.Key.LastUsedAt.After(touchBefore) {
 		// Best effort: a use that could not be written is no reason to
-		// refuse the key; the next lookup writes it.
-		err := s.write(ctx, func(tx *wtx) error {
-			_, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE hash = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
-				now.UnixMicro(), hash, now.Add(-rules.APIKeyTouchEvery).UnixMicro())
-			return err
-		})
-		if err == nil {
-			res.Key.LastUsedAt = now
-		}
+		// refuse the key.
+		_, _ = e.run(ctx, `UPDATE api_keys SET last_used_at = ? WHERE hash = ? AND (last_used_at IS NULL OR last_used_at <= ?)`,
+			now.UnixMicro(), hash, touchBefore.UnixMicro())
 	}
 	return res, nil
 }
@@ -279,40 +123,19 @@ func scanSkill(sc interface{ Scan(...any) error }) (store.Skill, error) {
 	return k, err
 }
 
-func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (store.Skill, error) {
-	if err := rules.SkillUpsert(p); err != nil {
-		return store.Skill{}, err
-	}
-	now := rules.Now().UnixMicro()
-	var k store.Skill
-	err := s.write(ctx, func(tx *wtx) error {
-		var err error
-		k, err = scanSkill(tx.QueryRowContext(ctx, `INSERT INTO skills (`+skillCols+`) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-			RETURNING `+skillCols,
-			p.Tenant, p.Name, p.Description, p.Code, now, now))
-		return err
-	})
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("upsert skill %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return k, nil
+func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
+	at := now.UnixMicro()
+	return row(ctx, e, `INSERT INTO skills (`+skillCols+`) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
+		RETURNING `+skillCols, scanSkill, p.Tenant, p.Name, p.Description, p.Code, at, at)
 }
 
-func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
-	k, err := scanSkill(s.rd.QueryRowContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, tenant, name))
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, mapErr(err))
-	}
-	return k, nil
+func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
+	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, scanSkill, tenant, name)
 }
 
-func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	rows, err := s.rd.QueryContext(ctx, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
-	}
-	return collect(rows, scanSkill)
+func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
+	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, scanSkill, tenant)
 }
 
 // collect scans every row and closes rows.

@@ -1,14 +1,19 @@
 package rules
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // Bounds of an agent's spec. The persona enters every prompt of every
@@ -83,15 +88,8 @@ func DecodeAgentSpec(b []byte) (agentfleet.AgentSpec, error) {
 	return s, nil
 }
 
-// AgentPos is where an agent listing continues: after the agent made at
-// CreatedAt (microseconds) with Name, newest first.
-type AgentPos struct {
-	CreatedAt int64
-	Name      string
-}
-
 // AgentList validates p and decodes its cursor.
-func AgentList(p store.AgentListParams) (store.AgentListParams, *AgentPos, error) {
+func AgentList(p store.AgentListParams) (store.AgentListParams, *driver.AgentPos, error) {
 	if err := CheckID("agent list: tenant", p.Tenant); err != nil {
 		return p, nil, err
 	}
@@ -108,7 +106,7 @@ func AgentList(p store.AgentListParams) (store.AgentListParams, *AgentPos, error
 	if err != nil || len(raw) == 0 || raw[0] != 'a' || !ok || aerr != nil || CheckID("agent cursor name", name) != nil {
 		return p, nil, Invalidf("agent cursor %q is malformed: pass the NextCursor of the previous page", p.Cursor)
 	}
-	return p, &AgentPos{CreatedAt: at, Name: name}, nil
+	return p, &driver.AgentPos{CreatedAt: time.UnixMicro(at).UTC(), Name: name}, nil
 }
 
 // AgentPage is AgentList p's answer from rows read newest first, one
@@ -134,6 +132,79 @@ func AgentDelete(p store.AgentDeleteParams) error {
 	}
 	if p.Name == agentfleet.DefaultAgent {
 		return Invalidf("the %q agent cannot be deleted: every tenant has it (replace it instead)", agentfleet.DefaultAgent)
+	}
+	return nil
+}
+
+// AgentUpsert takes the agent's name lock, so that two replacements of
+// one agent number their versions one after the other, compares with the
+// current spec and stores a new version when it differs.
+func (s *Store) AgentUpsert(ctx context.Context, p store.AgentUpsertParams) (agentfleet.Agent, error) {
+	if err := AgentUpsert(p); err != nil {
+		return agentfleet.Agent{}, err
+	}
+	spec := EncodeAgentSpec(p.Spec)
+	// want is the spec as a read returns it, to compare with the stored one.
+	want, err := DecodeAgentSpec(spec)
+	if err != nil {
+		return agentfleet.Agent{}, err
+	}
+	var a agentfleet.Agent
+	err = s.d.Tx(ctx, func(x driver.Executor) error {
+		if err := x.AgentLock(ctx, p.Tenant, p.Name); err != nil {
+			return err
+		}
+		cur, err := x.AgentGet(ctx, p.Tenant, p.Name, 0)
+		exists := err == nil
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return err
+		case reflect.DeepEqual(cur.AgentSpec, want):
+			a = cur
+			return nil
+		}
+		a, err = x.AgentVersionInsert(ctx, driver.AgentVersionInsertParams{
+			Tenant: p.Tenant, Name: p.Name, Spec: spec, Exists: exists, Now: Now(),
+		})
+		return err
+	})
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("upsert agent %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return a, nil
+}
+
+func (s *Store) AgentGetByName(ctx context.Context, p store.AgentGetByNameParams) (agentfleet.Agent, error) {
+	a, err := s.d.AgentGet(ctx, p.Tenant, p.Name, p.Version)
+	if err != nil {
+		return agentfleet.Agent{}, fmt.Errorf("get agent %s/%s: %w", p.Tenant, p.Name, err)
+	}
+	return a, nil
+}
+
+func (s *Store) AgentList(ctx context.Context, p store.AgentListParams) (store.AgentListResult, error) {
+	p, after, err := AgentList(p)
+	if err != nil {
+		return store.AgentListResult{}, err
+	}
+	as, err := s.d.AgentList(ctx, driver.AgentListParams{Tenant: p.Tenant, Limit: p.Limit + 1, After: after})
+	if err != nil {
+		return store.AgentListResult{}, fmt.Errorf("list agents of %s: %w", p.Tenant, err)
+	}
+	return AgentPage(as, p), nil
+}
+
+func (s *Store) AgentDelete(ctx context.Context, p store.AgentDeleteParams) error {
+	if err := AgentDelete(p); err != nil {
+		return err
+	}
+	ok, err := s.d.AgentDelete(ctx, p.Tenant, p.Name)
+	if err == nil && !ok {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("delete agent %s/%s: %w", p.Tenant, p.Name, err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // Bounds of what an approval stores.
@@ -125,31 +126,12 @@ func ApprovalPage(as []store.Approval, seqs []int64, p store.ApprovalListParams)
 	return res
 }
 
-// ApprovalTx is a RunTx that also reads and writes approvals, so that
-// parking a run on an approval and deciding one are written once. Both
-// lock the run first, then the approval.
-type ApprovalTx interface {
-	RunTx
-	// LockApproval reads approval id and holds it; store.ErrNotFound
-	// when there is none.
-	LockApproval(ctx context.Context, id string) (store.Approval, error)
-	// LockApprovalAt is LockApproval of the approval of a call: at its
-	// index, of its digest.
-	LockApprovalAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error)
-	// ReadApproval reads approval id without holding it.
-	ReadApproval(ctx context.Context, id string) (store.Approval, error)
-	InsertApproval(ctx context.Context, a store.Approval) error
-	// UpdateApproval writes a decision: status, reason, scope, session
-	// id, decided by, decided at.
-	UpdateApproval(ctx context.Context, a store.Approval) error
-}
-
 // ApplyApprovalRequest is ApprovalRequest p, checked by ApprovalRequest,
 // applied in tx.
-func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRequestParams) (store.ApprovalRequestResult, error) {
+func ApplyApprovalRequest(ctx context.Context, tx driver.Executor, p store.ApprovalRequestParams) (store.ApprovalRequestResult, error) {
 	var res store.ApprovalRequestResult
 	now := p.Now
-	cur, err := tx.LockRun(ctx, p.RunID)
+	cur, err := tx.RunLock(ctx, p.RunID)
 	if err != nil {
 		return res, err
 	}
@@ -162,7 +144,7 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 	case cur.CancelRequested:
 		return res, fmt.Errorf("%w: run %s has a cancel requested", store.ErrConflict, cur.ID)
 	}
-	a, err := tx.LockApprovalAt(ctx, p.RunID, p.Turn, p.Call.Index, p.Call.Digest)
+	a, err := tx.ApprovalLockAt(ctx, p.RunID, p.Turn, p.Call.Index, p.Call.Digest)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		a = store.Approval{
@@ -173,7 +155,7 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 		if p.NotifyURL != "" {
 			a.NotifyState, a.NotifyNextAt = store.CallbackPending, now
 		}
-		if err := tx.InsertApproval(ctx, a); err != nil {
+		if err := tx.ApprovalInsert(ctx, a); err != nil {
 			return res, err
 		}
 	case err != nil:
@@ -184,7 +166,7 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 		// Decided while the turn ran to it: run the turn again now.
 		cur.Wake++
 		cur.UpdatedAt = now
-		row, err := tx.UpdateRun(ctx, cur)
+		row, err := tx.RunUpdate(ctx, cur)
 		if err != nil {
 			return res, err
 		}
@@ -192,12 +174,12 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 		return res, nil
 	}
 	evs := []agentfleet.Event{ApprovalEvent(cur.Run, a, agentfleet.EventApprovalRequested, now)}
-	row, err := tx.UpdateRun(ctx, Transition(cur, store.RunTransitionParams{To: agentfleet.StatusWaitingApproval, Events: evs}, now))
+	row, err := tx.RunUpdate(ctx, Transition(cur, store.RunTransitionParams{To: agentfleet.StatusWaitingApproval, Events: evs}, now))
 	if err != nil {
 		return res, err
 	}
 	Number(evs, row.Run, cur.EventSeq)
-	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, evs); err != nil {
+	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, evs); err != nil {
 		return res, err
 	}
 	res.Parked, res.Change = true, store.RunChangeResult{Run: row.Run, Events: evs}
@@ -206,21 +188,21 @@ func ApplyApprovalRequest(ctx context.Context, tx ApprovalTx, p store.ApprovalRe
 
 // ApplyApprovalDecide is ApprovalDecide p, checked by ApprovalDecide,
 // applied in tx.
-func ApplyApprovalDecide(ctx context.Context, tx ApprovalTx, p store.ApprovalDecideParams) (store.ApprovalDecideResult, error) {
+func ApplyApprovalDecide(ctx context.Context, tx driver.Executor, p store.ApprovalDecideParams) (store.ApprovalDecideResult, error) {
 	var res store.ApprovalDecideResult
 	now := p.Now
-	seen, err := tx.ReadApproval(ctx, p.ID)
+	seen, err := tx.ApprovalGet(ctx, p.ID)
 	if err == nil && p.Tenant != "" && seen.Tenant != p.Tenant {
 		err = fmt.Errorf("approval %s: %w", p.ID, store.ErrNotFound)
 	}
 	if err != nil {
 		return res, err
 	}
-	cur, err := tx.LockRun(ctx, seen.RunID)
+	cur, err := tx.RunLock(ctx, seen.RunID)
 	if err != nil {
 		return res, err
 	}
-	a, err := tx.LockApproval(ctx, p.ID)
+	a, err := tx.ApprovalLock(ctx, p.ID)
 	if err != nil {
 		return res, err
 	}
@@ -241,7 +223,7 @@ func ApplyApprovalDecide(ctx context.Context, tx ApprovalTx, p store.ApprovalDec
 		a.Status, typ = store.ApprovalApproved, agentfleet.EventApproved
 	}
 	a.SessionID = cur.SessionID
-	if err := tx.UpdateApproval(ctx, a); err != nil {
+	if err := tx.ApprovalUpdate(ctx, a); err != nil {
 		return res, err
 	}
 	if closing {
@@ -257,12 +239,12 @@ func ApplyApprovalDecide(ctx context.Context, tx ApprovalTx, p store.ApprovalDec
 		next.Wake++
 		res.Woken = true
 	}
-	row, err := tx.UpdateRun(ctx, next)
+	row, err := tx.RunUpdate(ctx, next)
 	if err != nil {
 		return res, err
 	}
 	Number(evs, row.Run, cur.EventSeq)
-	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, evs); err != nil {
+	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, evs); err != nil {
 		return res, err
 	}
 	res.Approval, res.Change = a, store.RunChangeResult{Run: row.Run, Events: evs}
@@ -362,4 +344,127 @@ func ApprovalNotifyRecord(p store.ApprovalNotifyRecordParams) (store.ApprovalNot
 	}
 	p.NextAt = Time(p.NextAt)
 	return p, nil
+}
+
+func (s *Store) ApprovalRequest(ctx context.Context, p store.ApprovalRequestParams) (store.ApprovalRequestResult, error) {
+	p, err := ApprovalRequest(p)
+	if err != nil {
+		return store.ApprovalRequestResult{}, err
+	}
+	var res store.ApprovalRequestResult
+	err = s.d.Tx(ctx, func(x driver.Executor) (err error) {
+		res, err = ApplyApprovalRequest(ctx, x, p)
+		return err
+	})
+	if err != nil {
+		return store.ApprovalRequestResult{}, fmt.Errorf("request approval for run %s turn %d: %w", p.RunID, p.Turn, err)
+	}
+	return res, nil
+}
+
+func (s *Store) ApprovalForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error) {
+	a, err := s.d.ApprovalGetForCall(ctx, p)
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("approval of run %s turn %d call %d: %w", p.RunID, p.Turn, p.Call.Index, err)
+	}
+	return a, nil
+}
+
+// ApprovalGetByID scopes the read to p.Tenant when it is set: another
+// tenant's approval is not found.
+func (s *Store) ApprovalGetByID(ctx context.Context, p store.ApprovalGetByIDParams) (store.Approval, error) {
+	a, err := s.d.ApprovalGet(ctx, p.ID)
+	if err == nil && p.Tenant != "" && a.Tenant != p.Tenant {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Approval{}, fmt.Errorf("get approval %s: %w", p.ID, err)
+	}
+	return a, nil
+}
+
+func (s *Store) ApprovalList(ctx context.Context, p store.ApprovalListParams) (store.ApprovalListResult, error) {
+	p, after, err := ApprovalList(p)
+	if err != nil {
+		return store.ApprovalListResult{}, err
+	}
+	rows, err := s.d.ApprovalList(ctx, driver.ApprovalListParams{Tenant: p.Tenant, Status: p.Status, RunID: p.RunID, AfterSeq: after, Limit: p.Limit + 1})
+	if err != nil {
+		return store.ApprovalListResult{}, fmt.Errorf("list approvals: %w", err)
+	}
+	as, seqs := make([]store.Approval, len(rows)), make([]int64, len(rows))
+	for i, r := range rows {
+		as[i], seqs[i] = r.Approval, r.Seq
+	}
+	return ApprovalPage(as, seqs, p), nil
+}
+
+func (s *Store) ApprovalDecide(ctx context.Context, p store.ApprovalDecideParams) (store.ApprovalDecideResult, error) {
+	p, err := ApprovalDecide(p)
+	if err != nil {
+		return store.ApprovalDecideResult{}, err
+	}
+	var res store.ApprovalDecideResult
+	err = s.d.Tx(ctx, func(x driver.Executor) (err error) {
+		res, err = ApplyApprovalDecide(ctx, x, p)
+		return err
+	})
+	if err != nil {
+		return store.ApprovalDecideResult{}, fmt.Errorf("decide approval %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+// ApprovalExpire decides each due approval as expired, or as its run's
+// end where the run ended.
+func (s *Store) ApprovalExpire(ctx context.Context, p store.ApprovalExpireParams) ([]store.ApprovalDecideResult, error) {
+	now := NowOr(p.Now)
+	due, err := s.d.ApprovalListDue(ctx, now, ApprovalExpireLimit(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("find expired approvals: %w", err)
+	}
+	ids, reasons := make([]string, len(due)), make([]string, len(due))
+	for i, d := range due {
+		ids[i], reasons[i] = d.ID, store.ApprovalExpired
+		if d.RunEnded {
+			reasons[i] = store.ApprovalRunEnded
+		}
+	}
+	return ExpireApprovals(ctx, ids, reasons, now, s.ApprovalDecide)
+}
+
+func (s *Store) ApprovalCountPending(ctx context.Context) (map[string]int, error) {
+	cs, err := s.d.ApprovalCountPending(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("count pending approvals: %w", err)
+	}
+	out := make(map[string]int, len(cs))
+	for _, c := range cs {
+		out[c.Key] = c.N
+	}
+	return out, nil
+}
+
+func (s *Store) ApprovalNotifyClaim(ctx context.Context, p store.ApprovalNotifyClaimParams) ([]store.Approval, error) {
+	now := NowOr(p.Now)
+	as, err := s.d.ApprovalNotifyClaim(ctx, now, now.Add(p.Lease), max(p.Limit, 1))
+	if err != nil {
+		return nil, fmt.Errorf("claim approval notifications: %w", err)
+	}
+	return as, nil
+}
+
+func (s *Store) ApprovalNotifyRecord(ctx context.Context, p store.ApprovalNotifyRecordParams) error {
+	p, err := ApprovalNotifyRecord(p)
+	if err != nil {
+		return err
+	}
+	ok, err := s.d.ApprovalNotifyUpdate(ctx, p)
+	if err == nil && !ok {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("record approval notification %s: %w", p.ID, err)
+	}
+	return nil
 }

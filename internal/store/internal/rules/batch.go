@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // BatchAdmitting is the status of a batch being admitted, and on SQLite
@@ -132,39 +133,17 @@ func BatchReleasedAtCommit(total, maxConcurrent int) int {
 	return min(total, maxConcurrent)
 }
 
-// BatchTx is what ApplyBatchRelease needs of a backend's transaction.
-type BatchTx interface {
-	// LockBatch reads batch id and holds it for the rest of the
-	// transaction; a missing batch is store.ErrNotFound.
-	LockBatch(ctx context.Context, id string) (store.Batch, error)
-	// BatchInFlight counts the batch's released runs (index below
-	// released) not ended.
-	BatchInFlight(ctx context.Context, id string, released int) (int, error)
-	// BatchNextOpen lists up to limit of the batch's runs not ended from
-	// index from on, in input order.
-	BatchNextOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error)
-	// BatchSetReleased stores the batch's released count.
-	BatchSetReleased(ctx context.Context, id string, released int) error
-	// RunStartable reports whether a queued run may start now: no earlier
-	// run of its session is unfinished.
-	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)
-	// BatchHasOpen reports whether any run of the batch has not ended.
-	BatchHasOpen(ctx context.Context, id string) (bool, error)
-	// BatchFinish sets the batch's status and finished_at.
-	BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error)
-}
-
 // ApplyBatchSweep is BatchSweep of batch id in tx at now: its held runs
 // released while below max_concurrent, and the batch finished once none
 // of its runs is unfinished.
-func ApplyBatchSweep(ctx context.Context, tx BatchTx, id string, now time.Time) (store.BatchSweepResult, error) {
+func ApplyBatchSweep(ctx context.Context, tx driver.Executor, id string, now time.Time) (store.BatchSweepResult, error) {
 	var res store.BatchSweepResult
 	released, err := ApplyBatchRelease(ctx, tx, id)
 	if err != nil {
 		return res, err
 	}
 	res.Released = released
-	b, err := tx.LockBatch(ctx, id)
+	b, err := tx.BatchLock(ctx, id)
 	if err != nil || !b.FinishedAt.IsZero() {
 		return res, err
 	}
@@ -192,16 +171,16 @@ func BatchSweepLimit(n int) int {
 // while it has fewer than max_concurrent in flight, and returns those
 // whose first turn is due now (a run of a session that is not its head
 // starts when the head ends, as any session run).
-func ApplyBatchRelease(ctx context.Context, tx BatchTx, id string) ([]agentfleet.Run, error) {
-	b, err := tx.LockBatch(ctx, id)
+func ApplyBatchRelease(ctx context.Context, tx driver.Executor, id string) ([]agentfleet.Run, error) {
+	b, err := tx.BatchLock(ctx, id)
 	if err != nil || b.Status != store.BatchRunning || b.MaxConcurrent == 0 || b.Released >= b.Total {
 		return nil, err
 	}
-	inFlight, err := tx.BatchInFlight(ctx, id, b.Released)
+	inFlight, err := tx.BatchCountInFlight(ctx, id, b.Released)
 	if err != nil || inFlight >= b.MaxConcurrent {
 		return nil, err
 	}
-	next, err := tx.BatchNextOpen(ctx, id, b.Released, b.MaxConcurrent-inFlight)
+	next, err := tx.BatchListOpen(ctx, id, b.Released, b.MaxConcurrent-inFlight)
 	if err != nil {
 		return nil, err
 	}
@@ -293,10 +272,10 @@ func BatchListLimit(n int) int {
 // ApplyBatchCancel cancels batch's runs ids in tx at now, as RunCancel
 // would, into res: at once when queued or waiting, at their next turn
 // boundary when running. A run that ended meanwhile is skipped.
-func ApplyBatchCancel(ctx context.Context, tx RunTx, batch string, ids []string, now time.Time, res *store.BatchCancelResult) error {
+func ApplyBatchCancel(ctx context.Context, tx driver.Executor, batch string, ids []string, now time.Time, res *store.BatchCancelResult) error {
 	reason := BatchCancelReason(batch)
 	for _, id := range ids {
-		cur, err := tx.LockRun(ctx, id)
+		cur, err := tx.RunLock(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -359,4 +338,144 @@ func BatchKeysRefusal(batch string, rows []BatchRunRow, holders []BatchKeyHolder
 		}
 	}
 	return refusal
+}
+
+func (s *Store) BatchGetByID(ctx context.Context, p store.BatchGetByIDParams) (store.Batch, error) {
+	b, err := s.d.BatchGet(ctx, p.ID, p.Tenant)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("get batch %s: %w", p.ID, err)
+	}
+	cs, err := s.d.BatchCountRuns(ctx, b.ID)
+	if err != nil {
+		return store.Batch{}, fmt.Errorf("count the runs of batch %s: %w", p.ID, err)
+	}
+	b.Counts = map[agentfleet.RunStatus]int{}
+	for _, c := range cs {
+		b.Counts[c.Status] = c.N
+		b.Usage.PromptTokens += c.Usage.PromptTokens
+		b.Usage.CompletionTokens += c.Usage.CompletionTokens
+	}
+	return b, nil
+}
+
+func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.BatchListResult, error) {
+	after, err := DecodeBatchCursor(p.Cursor)
+	if err != nil {
+		return store.BatchListResult{}, err
+	}
+	limit := BatchListLimit(p.Limit)
+	bs, err := s.d.BatchList(ctx, p.Tenant, after, limit+1)
+	if err != nil {
+		return store.BatchListResult{}, fmt.Errorf("list batches: %w", err)
+	}
+	var res store.BatchListResult
+	if len(bs) > limit {
+		bs = bs[:limit]
+		res.NextCursor = EncodeBatchCursor(bs[limit-1].ID)
+	}
+	res.Batches = bs
+	return res, nil
+}
+
+func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+	p.Limit = BatchRunsLimit(p.Limit)
+	out, err := s.d.BatchRunList(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of batch %s: %w", p.ID, err)
+	}
+	return out, nil
+}
+
+// BatchCancel cancels up to Limit of the batch's open runs in one
+// transaction; More says a next call has more to cancel.
+func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (store.BatchCancelResult, error) {
+	limit := BatchCancelLimit(p.Limit)
+	now := Now()
+	var res store.BatchCancelResult
+	err := s.d.Tx(ctx, func(x driver.Executor) error {
+		res = store.BatchCancelResult{}
+		b, err := x.BatchCancelMark(ctx, p.ID, p.Tenant)
+		if err != nil {
+			return err
+		}
+		res.Batch = b
+		ids, err := x.BatchRunListCancellable(ctx, p.ID, limit+1)
+		if err != nil {
+			return err
+		}
+		if len(ids) > limit {
+			ids, res.More = ids[:limit], true
+		}
+		return ApplyBatchCancel(ctx, x, b.ID, ids, now, &res)
+	})
+	if err != nil {
+		return store.BatchCancelResult{}, fmt.Errorf("cancel batch %s: %w", p.ID, err)
+	}
+	return res, nil
+}
+
+// BatchRunHeld is false for a run of no batch.
+func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+	held, err := s.d.BatchRunHeld(ctx, runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("is run %s held by its batch: %w", runID, err)
+	}
+	return held, nil
+}
+
+func (s *Store) BatchUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
+	bs, err := s.d.BatchListUnfinished(ctx, BatchSweepLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list unfinished batches: %w", err)
+	}
+	return bs, nil
+}
+
+// BatchSweep drops abandoned admissions, then sweeps each unfinished
+// batch in a transaction of its own.
+func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store.BatchSweepResult, error) {
+	now := NowOr(p.Now)
+	if err := s.d.BatchAdmissionDropAbandoned(ctx, now.Add(-BatchAdmissionAbandonedAfter)); err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	bs, err := s.BatchUnfinished(ctx, p.Limit)
+	if err != nil {
+		return store.BatchSweepResult{}, err
+	}
+	var res store.BatchSweepResult
+	for _, b := range bs {
+		var r store.BatchSweepResult
+		err := s.d.Tx(ctx, func(x driver.Executor) (err error) {
+			r, err = ApplyBatchSweep(ctx, x, b.ID, now)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sweep batch %s: %w", b.ID, err)
+		}
+		res.Released = append(res.Released, r.Released...)
+		res.Finished = append(res.Finished, r.Finished...)
+	}
+	return res, nil
+}
+
+// BatchChunk is how a backend's admission Append starts, written once:
+// an ended admission refuses, the inputs become rows numbered from next,
+// and the queue gate admits them. With no error and rows, the caller
+// must call done with how many runs it created.
+func (s *Store) BatchChunk(ctx context.Context, p store.BatchAdmitParams, ended bool, inputs []store.BatchInput, next int,
+	count QueueCount) (rows []BatchRunRow, done func(created int), err error) {
+	if ended {
+		return nil, nil, Invalidf("batch %s: admission ended", p.ID)
+	}
+	rows, err = BatchRows(p, inputs, next, Now())
+	if err != nil || len(rows) == 0 {
+		return nil, nil, err
+	}
+	if done, err = s.Queue.Admit(ctx, p.Tenant, len(rows), count); err != nil {
+		return nil, nil, fmt.Errorf("admit batch %s: %w", p.ID, err)
+	}
+	return rows, done, nil
 }

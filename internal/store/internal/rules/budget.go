@@ -1,9 +1,14 @@
 package rules
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // Window is a parsed agentfleet.BudgetWindow: a calendar day or month
@@ -274,4 +279,167 @@ func (l Ledger) OpenWindow(now time.Time, next NextUse) (start, end time.Time, e
 	}
 	start, end = l.Window.Bounds(now)
 	return start, end, nil
+}
+
+func (s *Store) BudgetRelease(ctx context.Context, reservationID string) error {
+	if reservationID == "" {
+		return nil // an unlimited tenant's reservation: nothing was held
+	}
+	if err := s.d.ReservationRelease(ctx, reservationID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = fmt.Errorf("reservation %s (settled, released or expired): %w", reservationID, store.ErrNotFound)
+		}
+		return fmt.Errorf("release reservation %s: %w", reservationID, err)
+	}
+	return nil
+}
+
+func (s *Store) BudgetExpire(ctx context.Context, now time.Time) (int, error) {
+	now = NowOr(now)
+	n, err := s.d.ReservationExpire(ctx, now)
+	if err != nil {
+		return 0, fmt.Errorf("expire reservations before %s: %w", now.Format(time.RFC3339), err)
+	}
+	return n, nil
+}
+
+func (s *Store) UsageList(ctx context.Context, p store.UsageListParams) ([]store.UsageRow, error) {
+	p, err := UsageList(p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.d.UsageList(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list usage of %s: %w", p.Tenant, err)
+	}
+	return rows, nil
+}
+
+func (s *Store) JournalListByRun(ctx context.Context, p store.JournalListByRunParams) ([]agentfleet.JournalEntry, error) {
+	if err := JournalListByRun(p); err != nil {
+		return nil, err
+	}
+	out, err := s.d.JournalList(ctx, p.RunID, p.Turn)
+	if err != nil {
+		return nil, fmt.Errorf("list the journal of run %s: %w", p.RunID, err)
+	}
+	return out, nil
+}
+
+// LedgerFrom parses a stored ledger row.
+func LedgerFrom(r driver.Ledger) (Ledger, error) {
+	w, err := ParseWindow(r.Window)
+	return Ledger{Tenant: r.Tenant, Limit: r.Limit, Window: w, Used: r.Used, Reserved: r.Reserved, WindowStart: r.WindowStart,
+		WindowEnd: r.WindowEnd, TokensPerMinute: r.TokensPerMinute, MinuteStart: r.MinuteStart, MinuteUsed: r.MinuteUsed}, err
+}
+
+// Row is l as stored.
+func (l Ledger) Row() driver.Ledger {
+	return driver.Ledger{Tenant: l.Tenant, Limit: l.Limit, Window: l.Window.Name, Used: l.Used, Reserved: l.Reserved,
+		WindowStart: l.WindowStart, WindowEnd: l.WindowEnd, TokensPerMinute: l.TokensPerMinute, MinuteStart: l.MinuteStart, MinuteUsed: l.MinuteUsed}
+}
+
+// usage is the usage ledger as Ledger's window maths reads it.
+func usage(ctx context.Context, x driver.Executor, tenant string) (NextUse, func(from, to time.Time) (int64, error)) {
+	return func(t time.Time) (time.Time, bool, error) { return x.UsageFirst(ctx, tenant, t) },
+		func(from, to time.Time) (int64, error) { return x.UsageSum(ctx, tenant, from, to) }
+}
+
+// BudgetGet reads the ledger and the usage ledger on one snapshot and
+// writes nothing: a due window shows rolled.
+func (s *Store) BudgetGet(ctx context.Context, tenant string, now time.Time) (agentfleet.BudgetState, error) {
+	now = NowOr(now)
+	var st agentfleet.BudgetState
+	err := s.d.Read(ctx, func(x driver.Executor) error {
+		r, err := x.LedgerGet(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		l, err := LedgerFrom(r)
+		if err != nil {
+			return err
+		}
+		next, sum := usage(ctx, x, tenant)
+		st, err = l.BudgetState(now, next, sum)
+		return err
+	})
+	if err != nil {
+		return agentfleet.BudgetState{}, fmt.Errorf("get budget of %s: %w", tenant, err)
+	}
+	return st, nil
+}
+
+// TenantUpdate changes the set fields under the tenant's row lock. A
+// changed window restarts: used starts again from zero and the next use
+// opens the new window; reservations carry over. An unlimited tenant
+// given a limit starts from what its usage ledger charged in the current
+// window (see store.TenantUpdateParams); under the lock no settlement
+// can slip past that sum.
+func (s *Store) TenantUpdate(ctx context.Context, p store.TenantUpdateParams) (agentfleet.Tenant, error) {
+	p, w, err := TenantUpdate(p)
+	if err != nil {
+		return agentfleet.Tenant{}, err
+	}
+	now := Now()
+	var t agentfleet.Tenant
+	err = s.d.Tx(ctx, func(x driver.Executor) error {
+		cur, r, err := x.LedgerLock(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		l, err := LedgerFrom(r)
+		if err != nil {
+			return err
+		}
+		restart := w != nil && w.Name != cur.Window
+		wasUnlimited := l.Unlimited()
+		setTenant(&cur, p)
+		var every *time.Duration
+		if w != nil {
+			every = &w.Every
+		}
+		switch {
+		case restart:
+			l.Used, l.WindowStart, l.WindowEnd = 0, time.Time{}, time.Time{}
+		case wasUnlimited && !Unlimited(cur.TokenLimit, cur.TokensPerMinute):
+			next, sum := usage(ctx, x, p.ID)
+			if l, err = l.StartLimited(now, next, sum); err != nil {
+				return err
+			}
+		}
+		t, err = x.TenantUpdate(ctx, cur, every, l.Row(), now)
+		return err
+	})
+	if err != nil {
+		return agentfleet.Tenant{}, fmt.Errorf("update tenant %s: %w", p.ID, err)
+	}
+	if p.MaxQueuedRuns != nil {
+		s.Queue.Forget(p.ID)
+	}
+	return t, nil
+}
+
+// setTenant sets p's set fields on t.
+func setTenant(t *agentfleet.Tenant, p store.TenantUpdateParams) {
+	if p.TokenLimit != nil {
+		t.TokenLimit = *p.TokenLimit
+	}
+	if p.Window != nil {
+		t.Window = *p.Window
+	}
+	if p.TokensPerMinute != nil {
+		t.TokensPerMinute = *p.TokensPerMinute
+	}
+	if p.MaxConcurrentRuns != nil {
+		t.MaxConcurrentRuns = *p.MaxConcurrentRuns
+	}
+	if p.MaxQueuedRuns != nil {
+		t.MaxQueuedRuns = *p.MaxQueuedRuns
+	}
+	if p.Weight != nil {
+		t.Weight = *p.Weight
+	}
+	if p.Exhausted != nil {
+		t.Exhausted = *p.Exhausted
+	}
 }

@@ -1,10 +1,13 @@
 package rules
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // RunCallbackCreate validates p.
@@ -72,4 +75,88 @@ func DecodeCallbackLog(raw []byte) ([]store.CallbackAttempt, error) {
 		log[i].At = Time(log[i].At)
 	}
 	return log, nil
+}
+
+func (s *Store) TenantCallbackSecretSet(ctx context.Context, p store.TenantCallbackSecretSetParams) error {
+	if err := s.d.CallbackSecretUpsert(ctx, p.Tenant, p.Secret, Now()); err != nil {
+		return fmt.Errorf("set callback secret of %s: %w", p.Tenant, err)
+	}
+	return nil
+}
+
+func (s *Store) TenantCallbackSecretGet(ctx context.Context, tenant string) (string, error) {
+	secret, err := s.d.CallbackSecretGet(ctx, tenant)
+	if err != nil {
+		return "", fmt.Errorf("get callback secret of %s: %w", tenant, err)
+	}
+	return secret, nil
+}
+
+func (s *Store) RunCallbackCreate(ctx context.Context, p store.RunCallbackCreateParams) (store.RunCallback, error) {
+	if err := RunCallbackCreate(p); err != nil {
+		return store.RunCallback{}, err
+	}
+	c, err := s.d.RunCallbackInsert(ctx, p.RunID, p.Tenant, p.URL, Now())
+	if err != nil {
+		return store.RunCallback{}, fmt.Errorf("create callback of run %s: %w", p.RunID, err)
+	}
+	return c, nil
+}
+
+func (s *Store) RunCallbackGetByID(ctx context.Context, runID string) (store.RunCallback, error) {
+	c, err := s.d.RunCallbackGet(ctx, runID)
+	if err != nil {
+		return store.RunCallback{}, fmt.Errorf("get callback of run %s: %w", runID, err)
+	}
+	return c, nil
+}
+
+func (s *Store) RunCallbackClaim(ctx context.Context, p store.RunCallbackClaimParams) ([]store.RunCallback, error) {
+	p, err := RunCallbackClaim(p)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.d.RunCallbackClaim(ctx, p.Now, p.Now.Add(p.Lease), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim run callbacks: %w", err)
+	}
+	return cs, nil
+}
+
+func (s *Store) RunCallbackRecord(ctx context.Context, p store.RunCallbackRecordParams) (store.RunCallback, error) {
+	p, err := RunCallbackRecord(p)
+	if err != nil {
+		return store.RunCallback{}, err
+	}
+	next := p.NextAt
+	if next.IsZero() {
+		next = p.Attempt.At
+	}
+	var c store.RunCallback
+	err = s.d.Tx(ctx, func(x driver.Executor) error {
+		raw, err := x.RunCallbackLogLock(ctx, p.RunID)
+		if err != nil {
+			return err
+		}
+		log, err := AppendCallbackLog(raw, p.Attempt)
+		if err != nil {
+			return err
+		}
+		c, err = x.RunCallbackUpdate(ctx, driver.RunCallbackUpdateParams{
+			RunID: p.RunID, State: p.State, Log: log, NextAt: next, FirstAt: p.Attempt.At, Now: Now(),
+		})
+		return err
+	})
+	if err != nil {
+		return store.RunCallback{}, fmt.Errorf("record callback attempt of run %s: %w", p.RunID, err)
+	}
+	return c, nil
+}
+
+func (s *Store) RunCallbackPrune(ctx context.Context, before time.Time) (int, error) {
+	n, err := s.d.RunCallbackDeleteOrphans(ctx, Time(before))
+	if err != nil {
+		return 0, fmt.Errorf("prune run callbacks: %w", err)
+	}
+	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // EndedBeforeSQL selects the runs RunDeleteEnded may delete: ended, with
@@ -38,20 +39,11 @@ func RunDelete(p store.RunDeleteParams) error {
 	return nil
 }
 
-// RunDeleteTx is a backend's write transaction as ApplyRunDelete needs it.
-type RunDeleteTx interface {
-	// LockRun reads run id and holds it for the rest of the transaction;
-	// a missing run is store.ErrNotFound.
-	LockRun(ctx context.Context, id string) (RunRow, error)
-	// DeleteRun deletes run id and what belongs to it.
-	DeleteRun(ctx context.Context, id string) error
-}
-
 // ApplyRunDelete is RunDelete p, checked by RunDelete, applied in tx:
 // only an ended run goes, and a tenant's delete of another tenant's run
 // is store.ErrNotFound.
-func ApplyRunDelete(ctx context.Context, tx RunDeleteTx, p store.RunDeleteParams) error {
-	r, err := tx.LockRun(ctx, p.ID)
+func ApplyRunDelete(ctx context.Context, tx driver.Executor, p store.RunDeleteParams) error {
+	r, err := tx.RunLock(ctx, p.ID)
 	if err != nil {
 		return err
 	}
@@ -61,5 +53,15 @@ func ApplyRunDelete(ctx context.Context, tx RunDeleteTx, p store.RunDeleteParams
 	if !r.Status.Terminal() {
 		return fmt.Errorf("%w: run %s is %s: only an ended run can be deleted; cancel it first", store.ErrConflict, r.ID, r.Status)
 	}
-	return tx.DeleteRun(ctx, r.ID)
+	return tx.RunDelete(ctx, r.ID)
+}
+
+func (s *Store) RunDelete(ctx context.Context, p store.RunDeleteParams) error {
+	if err := RunDelete(p); err != nil {
+		return err
+	}
+	if err := s.d.Tx(ctx, func(x driver.Executor) error { return ApplyRunDelete(ctx, x, p) }); err != nil {
+		return fmt.Errorf("delete run %s: %w", p.ID, err)
+	}
+	return nil
 }

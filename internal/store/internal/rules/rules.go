@@ -1,8 +1,11 @@
-// Package rules holds what both store backends decide in Go rather than in
-// SQL: parameter validation and defaults, identifiers and timestamps, the
-// legal status transitions, budget window arithmetic and the ledger maths,
-// cursors, API key hashing, and text hygiene (text.go: no NUL or invalid
-// UTF-8 reaches either backend).
+// Package rules is the store's semantics, written once for both backends:
+// the Store type (store.go) implements store.Store over the primitives of
+// a driver.Driver, noun by noun, and beside it lives what the backends
+// still implementing a noun themselves decide in Go rather than in SQL:
+// parameter validation and defaults, identifiers and timestamps, the
+// legal status transitions, budget window arithmetic and the ledger
+// maths, cursors, API key hashing, and text hygiene (text.go: no NUL or
+// invalid UTF-8 reaches either backend).
 //
 // Keeping these in one place is what lets the SQLite and Postgres backends
 // agree to the bit on the values they return, which the contract suite

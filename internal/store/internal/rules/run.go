@@ -10,18 +10,11 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
-// RunRow is a run as a backend reads it: the domain run plus the columns
-// callers never see.
-type RunRow struct {
-	agentfleet.Run
-	// Seq is the run's insertion position: list order and cursors, and
-	// the order of runs within a session.
-	Seq int64
-	// CancelReason is the reason of a cancel requested while a turn ran.
-	CancelReason string
-}
+// RunRow is a run as a backend reads it (driver.RunRow).
+type RunRow = driver.RunRow
 
 // Transition returns the run after RunTransition p, applied at now with
 // n events appended: the status, error and answer when given (a
@@ -83,44 +76,25 @@ func Cancel(r RunRow, reason string, nEvents int, now time.Time) (RunRow, Cancel
 	return r, CancelNow, nil
 }
 
-// RunTx is a backend's write transaction as ApplyTransition and
-// ApplyCancel need it. Each backend implements it over its own
-// transaction, so that what a transition or a cancel reads and writes, and
-// in what order, is written once.
-type RunTx interface {
-	// LockRun reads run id and holds it for the rest of the transaction;
-	// a missing run is store.ErrNotFound.
-	LockRun(ctx context.Context, id string) (RunRow, error)
-	// UpdateRun writes the columns a transition or a cancel changes and
-	// returns the run as stored.
-	UpdateRun(ctx context.Context, r RunRow) (RunRow, error)
-	// InsertEvents stores numbered events of run runID that follow its
-	// event seq lastSeq.
-	InsertEvents(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error
-	// SessionNext is the run ended's end hands out: its session's next
-	// queued run, when ended was the session's head.
-	SessionNext(ctx context.Context, ended RunRow) (*agentfleet.Run, error)
-}
-
 // ApplyTransition is RunTransition p, checked by RunTransition, applied
 // in tx at now.
-func ApplyTransition(ctx context.Context, tx RunTx, p store.RunTransitionParams, now time.Time) (store.RunChangeResult, error) {
-	cur, err := tx.LockRun(ctx, p.ID)
+func ApplyTransition(ctx context.Context, tx driver.Executor, p store.RunTransitionParams, now time.Time) (store.RunChangeResult, error) {
+	cur, err := tx.RunLock(ctx, p.ID)
 	if err != nil {
 		return store.RunChangeResult{}, err
 	}
 	if err := CheckTransition(cur.Run, p.From, p.To); err != nil {
 		return store.RunChangeResult{}, err
 	}
-	row, err := tx.UpdateRun(ctx, Transition(cur, p, now))
+	row, err := tx.RunUpdate(ctx, Transition(cur, p, now))
 	if err != nil {
 		return store.RunChangeResult{}, err
 	}
 	Number(p.Events, row.Run, cur.EventSeq)
-	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, p.Events); err != nil {
+	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, p.Events); err != nil {
 		return store.RunChangeResult{}, err
 	}
-	next, err := tx.SessionNext(ctx, row)
+	next, err := tx.RunSessionNext(ctx, row)
 	if err != nil {
 		return store.RunChangeResult{}, err
 	}
@@ -130,8 +104,8 @@ func ApplyTransition(ctx context.Context, tx RunTx, p store.RunTransitionParams,
 // ApplyCancel is RunCancel p, with its events evs checked by Events,
 // applied in tx at now. A tenant's cancel of another tenant's run is
 // store.ErrNotFound.
-func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []agentfleet.Event, now time.Time) (store.RunCancelResult, error) {
-	cur, err := tx.LockRun(ctx, p.ID)
+func ApplyCancel(ctx context.Context, tx driver.Executor, p store.RunCancelParams, evs []agentfleet.Event, now time.Time) (store.RunCancelResult, error) {
+	cur, err := tx.RunLock(ctx, p.ID)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
@@ -145,7 +119,7 @@ func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []a
 	if action == CancelNoop {
 		return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: cur.Run}, Immediate: true}, nil
 	}
-	row, err := tx.UpdateRun(ctx, next)
+	row, err := tx.RunUpdate(ctx, next)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
@@ -153,10 +127,10 @@ func ApplyCancel(ctx context.Context, tx RunTx, p store.RunCancelParams, evs []a
 		return store.RunCancelResult{RunChangeResult: store.RunChangeResult{Run: row.Run}}, nil
 	}
 	Number(evs, row.Run, cur.EventSeq)
-	if err := tx.InsertEvents(ctx, row.ID, cur.EventSeq, evs); err != nil {
+	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, evs); err != nil {
 		return store.RunCancelResult{}, err
 	}
-	sessionNext, err := tx.SessionNext(ctx, row)
+	sessionNext, err := tx.RunSessionNext(ctx, row)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}
@@ -311,38 +285,30 @@ func WaitDue(r agentfleet.Run, statuses map[string]agentfleet.RunStatus, now tim
 	return true
 }
 
-// ChildTx is a RunTx that also reads a run's family and batch, for
-// RunEnded.
-type ChildTx interface {
-	RunTx
-	BatchTx
-	// ReadRun reads run id without locking it; a missing run is
-	// store.ErrNotFound.
-	ReadRun(ctx context.Context, id string) (RunRow, error)
-	// Statuses reads the statuses of the runs ids names that exist.
-	Statuses(ctx context.Context, ids []string) (map[string]agentfleet.RunStatus, error)
-	// UnfinishedChildren lists the ids of parent's children that have not
-	// ended, oldest first.
-	UnfinishedChildren(ctx context.Context, parent string) ([]string, error)
-}
-
 // ApplyWake resumes run id, when it waits for children and WaitDue says
 // it may, in tx at now: running again, its wake counted (its next turn's
 // message id must differ from the one it parked after). woken is false
 // when it was not due.
-func ApplyWake(ctx context.Context, tx ChildTx, id string, now time.Time) (res store.RunChangeResult, woken bool, err error) {
-	r, err := tx.LockRun(ctx, id)
+func ApplyWake(ctx context.Context, tx driver.Executor, id string, now time.Time) (res store.RunChangeResult, woken bool, err error) {
+	r, err := tx.RunLock(ctx, id)
 	if err != nil || r.Status != agentfleet.StatusWaitingChildren {
 		return res, false, err
 	}
-	statuses, err := tx.Statuses(ctx, r.WaitIDs)
-	if err != nil || !WaitDue(r.Run, statuses, now) {
+	rows, err := tx.RunStatuses(ctx, r.WaitIDs)
+	if err != nil {
 		return res, false, err
+	}
+	statuses := make(map[string]agentfleet.RunStatus, len(rows))
+	for _, s := range rows {
+		statuses[s.ID] = s.Status
+	}
+	if !WaitDue(r.Run, statuses, now) {
+		return res, false, nil
 	}
 	r.Status = agentfleet.StatusRunning
 	r.Wake++
 	r.UpdatedAt = now
-	row, err := tx.UpdateRun(ctx, r)
+	row, err := tx.RunUpdate(ctx, r)
 	if err != nil {
 		return res, false, err
 	}
@@ -354,9 +320,9 @@ func ApplyWake(ctx context.Context, tx ChildTx, id string, now time.Time) (res s
 // cancelled. The ended run itself is read, not locked: it can no longer
 // change, and locking only parents upwards, then children downwards,
 // keeps two families' RunEnded from deadlocking.
-func ApplyRunEnded(ctx context.Context, tx ChildTx, id string, now time.Time) (store.RunEndedResult, error) {
+func ApplyRunEnded(ctx context.Context, tx driver.Executor, id string, now time.Time) (store.RunEndedResult, error) {
 	var res store.RunEndedResult
-	ended, err := tx.ReadRun(ctx, id)
+	ended, err := tx.RunGet(ctx, id)
 	if err != nil || !ended.Status.Terminal() {
 		return res, err
 	}
@@ -385,18 +351,18 @@ func ApplyRunEnded(ctx context.Context, tx ChildTx, id string, now time.Time) (s
 
 // cancelChildren cancels parent's unfinished children, and the children
 // of those cancelled at once, into res.
-func cancelChildren(ctx context.Context, tx ChildTx, parent agentfleet.Run, now time.Time, res *store.RunEndedResult) error {
+func cancelChildren(ctx context.Context, tx driver.Executor, parent agentfleet.Run, now time.Time, res *store.RunEndedResult) error {
 	todo := []agentfleet.Run{parent}
 	for len(todo) > 0 {
 		p := todo[0]
 		todo = todo[1:]
-		kids, err := tx.UnfinishedChildren(ctx, p.ID)
+		kids, err := tx.RunChildrenUnfinished(ctx, p.ID)
 		if err != nil {
 			return err
 		}
 		reason := ChildCancelReason(p)
 		for _, kid := range kids {
-			cur, err := tx.ReadRun(ctx, kid)
+			cur, err := tx.RunGet(ctx, kid)
 			if err != nil {
 				return err
 			}
@@ -461,6 +427,40 @@ func SettleChildrenDue(ctx context.Context, waiters, ended []string,
 			return res, err
 		}
 		res.Add(r)
+	}
+	return res, nil
+}
+
+func (s *Store) RunTransition(ctx context.Context, p store.RunTransitionParams) (store.RunChangeResult, error) {
+	now := Now()
+	p, err := RunTransition(p, now)
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	var res store.RunChangeResult
+	err = s.d.Tx(ctx, func(x driver.Executor) (err error) {
+		res, err = ApplyTransition(ctx, x, p, now)
+		return err
+	})
+	if err != nil {
+		return store.RunChangeResult{}, fmt.Errorf("move run %s to %s: %w", p.ID, p.To, err)
+	}
+	return res, nil
+}
+
+func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.RunCancelResult, error) {
+	now := Now()
+	p, err := RunCancel(p, now)
+	if err != nil {
+		return store.RunCancelResult{}, err
+	}
+	var res store.RunCancelResult
+	err = s.d.Tx(ctx, func(x driver.Executor) (err error) {
+		res, err = ApplyCancel(ctx, x, p, p.Events, now)
+		return err
+	})
+	if err != nil {
+		return store.RunCancelResult{}, fmt.Errorf("cancel run %s: %w", p.ID, err)
 	}
 	return res, nil
 }

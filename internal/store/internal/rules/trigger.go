@@ -2,7 +2,9 @@ package rules
 
 import (
 	"cmp"
+	"context"
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // Defaults of the trigger methods.
@@ -264,10 +267,7 @@ func TriggerPage(ts []store.Trigger, limit int) store.TriggerListResult {
 }
 
 // DeliveryRow is a delivery log line as read, with its number.
-type DeliveryRow struct {
-	Line store.TriggerDelivery
-	N    int64
-}
+type DeliveryRow = driver.DeliveryRow
 
 // DeliveryPage is a listing's page from the limit+1 lines read.
 func DeliveryPage(rows []DeliveryRow, limit int) store.TriggerDeliveryListResult {
@@ -280,4 +280,108 @@ func DeliveryPage(rows []DeliveryRow, limit int) store.TriggerDeliveryListResult
 		res.Deliveries = append(res.Deliveries, r.Line)
 	}
 	return res
+}
+
+func (s *Store) TriggerCreate(ctx context.Context, p store.TriggerCreateParams) (store.Trigger, error) {
+	p, err := TriggerCreate(p)
+	if err != nil {
+		return store.Trigger{}, err
+	}
+	t, err := s.d.TriggerInsert(ctx, p, Now())
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("create trigger for %s: %w", p.Tenant, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerGetByID(ctx context.Context, p store.TriggerGetByIDParams) (store.Trigger, error) {
+	t, err := s.d.TriggerGet(ctx, p.ID, p.Tenant)
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("get trigger %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerList(ctx context.Context, p store.TriggerListParams) (store.TriggerListResult, error) {
+	limit, err := TriggerListLimit(p.Limit)
+	if err != nil {
+		return store.TriggerListResult{}, err
+	}
+	after := ""
+	if p.Cursor != "" {
+		if after, err = DecodeTriggerCursor(p.Cursor); err != nil {
+			return store.TriggerListResult{}, err
+		}
+	}
+	ts, err := s.d.TriggerList(ctx, p.Tenant, after, limit+1)
+	if err != nil {
+		return store.TriggerListResult{}, fmt.Errorf("list triggers of %s: %w", p.Tenant, err)
+	}
+	return TriggerPage(ts, limit), nil
+}
+
+func (s *Store) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams) (store.Trigger, error) {
+	if err := TriggerUpdate(p); err != nil {
+		return store.Trigger{}, err
+	}
+	t, err := s.d.TriggerUpdate(ctx, p, Time(p.PrevSecretUntil), Now())
+	if err != nil {
+		return store.Trigger{}, fmt.Errorf("update trigger %s: %w", p.ID, err)
+	}
+	return t, nil
+}
+
+func (s *Store) TriggerDelete(ctx context.Context, p store.TriggerDeleteParams) error {
+	ok, err := s.d.TriggerDelete(ctx, p.Tenant, p.ID)
+	if err == nil && !ok {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("delete trigger %s: %w", p.ID, err)
+	}
+	return nil
+}
+
+func (s *Store) TriggerDeliveryRecord(ctx context.Context, p store.TriggerDeliveryRecordParams) ([]store.TriggerDelivery, error) {
+	p, err := TriggerDeliveryRecord(p)
+	if err != nil || len(p.Lines) == 0 {
+		return nil, err
+	}
+	got, err := s.d.TriggerDeliveryInsert(ctx, p.Lines, p.Keep)
+	if err != nil {
+		return nil, fmt.Errorf("record %d deliveries: %w", len(p.Lines), err)
+	}
+	return got, nil
+}
+
+func (s *Store) TriggerDeliveryList(ctx context.Context, p store.TriggerDeliveryListParams) (store.TriggerDeliveryListResult, error) {
+	limit, err := TriggerListLimit(p.Limit)
+	if err != nil {
+		return store.TriggerDeliveryListResult{}, err
+	}
+	afterN, afterID := int64(-1), ""
+	if p.Cursor != "" {
+		if afterN, afterID, err = DecodeDeliveryCursor(p.Cursor); err != nil {
+			return store.TriggerDeliveryListResult{}, err
+		}
+	}
+	rows, err := s.d.TriggerDeliveryList(ctx, driver.TriggerDeliveryListParams{
+		TriggerID: p.TriggerID, Delivery: p.Delivery, AfterN: afterN, AfterID: afterID, Limit: limit + 1,
+	})
+	if err != nil {
+		return store.TriggerDeliveryListResult{}, fmt.Errorf("list deliveries of trigger %s: %w", p.TriggerID, err)
+	}
+	return DeliveryPage(rows, limit), nil
+}
+
+func (s *Store) TriggerDigestClaim(ctx context.Context, p store.TriggerDigestClaimParams) ([]string, error) {
+	dc, err := TriggerDigestClaim(p)
+	if err != nil || len(dc.Claims) == 0 {
+		return nil, err
+	}
+	holders, err := s.d.TriggerDigestUpsert(ctx, dc.Triggers(), dc.Claims, dc.At, dc.Cutoff)
+	if err != nil {
+		return nil, fmt.Errorf("claim %d body digests: %w", len(dc.Claims), err)
+	}
+	return dc.Holders(holders), nil
 }

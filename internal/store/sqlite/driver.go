@@ -1,0 +1,104 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/agentfleet/agentfleet/internal/store/driver"
+)
+
+// exec is the driver.Executor: outside a transaction (tx nil) reads go to
+// the read pool and each write is its own group-committed write; inside
+// one, everything goes through the write transaction.
+type exec struct {
+	s  *Store
+	q  queryer
+	tx *wtx
+}
+
+// liteDriver is the driver.Driver the rules run on.
+type liteDriver struct{ exec }
+
+var _ driver.Driver = liteDriver{}
+
+func (d liteDriver) Tx(ctx context.Context, fn func(x driver.Executor) error) error {
+	return d.s.write(ctx, func(tx *wtx) error { return fn(exec{s: d.s, q: tx, tx: tx}) })
+}
+
+// write runs fn in the transaction, or as a write of its own.
+func (e exec) write(ctx context.Context, fn func(tx *wtx) error) error {
+	if e.tx != nil {
+		return mapErr(fn(e.tx))
+	}
+	return e.s.write(ctx, fn)
+}
+
+// run runs a write statement and returns the rows it affected.
+func (e exec) run(ctx context.Context, q string, args ...any) (int64, error) {
+	var n int64
+	err := e.write(ctx, func(tx *wtx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// rows runs a write statement that returns rows, and scans them.
+func rows[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) ([]T, error) {
+	var out []T
+	err := e.write(ctx, func(tx *wtx) error {
+		rs, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		out, err = collect(rs, scan)
+		return err
+	})
+	return out, err
+}
+
+// row runs a write statement that returns one row, and scans it.
+func row[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) (T, error) {
+	var v T
+	err := e.write(ctx, func(tx *wtx) error {
+		var err error
+		v, err = scan(tx.QueryRowContext(ctx, q, args...))
+		return err
+	})
+	return v, err
+}
+
+// one reads one row with scan.
+func one[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) (T, error) {
+	v, err := scan(e.q.QueryRowContext(ctx, q, args...))
+	return v, mapErr(err)
+}
+
+// all reads every row with scan.
+func all[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) ([]T, error) {
+	rows, err := e.q.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	v, err := collect(rows, scan)
+	return v, mapErr(err)
+}
+
+// Driver is s as the rules see it: its primitives, for the driver
+// contract suite (driver/drivertest).
+func (s *Store) Driver() driver.Driver { return liteDriver{exec{s: s, q: s.rd}} }
+
+// scanCount scans a key and its count.
+func scanCount(sc interface{ Scan(...any) error }) (driver.Count, error) {
+	var c driver.Count
+	return c, sc.Scan(&c.Key, &c.N)
+}
+
+// Read runs fn in one read transaction on the read pool: one snapshot
+// for all its reads.
+func (d liteDriver) Read(ctx context.Context, fn func(x driver.Executor) error) error {
+	return d.s.readTx(ctx, func(q queryer) error { return fn(exec{s: d.s, q: q}) })
+}
