@@ -26,7 +26,7 @@ import (
 // and first turns published, in bulk, a page at a time: the dispatcher
 // never holds more than a page of the batch. A batch with max_concurrent
 // has only that many runs released at first; each run's end releases the
-// next (store.RunEnded, and BatchSweep for what a crash missed).
+// next (store.RunFamilySettle, and BatchSweep for what a crash missed).
 
 // Limits of a batch.
 const (
@@ -240,7 +240,7 @@ func (s *Server) publishBatch(ctx context.Context, b store.Batch) error {
 	var turns []bus.Turn
 	var size pageSize
 	for after := -1; after < b.Total-1; {
-		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
+		page, err := s.cfg.Store.BatchRunList(ctx, store.BatchRunListParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
 		if err != nil {
 			return err
 		}
@@ -401,7 +401,7 @@ func (s *Server) handleBatchResults(w http.ResponseWriter, r *http.Request, p pr
 	ctx := r.Context()
 	var size pageSize
 	for after < b.Total-1 {
-		page, err := s.cfg.Store.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
+		page, err := s.cfg.Store.BatchRunList(ctx, store.BatchRunListParams{ID: b.ID, AfterIndex: after, Limit: size.next()})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.Warn("read batch results", "batch", b.ID, "err", err)
@@ -516,7 +516,7 @@ type retrySource struct {
 func (r *retrySource) next() (wire.BatchInput, bool, error) {
 	if len(r.page) == 0 {
 		var err error
-		r.page, err = r.s.cfg.Store.BatchRuns(r.ctx, store.BatchRunsParams{ID: r.batch, AfterIndex: r.after, Limit: r.size.next(), Status: batchRetried})
+		r.page, err = r.s.cfg.Store.BatchRunList(r.ctx, store.BatchRunListParams{ID: r.batch, AfterIndex: r.after, Limit: r.size.next(), Status: batchRetried})
 		if err != nil || len(r.page) == 0 {
 			return wire.BatchInput{}, false, err
 		}

@@ -62,7 +62,7 @@ func (e *env) results(key, id, query string) []wire.BatchResult {
 // batchRuns is a batch's runs in input order, as the store has them.
 func (e *env) batchRuns(id string) []store.BatchRun {
 	e.t.Helper()
-	runs, err := e.store.BatchRuns(e.ctx, store.BatchRunsParams{ID: id, AfterIndex: -1})
+	runs, err := e.store.BatchRunList(e.ctx, store.BatchRunListParams{ID: id, AfterIndex: -1})
 	require.NoError(e.t, err)
 	return runs
 }
@@ -221,7 +221,7 @@ func TestBatchMaxConcurrent(t *testing.T) {
 	sweep := maintain.NewBatches(maintain.BatchesConfig{Store: e.store, Bus: e.bus})
 	require.ElementsMatch(t, []string{runs[0].Run.ID, runs[1].Run.ID}, first)
 
-	// A run's end (its RunEnded missed, as after a crash) releases the
+	// A run's end (its RunFamilySettle missed, as after a crash) releases the
 	// next through the sweep.
 	e.complete(runs[0].Run.ID)
 	require.NoError(t, sweep.Pass(e.ctx))

@@ -17,7 +17,7 @@ import (
 )
 
 // The batch sweep: every BatchSweepIntervalDefault the leading
-// dispatcher releases the held runs a missed RunEnded owed
+// dispatcher releases the held runs a missed RunFamilySettle owed
 // (store.BatchSweep), finishes the batches whose runs have all ended, and
 // publishes on <p>.batches.<tenant>.<batch>.<type> a progress event for
 // each unfinished batch whose counts changed (so at most one a second)
@@ -85,7 +85,7 @@ func (b *Batches) pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := b.outbox.Family(ctx, store.RunEndedResult{Released: res.Released}); err != nil {
+	if err := b.outbox.Family(ctx, store.RunFamilySettleResult{Released: res.Released}); err != nil {
 		b.log.Warn("publish the runs a batch released", "err", err)
 	}
 	for _, fin := range res.Finished {

@@ -11,7 +11,7 @@ import (
 )
 
 // Child runs end on their workers, which settle the family at once
-// (store.RunEnded): the waiting parent woken, the ended run's children
+// (store.RunFamilySettle): the waiting parent woken, the ended run's children
 // cancelled. What that misses, the children sweep settles: a wait that
 // timed out, a process that died between a run's end and its family's
 // settling, a run the API cancelled at once.
@@ -50,7 +50,7 @@ func (c *Children) Run(ctx context.Context) error {
 
 // Pass settles the families due now and publishes what that changed.
 func (c *Children) Pass(ctx context.Context) error {
-	res, err := c.cfg.Store.RunChildrenDue(ctx, store.RunChildrenDueParams{Now: time.Now()})
+	res, err := c.cfg.Store.RunFamilySettleDue(ctx, store.RunFamilySettleDueParams{Now: time.Now()})
 	if perr := c.outbox.Family(ctx, res); err == nil {
 		err = perr
 	}

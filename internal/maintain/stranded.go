@@ -40,7 +40,7 @@ import (
 //
 // A batch run held back by its batch's max_concurrent is queued without
 // a message too, on purpose: it is not stranded, and the sweep leaves it
-// (store.BatchRunHeld); the batch releases it as its runs end.
+// (store.BatchRunIsHeld); the batch releases it as its runs end.
 
 const (
 	// StrandedAfterDefault is how long a run must have been queued for
@@ -221,7 +221,7 @@ func (s *Stranded) requeueAdmission(ctx context.Context, run agentfleet.Run) (bo
 	if run.BatchID != "" {
 		// Held back by its batch's max_concurrent, it has no turn yet on
 		// purpose: a batch run's end releases it.
-		held, err := s.cfg.Store.BatchRunHeld(ctx, run.ID)
+		held, err := s.cfg.Store.BatchRunIsHeld(ctx, run.ID)
 		if err != nil || held {
 			return false, err
 		}

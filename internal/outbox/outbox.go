@@ -1,7 +1,7 @@
 // Package outbox publishes what a committed run change owes the bus: the
 // change's events, the next turn of a run it resumed, the first turn of a
 // session's next run and of the batch runs it released, the settling of
-// an ended run's family (store.RunEnded), and a cancel for the running
+// an ended run's family (store.RunFamilySettle), and a cancel for the running
 // runs asked to stop. The store commits first, the outbox publishes
 // after; every message carries an id the streams deduplicate, so what a
 // crash left unpublished is published again by whoever finds it (a
@@ -37,7 +37,7 @@ type Bus interface {
 
 // Store settles an ended run's family.
 type Store interface {
-	RunEnded(ctx context.Context, p store.RunEndedParams) (store.RunEndedResult, error)
+	RunFamilySettle(ctx context.Context, p store.RunFamilySettleParams) (store.RunFamilySettleResult, error)
 }
 
 // TimeoutDefault bounds one publication, whatever the caller's context:
@@ -161,21 +161,21 @@ func (o Outbox) enqueue(ctx context.Context, t bus.Turn) error {
 	return nil
 }
 
-// Settle settles the family of run, which ended (store.RunEnded), and
+// Settle settles the family of run, which ended (store.RunFamilySettle), and
 // publishes what that changed (Family).
 func (o Outbox) Settle(ctx context.Context, run agentfleet.Run) error {
-	res, err := o.Store.RunEnded(ctx, store.RunEndedParams{ID: run.ID})
+	res, err := o.Store.RunFamilySettle(ctx, store.RunFamilySettleParams{ID: run.ID})
 	if err != nil {
 		return fmt.Errorf("settle the family of run %s: %w", run.ID, err)
 	}
 	return o.Family(ctx, res)
 }
 
-// Family publishes what settling families changed (store.RunEnded,
-// RunChildrenDue, BatchSweep): the changed runs' events, the next turn of
+// Family publishes what settling families changed (store.RunFamilySettle,
+// RunFamilySettleDue, BatchSweep): the changed runs' events, the next turn of
 // each woken parent and the first of each released batch run (queued at
 // turn 0), and a cancel for the running children asked to stop.
-func (o Outbox) Family(ctx context.Context, res store.RunEndedResult) error {
+func (o Outbox) Family(ctx context.Context, res store.RunFamilySettleResult) error {
 	ctx, cancel := o.ctx(ctx)
 	defer cancel()
 	var evs []agentfleet.Event
@@ -228,7 +228,7 @@ func (o Outbox) BatchCancelled(ctx context.Context, res store.BatchCancelResult)
 		if next := c.SessionNext; next != nil {
 			errs = append(errs, o.Start(ctx, *next))
 		}
-		// Not every batch run's RunEnded: the batch releases none now.
+		// Not every batch run's RunFamilySettle: the batch releases none now.
 		if c.Run.Children > 0 {
 			errs = append(errs, o.Settle(ctx, c.Run))
 		}

@@ -18,7 +18,7 @@ type recorder struct {
 	turns    []bus.Turn
 	controls []string
 	ended    []string
-	family   store.RunEndedResult
+	family   store.RunFamilySettleResult
 	failTurn error
 }
 
@@ -44,7 +44,7 @@ func (r *recorder) PublishControl(_ context.Context, _, runID, verb string) erro
 	return nil
 }
 
-func (r *recorder) RunEnded(_ context.Context, p store.RunEndedParams) (store.RunEndedResult, error) {
+func (r *recorder) RunFamilySettle(_ context.Context, p store.RunFamilySettleParams) (store.RunFamilySettleResult, error) {
 	r.ended = append(r.ended, p.ID)
 	return r.family, nil
 }
@@ -79,7 +79,7 @@ func TestChangedSettlesTheFamily(t *testing.T) {
 	t.Parallel()
 	parent := agentfleet.Run{ID: "p", Tenant: "acme", Turn: 1, Wake: 1, Status: agentfleet.StatusRunning}
 	released := agentfleet.Run{ID: "b2", Tenant: "acme", BatchID: "b"}
-	r := &recorder{family: store.RunEndedResult{
+	r := &recorder{family: store.RunFamilySettleResult{
 		Changes:  []store.RunChangeResult{{Run: parent, Events: []agentfleet.Event{ev("p")}}},
 		Woken:    []agentfleet.Run{parent},
 		Released: []agentfleet.Run{released},
@@ -126,7 +126,7 @@ func TestFamilyReportsWhatFailed(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
 	r := &recorder{failTurn: boom}
-	err := Outbox{Bus: r, Store: r}.Family(t.Context(), store.RunEndedResult{
+	err := Outbox{Bus: r, Store: r}.Family(t.Context(), store.RunFamilySettleResult{
 		Woken: []agentfleet.Run{{ID: "p", Tenant: "acme"}}, Stopping: []agentfleet.Run{{ID: "c", Tenant: "acme"}},
 	})
 	require.ErrorIs(t, err, boom)

@@ -152,20 +152,20 @@ type Store interface {
 	// next turn boundary. Cancelling a cancelled run is a no-op; a run
 	// that ended otherwise is ErrConflict.
 	RunCancel(ctx context.Context, p RunCancelParams) (RunCancelResult, error)
-	// RunEnded settles what a run's end owes other runs, and is safe to
+	// RunFamilySettle settles what a run's end owes other runs, and is safe to
 	// repeat: its parent, waiting for it, resumes (running, its wake
 	// counted) once every child it waits for has ended; its unfinished
 	// children are cancelled: at once when queued or waiting (and theirs
 	// in turn), at their next turn boundary when running; a batch run's
 	// batch releases its next held runs while below its max_concurrent.
 	// A run that has not ended owes nothing.
-	RunEnded(ctx context.Context, p RunEndedParams) (RunEndedResult, error)
-	// RunChildrenDue settles what RunEnded's callers missed (a process
+	RunFamilySettle(ctx context.Context, p RunFamilySettleParams) (RunFamilySettleResult, error)
+	// RunFamilySettleDue settles what RunFamilySettle's callers missed (a process
 	// that died in between, a wait that timed out): it wakes up to Limit
 	// runs waiting for children that have all ended or whose wait ended
 	// by Now, and settles up to Limit ended runs with unfinished
-	// children as RunEnded would.
-	RunChildrenDue(ctx context.Context, p RunChildrenDueParams) (RunEndedResult, error)
+	// children as RunFamilySettle would.
+	RunFamilySettleDue(ctx context.Context, p RunFamilySettleDueParams) (RunFamilySettleResult, error)
 	// RunChildrenUsage sums the usage of every run below id (its
 	// children, theirs, and so on).
 	RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error)
@@ -290,12 +290,12 @@ type Store interface {
 	// like TurnCommit (the run must be running at Turn-1, else
 	// ErrConflict); a run whose cancel was requested is ErrConflict too.
 	ApprovalRequest(ctx context.Context, p ApprovalRequestParams) (ApprovalRequestResult, error)
-	// ApprovalForCall is where the approval of a call stands: the call's
+	// ApprovalGetForCall is where the approval of a call stands: the call's
 	// own (run, turn, call index and digest: an approval of another call
 	// at that index is not its), else an approved session-scoped grant
 	// of the same method and URL (and primitive; fetch and http are one)
 	// in the run's session, else ErrNotFound.
-	ApprovalForCall(ctx context.Context, p ApprovalForCallParams) (Approval, error)
+	ApprovalGetForCall(ctx context.Context, p ApprovalGetForCallParams) (Approval, error)
 	// ApprovalGetByID reads an approval; a non-empty Tenant scopes it.
 	ApprovalGetByID(ctx context.Context, p ApprovalGetByIDParams) (Approval, error)
 	// ApprovalList pages approvals, newest first.
@@ -331,16 +331,16 @@ type Store interface {
 	BatchGetByID(ctx context.Context, p BatchGetByIDParams) (Batch, error)
 	// BatchList pages a tenant's batches, newest first (without counts).
 	BatchList(ctx context.Context, p BatchListParams) (BatchListResult, error)
-	// BatchRuns reads a batch's runs in input order, from AfterIndex+1.
-	BatchRuns(ctx context.Context, p BatchRunsParams) ([]BatchRun, error)
+	// BatchRunList reads a batch's runs in input order, from AfterIndex+1.
+	BatchRunList(ctx context.Context, p BatchRunListParams) ([]BatchRun, error)
 	// BatchCancel marks a batch cancelled (it stays so: repeating is a
 	// no-op) and cancels up to Limit of its runs not yet ended or asked
 	// to stop, as RunCancel would; More says some may be left.
 	BatchCancel(ctx context.Context, p BatchCancelParams) (BatchCancelResult, error)
-	// BatchRunHeld reports whether a queued batch run is held back by its
+	// BatchRunIsHeld reports whether a queued batch run is held back by its
 	// batch's max_concurrent (not released yet): no turn of it is due.
-	BatchRunHeld(ctx context.Context, runID string) (bool, error)
-	// BatchSweep settles what runs' ends owe their batches that RunEnded's
+	BatchRunIsHeld(ctx context.Context, runID string) (bool, error)
+	// BatchSweep settles what runs' ends owe their batches that RunFamilySettle's
 	// callers missed: it releases held runs of batches below their
 	// max_concurrent, and finishes batches whose runs have all ended
 	// (finished_at set; running becomes completed). What an admission
@@ -687,12 +687,12 @@ type RunChangeResult struct {
 	SessionNext *agentfleet.Run
 }
 
-type RunEndedParams struct {
+type RunFamilySettleParams struct {
 	ID string
 }
 
-// RunEndedResult is what a run's end changed in its family.
-type RunEndedResult struct {
+// RunFamilySettleResult is what a run's end changed in its family.
+type RunFamilySettleResult struct {
 	// Changes are the runs changed, with their events to publish: woken
 	// parents, and children cancelled at once.
 	Changes []RunChangeResult
@@ -707,14 +707,14 @@ type RunEndedResult struct {
 }
 
 // Add appends o to r.
-func (r *RunEndedResult) Add(o RunEndedResult) {
+func (r *RunFamilySettleResult) Add(o RunFamilySettleResult) {
 	r.Changes = append(r.Changes, o.Changes...)
 	r.Woken = append(r.Woken, o.Woken...)
 	r.Stopping = append(r.Stopping, o.Stopping...)
 	r.Released = append(r.Released, o.Released...)
 }
 
-type RunChildrenDueParams struct {
+type RunFamilySettleDueParams struct {
 	Now   time.Time
 	Limit int // zero: 100
 }
@@ -942,7 +942,7 @@ type ApprovalRequestResult struct {
 	Change RunChangeResult
 }
 
-type ApprovalForCallParams struct {
+type ApprovalGetForCallParams struct {
 	RunID     string
 	SessionID string
 	Tenant    string
@@ -1146,7 +1146,7 @@ type BatchListResult struct {
 	NextCursor string // empty on the last page
 }
 
-type BatchRunsParams struct {
+type BatchRunListParams struct {
 	ID         string
 	AfterIndex int // -1: from the first input
 	Limit      int // zero: 1,000

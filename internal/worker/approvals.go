@@ -25,7 +25,7 @@ import (
 // approver is the ApprovalFunc of turn of run.
 func (w *Worker) approver(run agentfleet.Run, turn int) agentfleet.ApprovalFunc {
 	return func(ctx context.Context, call agentfleet.ApprovalCall) (agentfleet.ApprovalState, string, error) {
-		a, err := w.cfg.Store.ApprovalForCall(ctx, store.ApprovalForCallParams{
+		a, err := w.cfg.Store.ApprovalGetForCall(ctx, store.ApprovalGetForCallParams{
 			RunID: run.ID, SessionID: run.SessionID, Tenant: run.Tenant, Turn: turn, Call: call,
 		})
 		switch {

@@ -47,7 +47,7 @@ func TestParkOnADecidedApprovalKeepsTheBatchClass(t *testing.T) {
 	require.NoError(t, adm.Admission.Append(ctx, []store.BatchInput{{Index: 0, Message: "pay"}}))
 	b, err := adm.Admission.Commit(ctx, store.BatchCommitParams{})
 	require.NoError(t, err)
-	runs, err := st.BatchRuns(ctx, store.BatchRunsParams{ID: b.ID, AfterIndex: -1})
+	runs, err := st.BatchRunList(ctx, store.BatchRunListParams{ID: b.ID, AfterIndex: -1})
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	run, err := st.RunTransition(ctx, store.RunTransitionParams{ID: runs[0].Run.ID, To: agentfleet.StatusRunning})

@@ -157,7 +157,7 @@ const (
 	// under this message.
 	effectInPlace
 	// effectFamily settles what the end of run owes its family
-	// (store.RunEnded): its waiting parent woken, its unfinished
+	// (store.RunFamilySettle): its waiting parent woken, its unfinished
 	// children cancelled. A change that ends a run does the same.
 	effectFamily
 )

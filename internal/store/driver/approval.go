@@ -22,7 +22,7 @@ type ApprovalExecutor interface {
 	// ApprovalGetForCall reads the call's own approval (at its index, of
 	// its digest), else an approved grant of p's session for the same
 	// method and URL (fetch and http alike); none is store.ErrNotFound.
-	ApprovalGetForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error)
+	ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCallParams) (store.Approval, error)
 	// ApprovalList reads up to Limit approvals newest first, filtered by
 	// the set fields, below position AfterSeq when it is not zero.
 	ApprovalList(ctx context.Context, p ApprovalListParams) ([]ApprovalRow, error)

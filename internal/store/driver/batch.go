@@ -23,10 +23,10 @@ type BatchExecutor interface {
 	BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error)
 	// BatchRunList reads up to p.Limit of the batch's runs after index
 	// p.AfterIndex in input order, of p.Status when it names any.
-	BatchRunList(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error)
-	// BatchRunHeld reports whether a run of a batch is queued and not
+	BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error)
+	// BatchRunIsHeld reports whether a run of a batch is queued and not
 	// released yet; a run of no batch is store.ErrNotFound.
-	BatchRunHeld(ctx context.Context, runID string) (bool, error)
+	BatchRunIsHeld(ctx context.Context, runID string) (bool, error)
 	// BatchListUnfinished reads up to limit batches not finished, by id.
 	BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error)
 	// BatchCancelMark moves a running batch (of tenant when set) to

@@ -65,7 +65,7 @@ func (t exec) ApprovalUpdate(ctx context.Context, a store.Approval) error {
 	return err
 }
 
-func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error) {
+func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCallParams) (store.Approval, error) {
 	c := p.Call
 	// The call's own approval first (the same digest), then a grant of
 	// the session (the same method and URL; fetch and http alike).

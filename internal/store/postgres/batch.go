@@ -216,7 +216,7 @@ func scanBatchRun(sc scanner) (store.BatchRun, error) {
 	return br, err
 }
 
-func (e exec) BatchRunList(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
 	var statuses []string
 	for _, st := range p.Status {
 		statuses = append(statuses, string(st))
@@ -242,7 +242,7 @@ func scanString(sc scanner) (string, error) {
 	return v, err
 }
 
-func (e exec) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
 	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
 		WHERE r.id = $1 AND r.batch_id <> ''`, func(sc scanner) (bool, error) {
 		var v bool

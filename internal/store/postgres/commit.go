@@ -20,7 +20,7 @@ import (
 // the requested cancel's reason. A commit that parks its run for its
 // children (waiting_children) leaves it running instead when every child
 // it waits for has ended already: a child that ends later wakes it
-// (RunEnded), and one that ended before found it not waiting yet.
+// (RunFamilySettle), and one that ended before found it not waiting yet.
 //
 // c: $1 run_id, $2 turn, $3 status, $4 args, $5 answer, $6 error,
 // $7 prompt, $8 completion, $9 carried, $10 n_events, $32 spawned,

@@ -267,7 +267,7 @@ func scanBatchRun(sc interface{ Scan(...any) error }) (store.BatchRun, error) {
 	return br, err
 }
 
-func (e exec) BatchRunList(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
 	query := `SELECT batch_index, custom_id, ` + runCols + ` FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index > ?
 		AND status <> '` + rules.BatchAdmitting + `'`
 	args := []any{p.ID, p.AfterIndex}
@@ -290,7 +290,7 @@ func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int)
 		AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, scanString, id, limit)
 }
 
-func (e exec) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
+func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
 	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
 		WHERE r.id = ? AND r.batch_id <> ''`, func(sc interface{ Scan(...any) error }) (bool, error) {
 		var v bool

@@ -162,7 +162,7 @@ func testAgent(t *testing.T, newStore NewStore) {
 			require.NoError(t, err)
 		}
 		bt := b.admitBatch(t, store.BatchAdmitParams{Tenant: ten.ID, Agent: "bulk"}, 3, 2, 0)
-		runs, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: -1, Limit: 10})
+		runs, err := b.s.BatchRunList(b.ctx, store.BatchRunListParams{ID: bt.ID, AfterIndex: -1, Limit: 10})
 		require.NoError(t, err)
 		require.Len(t, runs, 3)
 		for _, r := range runs {

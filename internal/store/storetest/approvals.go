@@ -92,7 +92,7 @@ func testApproval(t *testing.T, newStore NewStore) {
 		_, err = b.s.ApprovalRequest(b.ctx, store.ApprovalRequestParams{RunID: r.ID, Turn: 1, Call: postCall})
 		require.ErrorIs(t, err, store.ErrConflict)
 
-		got, err := b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
+		got, err := b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
 		require.NoError(t, err)
 		require.Equal(t, a, got)
 
@@ -115,10 +115,10 @@ func testApproval(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, err, store.ErrConflict, "deciding twice")
 		require.Equal(t, dec.Approval, b.approval(t, a.ID), "the losing decision changed nothing")
 
-		got, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
+		got, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
 		require.NoError(t, err)
 		require.Equal(t, store.ApprovalApproved, got.Status)
-		_, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: agentfleet.ApprovalCall{Index: 3, Primitive: "http"}})
+		_, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: agentfleet.ApprovalCall{Index: 3, Primitive: "http"}})
 		require.ErrorIs(t, err, store.ErrNotFound)
 		pending, err = b.s.ApprovalCountPending(b.ctx)
 		require.NoError(t, err)
@@ -137,11 +137,11 @@ func testApproval(t *testing.T, newStore NewStore) {
 
 		changed := postCall
 		changed.Digest, changed.Preview = digestOf("amount=999999"), `{"amount":999999}`
-		_, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
+		_, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
 		require.ErrorIs(t, err, store.ErrNotFound, "the approval of another request at the index is not this call's")
 		unbound := postCall
 		unbound.Digest = ""
-		_, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: unbound})
+		_, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: unbound})
 		require.ErrorIs(t, err, store.ErrNotFound)
 
 		again, err := b.s.ApprovalRequest(b.ctx, store.ApprovalRequestParams{RunID: r.ID, Turn: 1, Call: changed})
@@ -151,10 +151,10 @@ func testApproval(t *testing.T, newStore NewStore) {
 		require.Equal(t, changed, again.Approval.ApprovalCall)
 		require.Equal(t, store.ApprovalPending, again.Approval.Status)
 		require.Equal(t, agentfleet.StatusWaitingApproval, b.get(t, r.ID).Status)
-		got, err := b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
+		got, err := b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: changed})
 		require.NoError(t, err)
 		require.Equal(t, again.Approval.ID, got.ID)
-		got, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
+		got, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: r.ID, Tenant: ten.ID, Turn: 1, Call: postCall})
 		require.NoError(t, err)
 		require.Equal(t, a.ID, got.ID)
 		require.Equal(t, store.ApprovalApproved, got.Status, "the first decision stands for its own request")
@@ -249,17 +249,17 @@ func testApproval(t *testing.T, newStore NewStore) {
 		// The same method and URL, later in the session: granted, whatever
 		// the body (a grant binds method and URL), by fetch as by http.
 		later := agentfleet.ApprovalCall{Index: 0, Primitive: postCall.Primitive, Method: postCall.Method, URL: postCall.URL, Digest: digestOf("amount=7")}
-		got, err := b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: later})
+		got, err := b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: later})
 		require.NoError(t, err)
 		require.Equal(t, a.ID, got.ID)
 		require.Equal(t, store.ApprovalApproved, got.Status)
 		byFetch := later
 		byFetch.Primitive = "fetch"
-		got, err = b.s.ApprovalForCall(b.ctx, store.ApprovalForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: byFetch})
+		got, err = b.s.ApprovalGetForCall(b.ctx, store.ApprovalGetForCallParams{RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: byFetch})
 		require.NoError(t, err)
 		require.Equal(t, a.ID, got.ID)
 		// Another URL, another session, another tenant: not granted.
-		for name, p := range map[string]store.ApprovalForCallParams{
+		for name, p := range map[string]store.ApprovalGetForCallParams{
 			"url":     {RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: agentfleet.ApprovalCall{Primitive: "http", Method: "POST", URL: "https://api.example.com/refunds"}},
 			"method":  {RunID: first.ID, SessionID: "s1", Tenant: ten.ID, Turn: 4, Call: agentfleet.ApprovalCall{Primitive: "http", Method: "PUT", URL: postCall.URL}},
 			"session": {RunID: first.ID, SessionID: "s2", Tenant: ten.ID, Turn: 4, Call: later},
@@ -267,7 +267,7 @@ func testApproval(t *testing.T, newStore NewStore) {
 			"none":    {RunID: first.ID, Tenant: ten.ID, Turn: 4, Call: later},
 			"tenant":  {RunID: first.ID, SessionID: "s1", Tenant: other.ID, Turn: 4, Call: later},
 		} {
-			_, err := b.s.ApprovalForCall(b.ctx, p)
+			_, err := b.s.ApprovalGetForCall(b.ctx, p)
 			require.ErrorIs(t, err, store.ErrNotFound, name)
 		}
 

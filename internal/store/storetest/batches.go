@@ -54,7 +54,7 @@ func testBatch(t *testing.T, newStore NewStore) {
 		var all []store.BatchRun
 		after := -1
 		for {
-			page, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: after, Limit: 60})
+			page, err := b.s.BatchRunList(b.ctx, store.BatchRunListParams{ID: bt.ID, AfterIndex: after, Limit: 60})
 			require.NoError(t, err)
 			if len(page) == 0 {
 				break
@@ -89,7 +89,7 @@ func testBatch(t *testing.T, newStore NewStore) {
 		require.Equal(t, 249, got.Counts[agentfleet.StatusQueued])
 		require.Equal(t, agentfleet.Usage{PromptTokens: 10, CompletionTokens: 5}, got.Usage)
 
-		failed, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: -1, Status: []agentfleet.RunStatus{agentfleet.StatusCompleted}})
+		failed, err := b.s.BatchRunList(b.ctx, store.BatchRunListParams{ID: bt.ID, AfterIndex: -1, Status: []agentfleet.RunStatus{agentfleet.StatusCompleted}})
 		require.NoError(t, err)
 		require.Len(t, failed, 1)
 		require.Equal(t, 0, failed[0].Index)
@@ -187,30 +187,30 @@ func testBatch(t *testing.T, newStore NewStore) {
 		ten := b.tenant(t, store.TenantCreateParams{})
 		bt := b.admitBatch(t, store.BatchAdmitParams{Tenant: ten.ID}, 5, 5, 2)
 		require.Equal(t, 2, bt.Released)
-		runs, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: -1})
+		runs, err := b.s.BatchRunList(b.ctx, store.BatchRunListParams{ID: bt.ID, AfterIndex: -1})
 		require.NoError(t, err)
 		held := func(i int) bool {
-			h, err := b.s.BatchRunHeld(b.ctx, runs[i].Run.ID)
+			h, err := b.s.BatchRunIsHeld(b.ctx, runs[i].Run.ID)
 			require.NoError(t, err)
 			return h
 		}
 		require.False(t, held(1))
 		require.True(t, held(2))
 
-		// A run that ends releases the next; RunEnded is safe to repeat.
+		// A run that ends releases the next; RunFamilySettle is safe to repeat.
 		b.transition(t, runs[0].Run.ID, agentfleet.StatusRunning)
 		b.transition(t, runs[0].Run.ID, agentfleet.StatusCompleted)
-		res, err := b.s.RunEnded(b.ctx, store.RunEndedParams{ID: runs[0].Run.ID})
+		res, err := b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: runs[0].Run.ID})
 		require.NoError(t, err)
 		require.Len(t, res.Released, 1)
 		require.Equal(t, runs[2].Run.ID, res.Released[0].ID)
-		again, err := b.s.RunEnded(b.ctx, store.RunEndedParams{ID: runs[0].Run.ID})
+		again, err := b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: runs[0].Run.ID})
 		require.NoError(t, err)
 		require.Empty(t, again.Released, "two in flight: nothing more")
 		require.False(t, held(2))
 
 		// A cancelled run is skipped; the sweep releases what a missed
-		// RunEnded owed.
+		// RunFamilySettle owed.
 		_, err = b.s.RunCancel(b.ctx, store.RunCancelParams{ID: runs[3].Run.ID, Reason: "no"})
 		require.NoError(t, err)
 		b.transition(t, runs[1].Run.ID, agentfleet.StatusRunning)
@@ -240,7 +240,7 @@ func testBatch(t *testing.T, newStore NewStore) {
 		b := setup(t, newStore)
 		ten := b.tenant(t, store.TenantCreateParams{})
 		bt := b.admitBatch(t, store.BatchAdmitParams{Tenant: ten.ID}, 7, 7, 0)
-		runs, err := b.s.BatchRuns(b.ctx, store.BatchRunsParams{ID: bt.ID, AfterIndex: -1})
+		runs, err := b.s.BatchRunList(b.ctx, store.BatchRunListParams{ID: bt.ID, AfterIndex: -1})
 		require.NoError(t, err)
 		b.transition(t, runs[0].Run.ID, agentfleet.StatusRunning)
 		b.transition(t, runs[0].Run.ID, agentfleet.StatusCompleted)
@@ -290,7 +290,7 @@ func testBatch(t *testing.T, newStore NewStore) {
 		require.ErrorIs(t, err, store.ErrNotFound)
 		_, err = b.s.BatchList(b.ctx, store.BatchListParams{Tenant: "t", Cursor: "%%"})
 		require.ErrorIs(t, err, store.ErrInvalid)
-		held, err := b.s.BatchRunHeld(b.ctx, "nope")
+		held, err := b.s.BatchRunIsHeld(b.ctx, "nope")
 		require.NoError(t, err)
 		require.False(t, held)
 	})

@@ -97,13 +97,13 @@ func testChildren(t *testing.T, newStore NewStore) {
 		parked := park(t, b, parent, kids, time.Time{})
 
 		end(t, b, kids[0], agentfleet.StatusCompleted)
-		res, err := b.s.RunEnded(b.ctx, store.RunEndedParams{ID: kids[0].ID})
+		res, err := b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: kids[0].ID})
 		require.NoError(t, err)
 		require.Empty(t, res.Woken, "one child is still running")
 		require.Equal(t, agentfleet.StatusWaitingChildren, b.get(t, parent.ID).Status)
 
 		end(t, b, kids[1], agentfleet.StatusCancelled)
-		res, err = b.s.RunEnded(b.ctx, store.RunEndedParams{ID: kids[1].ID})
+		res, err = b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: kids[1].ID})
 		require.NoError(t, err)
 		require.Len(t, res.Woken, 1)
 		require.Equal(t, parent.ID, res.Woken[0].ID)
@@ -111,7 +111,7 @@ func testChildren(t *testing.T, newStore NewStore) {
 		require.Equal(t, parked.Wake+1, res.Woken[0].Wake, "its next turn's message differs from the parked one's")
 		require.Equal(t, res.Woken[0], b.get(t, parent.ID))
 
-		again, err := b.s.RunEnded(b.ctx, store.RunEndedParams{ID: kids[1].ID})
+		again, err := b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: kids[1].ID})
 		require.NoError(t, err)
 		require.Empty(t, again.Woken, "a repeat wakes nothing")
 	})
@@ -124,7 +124,7 @@ func testChildren(t *testing.T, newStore NewStore) {
 		end(t, b, kids[2], agentfleet.StatusCompleted)
 		end(t, b, parent, agentfleet.StatusFailed)
 
-		res, err := b.s.RunEnded(b.ctx, store.RunEndedParams{ID: parent.ID})
+		res, err := b.s.RunFamilySettle(b.ctx, store.RunFamilySettleParams{ID: parent.ID})
 		require.NoError(t, err)
 		require.Equal(t, agentfleet.StatusCancelled, b.get(t, kids[0].ID).Status, "queued: cancelled at once")
 		require.Equal(t, agentfleet.StatusCancelled, b.get(t, grandchild.ID).Status, "and its own children")
@@ -155,7 +155,7 @@ func testChildren(t *testing.T, newStore NewStore) {
 		waiting, busyKids := family(t, b, 1)
 		park(t, b, waiting, busyKids, time.Time{})
 
-		res, err := b.s.RunChildrenDue(b.ctx, store.RunChildrenDueParams{Now: time.Now()})
+		res, err := b.s.RunFamilySettleDue(b.ctx, store.RunFamilySettleDueParams{Now: time.Now()})
 		require.NoError(t, err)
 		require.Equal(t, []string{timedOut.ID}, ids(res.Woken))
 		require.Equal(t, agentfleet.StatusRunning, b.get(t, timedOut.ID).Status)
@@ -165,7 +165,7 @@ func testChildren(t *testing.T, newStore NewStore) {
 		}
 		require.Equal(t, agentfleet.StatusWaitingChildren, b.get(t, waiting.ID).Status)
 
-		res, err = b.s.RunChildrenDue(b.ctx, store.RunChildrenDueParams{Now: time.Now()})
+		res, err = b.s.RunFamilySettleDue(b.ctx, store.RunFamilySettleDueParams{Now: time.Now()})
 		require.NoError(t, err)
 		require.Empty(t, res.Woken)
 		require.Empty(t, res.Changes)

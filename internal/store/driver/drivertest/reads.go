@@ -103,12 +103,12 @@ func exerciseApprovalNotify(t *testing.T, open func(*testing.T) Backend) {
 		NotifyURL: "https://example.com/n", NotifyState: store.CallbackPending, NotifyNextAt: at}
 	require.NoError(t, b.Driver.Tx(ctx, func(x driver.Executor) error { return x.ApprovalInsert(ctx, a) }))
 
-	got, err := b.Driver.ApprovalGetForCall(ctx, store.ApprovalForCallParams{RunID: id, Turn: 1, Tenant: "t1", Call: a.ApprovalCall})
+	got, err := b.Driver.ApprovalGetForCall(ctx, store.ApprovalGetForCallParams{RunID: id, Turn: 1, Tenant: "t1", Call: a.ApprovalCall})
 	require.NoError(t, err)
 	require.Equal(t, "ap1", got.ID, "the call's own")
 	other := a.ApprovalCall
 	other.Index, other.Digest, other.Primitive = 3, "d2", "http"
-	_, err = b.Driver.ApprovalGetForCall(ctx, store.ApprovalForCallParams{RunID: id, Turn: 1, Tenant: "t1", SessionID: "s1", Call: other})
+	_, err = b.Driver.ApprovalGetForCall(ctx, store.ApprovalGetForCallParams{RunID: id, Turn: 1, Tenant: "t1", SessionID: "s1", Call: other})
 	require.ErrorIs(t, err, store.ErrNotFound, "a pending call-scoped approval grants nothing")
 
 	as, err := b.Driver.ApprovalNotifyClaim(ctx, at, at.Add(time.Minute), 10)

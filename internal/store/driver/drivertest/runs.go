@@ -146,7 +146,7 @@ func exerciseBatches(t *testing.T, open func(*testing.T) Backend) {
 		_, err := b.Driver.BatchGet(ctx, "nope", "")
 		require.ErrorIs(t, err, store.ErrNotFound)
 		id := run(t, b, "t1")
-		_, err = b.Driver.BatchRunHeld(ctx, id)
+		_, err = b.Driver.BatchRunIsHeld(ctx, id)
 		require.ErrorIs(t, err, store.ErrNotFound, "a run of no batch")
 		bs, err := b.Driver.BatchListUnfinished(ctx, 10)
 		require.NoError(t, err)

@@ -362,7 +362,7 @@ func (s *Store) ApprovalRequest(ctx context.Context, p store.ApprovalRequestPara
 	return res, nil
 }
 
-func (s *Store) ApprovalForCall(ctx context.Context, p store.ApprovalForCallParams) (store.Approval, error) {
+func (s *Store) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCallParams) (store.Approval, error) {
 	a, err := s.d.ApprovalGetForCall(ctx, p)
 	if err != nil {
 		return store.Approval{}, fmt.Errorf("approval of run %s turn %d call %d: %w", p.RunID, p.Turn, p.Call.Index, err)

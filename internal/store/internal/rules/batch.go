@@ -215,7 +215,7 @@ func BatchFinishedStatus(cur store.BatchStatus) store.BatchStatus {
 	return store.BatchCompleted
 }
 
-// BatchRunsLimit is BatchRuns' page: n, or 1,000.
+// BatchRunsLimit is BatchRunList' page: n, or 1,000.
 func BatchRunsLimit(n int) int {
 	if n <= 0 || n > 10_000 {
 		return 1000
@@ -377,7 +377,7 @@ func (s *Store) BatchList(ctx context.Context, p store.BatchListParams) (store.B
 	return res, nil
 }
 
-func (s *Store) BatchRuns(ctx context.Context, p store.BatchRunsParams) ([]store.BatchRun, error) {
+func (s *Store) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
 	p.Limit = BatchRunsLimit(p.Limit)
 	out, err := s.d.BatchRunList(ctx, p)
 	if err != nil {
@@ -414,9 +414,9 @@ func (s *Store) BatchCancel(ctx context.Context, p store.BatchCancelParams) (sto
 	return res, nil
 }
 
-// BatchRunHeld is false for a run of no batch.
-func (s *Store) BatchRunHeld(ctx context.Context, runID string) (bool, error) {
-	held, err := s.d.BatchRunHeld(ctx, runID)
+// BatchRunIsHeld is false for a run of no batch.
+func (s *Store) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
+	held, err := s.d.BatchRunIsHeld(ctx, runID)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}

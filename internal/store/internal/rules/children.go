@@ -9,29 +9,29 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
-func (s *Store) RunEnded(ctx context.Context, p store.RunEndedParams) (store.RunEndedResult, error) {
+func (s *Store) RunFamilySettle(ctx context.Context, p store.RunFamilySettleParams) (store.RunFamilySettleResult, error) {
 	now := Now()
-	var res store.RunEndedResult
+	var res store.RunFamilySettleResult
 	err := s.d.Tx(ctx, func(x driver.Executor) (err error) {
-		res, err = ApplyRunEnded(ctx, x, p.ID, now)
+		res, err = ApplyRunFamilySettle(ctx, x, p.ID, now)
 		return err
 	})
 	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("settle the end of run %s: %w", p.ID, err)
+		return store.RunFamilySettleResult{}, fmt.Errorf("settle the end of run %s: %w", p.ID, err)
 	}
 	return res, nil
 }
 
-func (s *Store) RunChildrenDue(ctx context.Context, p store.RunChildrenDueParams) (store.RunEndedResult, error) {
+func (s *Store) RunFamilySettleDue(ctx context.Context, p store.RunFamilySettleDueParams) (store.RunFamilySettleResult, error) {
 	now := NowOr(p.Now)
 	limit := ChildrenDueLimit(p.Limit)
 	waiters, err := s.d.RunListWaitersDue(ctx, now, limit)
 	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("find runs whose children are done: %w", err)
+		return store.RunFamilySettleResult{}, fmt.Errorf("find runs whose children are done: %w", err)
 	}
 	ended, err := s.d.RunListOrphaning(ctx, limit)
 	if err != nil {
-		return store.RunEndedResult{}, fmt.Errorf("find ended runs with children: %w", err)
+		return store.RunFamilySettleResult{}, fmt.Errorf("find ended runs with children: %w", err)
 	}
 	wake := func(ctx context.Context, id string) (ch store.RunChangeResult, woken bool, err error) {
 		err = s.d.Tx(ctx, func(x driver.Executor) (err error) {
@@ -40,8 +40,8 @@ func (s *Store) RunChildrenDue(ctx context.Context, p store.RunChildrenDueParams
 		})
 		return ch, woken, err
 	}
-	return SettleChildrenDue(ctx, waiters, ended, wake, func(ctx context.Context, id string) (store.RunEndedResult, error) {
-		return s.RunEnded(ctx, store.RunEndedParams{ID: id})
+	return SettleChildrenDue(ctx, waiters, ended, wake, func(ctx context.Context, id string) (store.RunFamilySettleResult, error) {
+		return s.RunFamilySettle(ctx, store.RunFamilySettleParams{ID: id})
 	})
 }
 

@@ -315,13 +315,13 @@ func ApplyWake(ctx context.Context, tx driver.Executor, id string, now time.Time
 	return store.RunChangeResult{Run: row.Run}, true, nil
 }
 
-// ApplyRunEnded is RunEnded of run id in tx at now: its parent woken when
+// ApplyRunFamilySettle is RunFamilySettle of run id in tx at now: its parent woken when
 // due, its unfinished children (and theirs, when cancelled at once)
 // cancelled. The ended run itself is read, not locked: it can no longer
 // change, and locking only parents upwards, then children downwards,
-// keeps two families' RunEnded from deadlocking.
-func ApplyRunEnded(ctx context.Context, tx driver.Executor, id string, now time.Time) (store.RunEndedResult, error) {
-	var res store.RunEndedResult
+// keeps two families' RunFamilySettle from deadlocking.
+func ApplyRunFamilySettle(ctx context.Context, tx driver.Executor, id string, now time.Time) (store.RunFamilySettleResult, error) {
+	var res store.RunFamilySettleResult
 	ended, err := tx.RunGet(ctx, id)
 	if err != nil || !ended.Status.Terminal() {
 		return res, err
@@ -351,7 +351,7 @@ func ApplyRunEnded(ctx context.Context, tx driver.Executor, id string, now time.
 
 // cancelChildren cancels parent's unfinished children, and the children
 // of those cancelled at once, into res.
-func cancelChildren(ctx context.Context, tx driver.Executor, parent agentfleet.Run, now time.Time, res *store.RunEndedResult) error {
+func cancelChildren(ctx context.Context, tx driver.Executor, parent agentfleet.Run, now time.Time, res *store.RunFamilySettleResult) error {
 	todo := []agentfleet.Run{parent}
 	for len(todo) > 0 {
 		p := todo[0]
@@ -392,11 +392,11 @@ func cancelChildren(ctx context.Context, tx driver.Executor, parent agentfleet.R
 	return nil
 }
 
-// ChildrenDueLimitDefault bounds one RunChildrenDue call when its caller
+// ChildrenDueLimitDefault bounds one RunFamilySettleDue call when its caller
 // names no limit.
 const ChildrenDueLimitDefault = 100
 
-// ChildrenDueLimit is RunChildrenDue's limit: n, or the default.
+// ChildrenDueLimit is RunFamilySettleDue's limit: n, or the default.
 func ChildrenDueLimit(n int) int {
 	if n <= 0 {
 		return ChildrenDueLimitDefault
@@ -404,13 +404,13 @@ func ChildrenDueLimit(n int) int {
 	return n
 }
 
-// SettleChildrenDue is RunChildrenDue once a backend has found what is
+// SettleChildrenDue is RunFamilySettleDue once a backend has found what is
 // due: each waiter woken in a transaction of its own (wake, ApplyWake
-// in it), each ended parent settled (RunEnded).
+// in it), each ended parent settled (RunFamilySettle).
 func SettleChildrenDue(ctx context.Context, waiters, ended []string,
 	wake func(ctx context.Context, id string) (store.RunChangeResult, bool, error),
-	settle func(ctx context.Context, id string) (store.RunEndedResult, error)) (store.RunEndedResult, error) {
-	var res store.RunEndedResult
+	settle func(ctx context.Context, id string) (store.RunFamilySettleResult, error)) (store.RunFamilySettleResult, error) {
+	var res store.RunFamilySettleResult
 	for _, id := range waiters {
 		ch, woken, err := wake(ctx, id)
 		if err != nil {
