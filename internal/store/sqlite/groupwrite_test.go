@@ -2,13 +2,36 @@ package sqlite
 
 import (
 	"context"
+	"database/sql/driver"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	sqlite "modernc.org/sqlite"
+
 	"github.com/agentfleet/agentfleet/internal/store"
 )
+
+// giveUp is the running test's: wait_for_give_up, an SQL function, waits
+// for its channel to close and, the first time, a little longer, so that
+// the interrupt the driver sends on the cancel lands inside the statement.
+var giveUp atomic.Pointer[givingUp]
+
+type givingUp struct {
+	closed chan struct{}
+	once   sync.Once
+}
+
+func init() {
+	sqlite.MustRegisterScalarFunction("wait_for_give_up", 0, func(*sqlite.FunctionContext, []driver.Value) (driver.Value, error) {
+		g := giveUp.Load()
+		<-g.closed
+		g.once.Do(func() { time.Sleep(100 * time.Millisecond) })
+		return int64(1), nil
+	})
+}
 
 // A write whose caller gives up while its statement runs must not take the
 // other writes of its group commit with it. SQLite answers an interrupted
@@ -18,6 +41,8 @@ import (
 func TestGroupCommitSurvivesACallerGivingUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	g := &givingUp{closed: make(chan struct{})}
+	giveUp.Store(g)
 	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "w.db")})
 	if err != nil {
 		t.Fatal(err)
@@ -39,10 +64,10 @@ func TestGroupCommitSurvivesACallerGivingUp(t *testing.T) {
 	var slowErr, tenantErr error
 	wg.Go(func() {
 		slowErr = s.write(quitting, func(tx *wtx) error {
-			// About a second of work for SQLite, cut short by quit.
+			// Its statement waits for the cancel, then goes on.
 			_, err := tx.ExecContext(quitting, `INSERT INTO slow
-				WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000)
-				SELECT max(x) FROM c`)
+				WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000)
+				SELECT x + wait_for_give_up() FROM c`)
 			return err
 		})
 	})
@@ -54,6 +79,7 @@ func TestGroupCommitSurvivesACallerGivingUp(t *testing.T) {
 	close(hold)
 	time.Sleep(100 * time.Millisecond)
 	quit()
+	close(g.closed)
 	wg.Wait()
 
 	if tenantErr != nil {
