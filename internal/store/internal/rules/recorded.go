@@ -3,6 +3,9 @@ package rules
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -51,4 +54,84 @@ func notFoundIsNil(err error) error {
 		return nil
 	}
 	return err
+}
+
+// ModelReplyRecord validates p, its charge included, and fills its
+// defaults.
+func ModelReplyRecord(p store.ModelReplyRecordParams, now time.Time) (store.ModelReplyRecordParams, error) {
+	var err error
+	if p.ModelReply, err = ModelReply(p.ModelReply, now); err != nil {
+		return p, err
+	}
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// recordCharge validates the charge of a record, if it has one.
+func recordCharge(c *store.BudgetSettleParams) (*store.BudgetSettleParams, error) {
+	if c == nil {
+		return nil, nil
+	}
+	v, err := BudgetSettle(*c)
+	return &v, err
+}
+
+// JournalPrimitives are the primitives whose calls are journaled.
+var JournalPrimitives = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
+
+// JournalRecord validates p, its charge included, and fills its
+// timestamp. What a script produced (its URL, result, error) is cleaned,
+// not refused.
+func JournalRecord(p store.JournalRecordParams, now time.Time) (store.JournalRecordParams, error) {
+	e := &p.JournalEntry
+	if e.RunID == "" || e.Turn < 1 || e.Index < 0 {
+		return p, Invalidf("journal entry: run id, a turn from 1 and an index from 0 are required")
+	}
+	if !slices.Contains(JournalPrimitives, e.Primitive) {
+		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s)",
+			e.RunID, e.Turn, e.Primitive, strings.Join(JournalPrimitives, ", "))
+	}
+	if e.Usage.PromptTokens < 0 || e.Usage.CompletionTokens < 0 {
+		return p, Invalidf("journal entry of run %s turn %d: usage must not be negative", e.RunID, e.Turn)
+	}
+	if len(e.Result) > 0 {
+		if err := CheckJSON("journal entry result", e.Result); err != nil {
+			return p, err
+		}
+		e.Result = CleanJSON(e.Result)
+	}
+	e.Method, e.URL, e.Error = Clean(e.Method), Clean(e.URL), Clean(e.Error)
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = now
+	} else {
+		e.CreatedAt = Time(e.CreatedAt)
+	}
+	var err error
+	p.Charge, err = recordCharge(p.Charge)
+	return p, err
+}
+
+// JournalListByRun validates p.
+func JournalListByRun(p store.JournalListByRunParams) error {
+	if p.RunID == "" {
+		return Invalidf("journal list: run id is empty")
+	}
+	return nil
+}
+
+// ModelReply validates a reply to record and fills its timestamp.
+func ModelReply(r store.ModelReply, now time.Time) (store.ModelReply, error) {
+	if r.RunID == "" || r.Turn < 1 {
+		return r, Invalidf("model reply: run id and a turn from 1 are required")
+	}
+	if r.Usage.PromptTokens < 0 || r.Usage.CompletionTokens < 0 {
+		return r, Invalidf("model reply of run %s turn %d: usage must not be negative", r.RunID, r.Turn)
+	}
+	if r.CreatedAt.IsZero() {
+		r.CreatedAt = now
+	} else {
+		r.CreatedAt = Time(r.CreatedAt)
+	}
+	r.Content, r.Model = Clean(r.Content), Clean(r.Model)
+	return r, nil
 }
