@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,79 @@ func fenced(ctx context.Context, x driver.Executor, runID string, turn int) erro
 		return err
 	}
 	return CheckCommitFence(cur.Run, turn, "")
+}
+
+// recordAttempts bounds how often a record is tried again when its run
+// moved between the insert and the read of why it did nothing.
+const recordAttempts = 3
+
+// ModelReplyRecord validates p, inserts the reply (charging it when it
+// did) and, when it did not, returns the reply there already or the
+// fence's error.
+func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
+	p, err := ModelReplyRecord(p, Now())
+	if err != nil {
+		return store.ModelReplyRecordResult{}, err
+	}
+	r := p.ModelReply
+	old, err := record(ctx, func() (store.ModelReplyRecordResult, bool, error) { return s.d.ModelReplyInsert(ctx, p) },
+		func() (store.ModelReply, bool, error) { return ReplyExisting(ctx, s.d, r.RunID, r.Turn) })
+	if err != nil {
+		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
+	}
+	if old.existed {
+		return store.ModelReplyRecordResult{Reply: old.old, Existed: true}, nil
+	}
+	return old.res, nil
+}
+
+// JournalRecord is ModelReplyRecord's counterpart for a journal entry.
+func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, error) {
+	p, err := JournalRecord(p, Now())
+	if err != nil {
+		return store.JournalRecordResult{}, err
+	}
+	e := p.JournalEntry
+	old, err := record(ctx, func() (store.JournalRecordResult, bool, error) { return s.d.JournalInsert(ctx, p) },
+		func() (agentfleet.JournalEntry, bool, error) { return JournalExisting(ctx, s.d, e) })
+	if err != nil {
+		return store.JournalRecordResult{}, fmt.Errorf("record journal entry %d of run %s turn %d: %w", e.Index, e.RunID, e.Turn, err)
+	}
+	if old.existed {
+		return store.JournalRecordResult{Entry: old.old, Existed: true}, nil
+	}
+	return old.res, nil
+}
+
+// recorded is what record decided: the insert's result, or the record
+// found there already (existed).
+type recorded[R, T any] struct {
+	res     R
+	old     T
+	existed bool
+}
+
+// record runs insert and, when it inserted nothing, existing; a fence
+// that passes with nothing there means the run moved between the two,
+// and it tries again.
+func record[R, T any](ctx context.Context, insert func() (R, bool, error), existing func() (T, bool, error)) (recorded[R, T], error) {
+	for range recordAttempts {
+		res, inserted, err := insert()
+		if err != nil {
+			return recorded[R, T]{}, err
+		}
+		if inserted {
+			return recorded[R, T]{res: res}, nil
+		}
+		old, found, err := existing()
+		if err != nil {
+			return recorded[R, T]{}, err
+		}
+		if found {
+			return recorded[R, T]{old: old, existed: true}, nil
+		}
+	}
+	return recorded[R, T]{}, fmt.Errorf("%w: the run kept changing", store.ErrConflict)
 }
 
 func notFoundIsNil(err error) error {
