@@ -25,6 +25,7 @@ import "context"
 type Driver interface {
 	Executor
 	Recorder
+	BudgetDriver
 	// Tx runs fn in one transaction: every primitive fn calls on x sees
 	// the others' writes, and they commit together when fn returns nil
 	// or roll back together when it returns an error (which Tx returns).

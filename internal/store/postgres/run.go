@@ -680,7 +680,7 @@ func recordCharged(charge *store.BudgetSettleParams, charged *int64) (store.Budg
 	case charge == nil:
 		return store.BudgetSettleResult{}, nil
 	case charged == nil:
-		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*charge), settleNotFound(*charge))
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", rules.SettleName(*charge), settleNotFound(*charge))
 	}
 	return store.BudgetSettleResult{Charged: *charged, Overage: charge.Usage.Total() - *charged}, nil
 }

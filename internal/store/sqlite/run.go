@@ -332,7 +332,7 @@ func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettlePara
 	}
 	settled, err := settle(ctx, tx, *charge)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*charge), err), nil
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", rules.SettleName(*charge), err), nil
 	}
 	return settled, nil, err
 }

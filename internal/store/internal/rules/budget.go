@@ -490,3 +490,26 @@ func UsageList(p store.UsageListParams) (store.UsageListParams, error) {
 	p.Since = Time(p.Since)
 	return p, nil
 }
+
+// BudgetSettle validates p and settles it through the driver's one
+// primitive.
+func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
+	p, err := BudgetSettle(p)
+	if err != nil {
+		return store.BudgetSettleResult{}, err
+	}
+	res, err := s.d.LedgerSettle(ctx, p)
+	if err != nil {
+		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", SettleName(p), err)
+	}
+	return res, nil
+}
+
+// SettleName names a settle in errors: its reservation, or the tenant and
+// run of unreserved usage.
+func SettleName(p store.BudgetSettleParams) string {
+	if p.ReservationID == "" {
+		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
+	}
+	return "reservation " + p.ReservationID
+}
