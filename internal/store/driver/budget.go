@@ -8,6 +8,16 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
+// BudgetDriver holds the budget ledger's writes that stay one coarse
+// primitive per backend: PostgreSQL settles in one statement (its window
+// roll inside the UPDATE that takes the row lock).
+type BudgetDriver interface {
+	// LedgerSettle charges a validated settle (rules.BudgetSettle) as its
+	// own transaction. A reservation gone or, without one, a tenant that
+	// does not exist is store.ErrNotFound, and nothing was written.
+	LedgerSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error)
+}
+
 // BudgetExecutor holds what of the budget ledger is a plain read or a
 // one-step write. Reserving and settling stay inside each backend
 // (PostgreSQL decides the window roll and the limit in the one UPDATE

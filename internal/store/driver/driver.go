@@ -24,6 +24,8 @@ import "context"
 // read pool, writes as their own write transaction).
 type Driver interface {
 	Executor
+	Recorder
+	BudgetDriver
 	// Tx runs fn in one transaction: every primitive fn calls on x sees
 	// the others' writes, and they commit together when fn returns nil
 	// or roll back together when it returns an error (which Tx returns).

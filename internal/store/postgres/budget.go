@@ -186,13 +186,6 @@ func settleArgs(p store.BudgetSettleParams) []any {
 	return []any{p.ReservationID, p.Model, p.Now, p.Usage.Total(), ds, de, ms, me, p.Usage.PromptTokens, p.Usage.CompletionTokens}
 }
 
-func settleName(p store.BudgetSettleParams) string {
-	if p.ReservationID == "" {
-		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
-	}
-	return "reservation " + p.ReservationID
-}
-
 // settleNotFound is the error of a settle that found nothing to charge.
 func settleNotFound(p store.BudgetSettleParams) error {
 	if p.ReservationID == "" {
@@ -267,17 +260,13 @@ func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) 
 	return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, why)
 }
 
-func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
-	p, err := rules.BudgetSettle(p)
-	if err != nil {
-		return store.BudgetSettleResult{}, err
-	}
+// LedgerSettle is one statement: settleReservedSQL or settleUnreservedSQL.
+func (d pgDriver) LedgerSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
 	q := settleReservedSQL
 	if p.ReservationID == "" {
 		q = settleUnreservedSQL
 	}
-	total := p.Usage.Total()
-	charged, err := queryOne(ctx, s, q, func(sc scanner) (int64, error) {
+	charged, err := queryOne(ctx, d.s, q, func(sc scanner) (int64, error) {
 		var c int64
 		err := sc.Scan(&c)
 		return c, err
@@ -286,9 +275,9 @@ func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (s
 		err = settleNotFound(p)
 	}
 	if err != nil {
-		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", settleName(p), err)
+		return store.BudgetSettleResult{}, err
 	}
-	return store.BudgetSettleResult{Charged: charged, Overage: total - charged}, nil
+	return store.BudgetSettleResult{Charged: charged, Overage: p.Usage.Total() - charged}, nil
 }
 
 func (e exec) ReservationRelease(ctx context.Context, id string) error {

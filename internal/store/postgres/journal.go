@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -11,7 +10,6 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
-	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 const journalCols = `run_id, turn, idx, primitive, method, url, result, error, prompt_tokens, completion_tokens, created_at`
@@ -51,19 +49,12 @@ var (
 	journalChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertJournalCTE, journalCols)
 )
 
-// JournalRecord is one statement through the shared pipeline in the
-// common case, so the records of concurrent turns share a round trip and
-// a commit. An entry not inserted (there already, or a lost fence) is
-// sorted out after, and charges nothing.
-func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, error) {
-	p, err := rules.JournalRecord(p, rules.Now())
-	if err != nil {
-		return store.JournalRecordResult{}, err
-	}
+// JournalInsert is one statement through the shared pipeline, so the
+// records of concurrent turns share a round trip and a commit. An entry
+// not inserted (there already, or a lost fence) is sorted out by the
+// rules after, and charges nothing.
+func (d pgDriver) JournalInsert(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, bool, error) {
 	e := p.JournalEntry
-	wrap := func(err error) error {
-		return fmt.Errorf("record journal entry %d of run %s turn %d: %w", e.Index, e.RunID, e.Turn, err)
-	}
 	q, args := journalSQL, []any(nil)
 	if p.Charge != nil {
 		q = journalChargeReservedSQL
@@ -83,46 +74,26 @@ func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) 
 	if p.Charge != nil {
 		order = pipeOrderTenant + p.Charge.Tenant
 	}
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		var (
-			got      agentfleet.JournalEntry
-			charged  *int64
-			inserted bool
-		)
-		err := s.pipelined(ctx, order, func(b *pgx.Batch) { b.Queue(q, args...) }, func(br pgx.BatchResults) error {
-			var err error
-			got, err = scanJournal(br.QueryRow(), &charged)
-			inserted = err == nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			return store.JournalRecordResult{}, wrap(err)
+	var (
+		got      agentfleet.JournalEntry
+		charged  *int64
+		inserted bool
+	)
+	err := d.s.pipelined(ctx, order, func(b *pgx.Batch) { b.Queue(q, args...) }, func(br pgx.BatchResults) error {
+		var err error
+		got, err = scanJournal(br.QueryRow(), &charged)
+		inserted = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
 		}
-		if inserted {
-			res := store.JournalRecordResult{Entry: got}
-			switch {
-			case p.Charge == nil:
-			case charged == nil:
-				res.ChargeErr = fmt.Errorf("charge %s: %w", settleName(*p.Charge), settleNotFound(*p.Charge))
-			default:
-				res.Settled = store.BudgetSettleResult{Charged: *charged, Overage: p.Charge.Usage.Total() - *charged}
-			}
-			return res, nil
-		}
-		old, found, err := rules.JournalExisting(ctx, exec{s: s}, e)
-		if err != nil {
-			return store.JournalRecordResult{}, wrap(err)
-		}
-		if found {
-			return store.JournalRecordResult{Entry: old, Existed: true}, nil
-		}
-		// The fence passes now and there is no entry: the run moved
-		// under us between the statements. Try again.
+		return err
+	})
+	if err != nil || !inserted {
+		return store.JournalRecordResult{}, false, err
 	}
-	return store.JournalRecordResult{}, wrap(fmt.Errorf("%w: the run kept changing", store.ErrConflict))
+	res := store.JournalRecordResult{Entry: got}
+	res.Settled, res.ChargeErr = recordCharged(p.Charge, charged)
+	return res, true, nil
 }
 
 func (e exec) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {

@@ -619,19 +619,12 @@ var (
 	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertReplyCTE, replyCols)
 )
 
-// ModelReplyRecord is one statement in the common case: the fenced insert
+// ModelReplyInsert is one statement in the common case: the fenced insert
 // and, with a Charge, the settle (gated on the insert). Anything else (a
-// reply already there, a lost fence) is sorted out after, and charges
-// nothing.
-func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
-	p, err := rules.ModelReplyRecord(p, rules.Now())
-	if err != nil {
-		return store.ModelReplyRecordResult{}, err
-	}
+// reply already there, a lost fence) is sorted out by the rules after,
+// and charges nothing.
+func (d pgDriver) ModelReplyInsert(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, bool, error) {
 	r := p.ModelReply
-	wrap := func(err error) error {
-		return fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
-	}
 	q, args := recordSQL, []any(nil)
 	if p.Charge != nil {
 		q = recordChargeReservedSQL
@@ -647,58 +640,49 @@ func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordPa
 	if p.Charge != nil {
 		order = pipeOrderTenant + p.Charge.Tenant
 	}
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		// Through the shared pipeline: concurrent turns' records share
-		// one round trip and one commit, and those of unlimited tenants
-		// one statement (unlimitedRecordMerger). No row (nothing
-		// inserted) is sorted out below, outside it.
-		var m recordedReply
-		queue := func(b *pgx.Batch) { b.Queue(q, args...) }
-		read := func(br pgx.BatchResults) error {
-			m = recordedReply{}
-			var err error
-			m.reply, err = scanReply(br.QueryRow(), &m.charged)
-			if errors.Is(err, pgx.ErrNoRows) {
-				m.notInserted = true
-				return nil
-			}
-			return err
-		}
+	// Through the shared pipeline: concurrent turns' records share one
+	// round trip and one commit, and those of unlimited tenants one
+	// statement (unlimitedRecordMerger).
+	var m recordedReply
+	queue := func(b *pgx.Batch) { b.Queue(q, args...) }
+	read := func(br pgx.BatchResults) error {
+		m = recordedReply{}
 		var err error
-		if p.Charge != nil && p.Charge.ReservationID == "" {
-			c := &unlimitedRecordCall{reply: r, charge: *p.Charge, out: &m}
-			err = s.pipelinedMerge(ctx, order, queue, read, &unlimitedRecordMerger, c)
-		} else {
-			err = s.pipelined(ctx, order, queue, read)
+		m.reply, err = scanReply(br.QueryRow(), &m.charged)
+		if errors.Is(err, pgx.ErrNoRows) {
+			m.notInserted = true
+			return nil
 		}
-		if err == nil && m.notInserted {
-			err = store.ErrNotFound
-		}
-		if err == nil {
-			res := store.ModelReplyRecordResult{Reply: m.reply}
-			switch {
-			case p.Charge == nil:
-			case m.charged == nil:
-				res.ChargeErr = fmt.Errorf("charge %s: %w", settleName(*p.Charge), settleNotFound(*p.Charge))
-			default:
-				res.Settled = store.BudgetSettleResult{Charged: *m.charged, Overage: p.Charge.Usage.Total() - *m.charged}
-			}
-			return res, nil
-		}
-		if !isNotFound(err) {
-			return store.ModelReplyRecordResult{}, wrap(err)
-		}
-		old, found, err := rules.ReplyExisting(ctx, exec{s: s}, r.RunID, r.Turn)
-		if err != nil {
-			return store.ModelReplyRecordResult{}, wrap(err)
-		}
-		if found {
-			return store.ModelReplyRecordResult{Reply: old, Existed: true}, nil
-		}
-		// The fence passes now and there is no reply: the run moved
-		// under us between the statements. Try again.
+		return err
 	}
-	return store.ModelReplyRecordResult{}, wrap(fmt.Errorf("%w: the run kept changing", store.ErrConflict))
+	var err error
+	if p.Charge != nil && p.Charge.ReservationID == "" {
+		c := &unlimitedRecordCall{reply: r, charge: *p.Charge, out: &m}
+		err = d.s.pipelinedMerge(ctx, order, queue, read, &unlimitedRecordMerger, c)
+	} else {
+		err = d.s.pipelined(ctx, order, queue, read)
+	}
+	if isNotFound(err) || err == nil && m.notInserted {
+		return store.ModelReplyRecordResult{}, false, nil
+	}
+	if err != nil {
+		return store.ModelReplyRecordResult{}, false, err
+	}
+	res := store.ModelReplyRecordResult{Reply: m.reply}
+	res.Settled, res.ChargeErr = recordCharged(p.Charge, m.charged)
+	return res, true, nil
+}
+
+// recordCharged is the charge of a record just inserted by a statement
+// of recordChargeSQL: charged NULL means its reservation was gone.
+func recordCharged(charge *store.BudgetSettleParams, charged *int64) (store.BudgetSettleResult, error) {
+	switch {
+	case charge == nil:
+		return store.BudgetSettleResult{}, nil
+	case charged == nil:
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", rules.SettleName(*charge), settleNotFound(*charge))
+	}
+	return store.BudgetSettleResult{Charged: *charged, Overage: charge.Usage.Total() - *charged}, nil
 }
 
 // recordedReply is what one ModelReplyRecord statement returned.

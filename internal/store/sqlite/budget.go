@@ -108,27 +108,15 @@ func takeReservation(ctx context.Context, tx *wtx, id string) (tenant, runID str
 	return tenant, runID, tokens, err
 }
 
-func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
-	p, err := rules.BudgetSettle(p)
-	if err != nil {
-		return store.BudgetSettleResult{}, err
-	}
+// LedgerSettle settles as its own write of the group commit.
+func (d liteDriver) LedgerSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
 	var res store.BudgetSettleResult
-	err = s.write(ctx, func(tx *wtx) error {
+	err := d.s.write(ctx, func(tx *wtx) error {
+		var err error
 		res, err = settle(ctx, tx, p)
 		return err
 	})
-	if err != nil {
-		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", settleName(p), err)
-	}
-	return res, nil
-}
-
-func settleName(p store.BudgetSettleParams) string {
-	if p.ReservationID == "" {
-		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
-	}
-	return "reservation " + p.ReservationID
+	return res, err
 }
 
 // settleUnlimitedSQL appends the ledger row of an unlimited tenant's

@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
-	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 const journalCols = `run_id, turn, idx, primitive, method, url, result, error, prompt_tokens, completion_tokens, created_at`
@@ -31,51 +29,31 @@ func scanJournal(sc interface{ Scan(...any) error }) (agentfleet.JournalEntry, e
 	return e, err
 }
 
-// JournalRecord records the entry with one fenced insert in the group
+// JournalInsert records the entry with one fenced insert in the group
 // commit and, with a Charge, settles in the same transaction.
-func (s *Store) JournalRecord(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, error) {
-	p, err := rules.JournalRecord(p, rules.Now())
-	if err != nil {
-		return store.JournalRecordResult{}, err
-	}
+func (d liteDriver) JournalInsert(ctx context.Context, p store.JournalRecordParams) (store.JournalRecordResult, bool, error) {
 	e := p.JournalEntry
 	var result any
 	if len(e.Result) > 0 {
 		result = string(e.Result)
 	}
 	var res store.JournalRecordResult
-	err = s.write(ctx, func(tx *wtx) error {
-		res = store.JournalRecordResult{}
+	inserted := false
+	err := d.s.write(ctx, func(tx *wtx) error {
+		res, inserted = store.JournalRecordResult{}, false
 		got, err := scanJournal(tx.QueryRowContext(ctx, insertJournalSQL, e.RunID, e.Turn, e.Index, e.Primitive, e.Method, e.URL,
 			result, e.Error, e.Usage.PromptTokens, e.Usage.CompletionTokens, e.CreatedAt.UnixMicro()))
 		if errors.Is(err, sql.ErrNoRows) {
-			return s.journalNotInserted(ctx, tx, e, &res)
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		res.Entry = got
+		res.Entry, inserted = got, true
 		res.Settled, res.ChargeErr, err = chargeRecorded(ctx, tx, p.Charge)
 		return err
 	})
-	if err != nil {
-		return store.JournalRecordResult{}, fmt.Errorf("record journal entry %d of run %s turn %d: %w", e.Index, e.RunID, e.Turn, err)
-	}
-	return res, nil
-}
-
-// journalNotInserted says why the fenced insert of e did nothing
-// (rules.JournalExisting).
-func (s *Store) journalNotInserted(ctx context.Context, tx *wtx, e agentfleet.JournalEntry, res *store.JournalRecordResult) error {
-	old, found, err := rules.JournalExisting(ctx, exec{s: s, q: tx, tx: tx}, e)
-	if err == nil && !found {
-		err = fmt.Errorf("%w: the entry was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
-	}
-	if err != nil {
-		return err
-	}
-	*res = store.JournalRecordResult{Entry: old, Existed: true}
-	return nil
+	return res, inserted, err
 }
 
 func (e exec) JournalGet(ctx context.Context, runID string, turn, index int) (agentfleet.JournalEntry, error) {

@@ -300,35 +300,27 @@ var insertReplySQL = `INSERT INTO model_replies (` + replyCols + `)
 	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
 	ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols
 
-// ModelReplyRecord records the reply with one fenced insert and, with a
-// Charge, settles in the same write transaction. Only when the insert
-// finds nothing to do is the run read, to tell a lost fence from a reply
-// already there.
-func (s *Store) ModelReplyRecord(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, error) {
-	p, err := rules.ModelReplyRecord(p, rules.Now())
-	if err != nil {
-		return store.ModelReplyRecordResult{}, err
-	}
+// ModelReplyInsert records the reply with one fenced insert and, with a
+// Charge, settles in the same write transaction.
+func (d liteDriver) ModelReplyInsert(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, bool, error) {
 	r := p.ModelReply
 	var res store.ModelReplyRecordResult
-	err = s.write(ctx, func(tx *wtx) error {
-		res = store.ModelReplyRecordResult{}
+	inserted := false
+	err := d.s.write(ctx, func(tx *wtx) error {
+		res, inserted = store.ModelReplyRecordResult{}, false
 		m, err := scanReply(tx.QueryRowContext(ctx, insertReplySQL,
 			r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt.UnixMicro()))
 		if errors.Is(err, sql.ErrNoRows) {
-			return s.replyNotInserted(ctx, tx, r, &res)
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		res.Reply = m
+		res.Reply, inserted = m, true
 		res.Settled, res.ChargeErr, err = chargeRecorded(ctx, tx, p.Charge)
 		return err
 	})
-	if err != nil {
-		return store.ModelReplyRecordResult{}, fmt.Errorf("record model reply of run %s turn %d: %w", r.RunID, r.Turn, err)
-	}
-	return res, nil
+	return res, inserted, err
 }
 
 // chargeRecorded settles the charge of a record just inserted in tx, if
@@ -340,23 +332,9 @@ func chargeRecorded(ctx context.Context, tx *wtx, charge *store.BudgetSettlePara
 	}
 	settled, err := settle(ctx, tx, *charge)
 	if errors.Is(err, store.ErrNotFound) {
-		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", settleName(*charge), err), nil
+		return store.BudgetSettleResult{}, fmt.Errorf("charge %s: %w", rules.SettleName(*charge), err), nil
 	}
 	return settled, nil, err
-}
-
-// replyNotInserted says why the fenced insert of r did nothing
-// (rules.ReplyExisting).
-func (s *Store) replyNotInserted(ctx context.Context, tx *wtx, r store.ModelReply, res *store.ModelReplyRecordResult) error {
-	old, found, err := rules.ReplyExisting(ctx, exec{s: s, q: tx, tx: tx}, r.RunID, r.Turn)
-	if err == nil && !found {
-		err = fmt.Errorf("%w: the reply was neither inserted nor found", store.ErrConflict) // cannot happen under the one writer
-	}
-	if err != nil {
-		return err
-	}
-	*res = store.ModelReplyRecordResult{Reply: old, Existed: true}
-	return nil
 }
 
 func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {

@@ -443,3 +443,73 @@ func setTenant(t *agentfleet.Tenant, p store.TenantUpdateParams) {
 		t.Exhausted = *p.Exhausted
 	}
 }
+
+// BudgetReserve validates p and fills its defaults.
+func BudgetReserve(p store.BudgetReserveParams) (store.BudgetReserveParams, error) {
+	if p.Tenant == "" {
+		return p, Invalidf("budget reserve: tenant is empty")
+	}
+	if p.Tokens < 1 {
+		return p, Invalidf("budget reserve for %s: tokens must be positive, got %d", p.Tenant, p.Tokens)
+	}
+	if p.Lease < 0 {
+		return p, Invalidf("budget reserve for %s: lease must not be negative", p.Tenant)
+	}
+	if p.Lease == 0 {
+		p.Lease = ReservationLeaseDefault
+	}
+	p.Now = NowOr(p.Now)
+	return p, nil
+}
+
+// BudgetSettle validates p and fills its defaults.
+func BudgetSettle(p store.BudgetSettleParams) (store.BudgetSettleParams, error) {
+	if p.ReservationID == "" && p.Tenant == "" {
+		return p, Invalidf("budget settle: reservation id and tenant are both empty: name the reservation, or the tenant of an unlimited one")
+	}
+	if p.Usage.PromptTokens < 0 || p.Usage.CompletionTokens < 0 {
+		return p, Invalidf("budget settle of %s: usage must not be negative", p.ReservationID)
+	}
+	p.Model = Clean(p.Model)
+	p.Now = NowOr(p.Now)
+	return p, nil
+}
+
+// UsageList validates p and fills its defaults.
+func UsageList(p store.UsageListParams) (store.UsageListParams, error) {
+	if p.Tenant == "" {
+		return p, Invalidf("usage list: tenant is empty")
+	}
+	switch p.GroupBy {
+	case "":
+		p.GroupBy = UsageGroupByDefault
+	case "model", "run":
+	default:
+		return p, Invalidf("usage list: group by %q: use \"model\" or \"run\"", p.GroupBy)
+	}
+	p.Since = Time(p.Since)
+	return p, nil
+}
+
+// BudgetSettle validates p and settles it through the driver's one
+// primitive.
+func (s *Store) BudgetSettle(ctx context.Context, p store.BudgetSettleParams) (store.BudgetSettleResult, error) {
+	p, err := BudgetSettle(p)
+	if err != nil {
+		return store.BudgetSettleResult{}, err
+	}
+	res, err := s.d.LedgerSettle(ctx, p)
+	if err != nil {
+		return store.BudgetSettleResult{}, fmt.Errorf("settle %s: %w", SettleName(p), err)
+	}
+	return res, nil
+}
+
+// SettleName names a settle in errors: its reservation, or the tenant and
+// run of unreserved usage.
+func SettleName(p store.BudgetSettleParams) string {
+	if p.ReservationID == "" {
+		return fmt.Sprintf("unreserved usage of tenant %s run %s", p.Tenant, p.RunID)
+	}
+	return "reservation " + p.ReservationID
+}

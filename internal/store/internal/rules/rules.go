@@ -24,10 +24,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/google/uuid"
 )
 
 // Defaults both backends apply.
@@ -328,4 +327,16 @@ func DecodeCursor(cursor string, oldest bool) (int64, error) {
 		return 0, Invalidf("cursor %q is malformed: pass the NextCursor of the previous page", cursor)
 	}
 	return seq, nil
+}
+
+// PageLimit is a list's page size: RunListLimitDefault for zero, at most
+// RunListLimitMax.
+func PageLimit(what string, limit int) (int, error) {
+	if limit < 0 {
+		return 0, Invalidf("%s: limit must not be negative", what)
+	}
+	if limit == 0 {
+		return RunListLimitDefault, nil
+	}
+	return min(limit, RunListLimitMax), nil
 }

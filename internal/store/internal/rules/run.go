@@ -464,3 +464,81 @@ func (s *Store) RunCancel(ctx context.Context, p store.RunCancelParams) (store.R
 	}
 	return res, nil
 }
+
+// RunCreate validates p and fills its defaults: a fresh id, the default
+// agent, timestamps normalised.
+func RunCreate(p store.RunCreateParams) (store.RunCreateParams, error) {
+	if p.ID == "" {
+		p.ID = NewID()
+	} else if err := CheckID("run id", p.ID); err != nil {
+		return p, err
+	}
+	if err := CheckID("tenant id", p.Tenant); err != nil {
+		return p, err
+	}
+	if p.Agent == "" {
+		p.Agent = agentfleet.DefaultAgent
+	}
+	if p.MaxTurns < 0 || p.MaxTokens < 0 {
+		return p, Invalidf("run %s: max turns and max tokens must not be negative (zero means the default)", p.ID)
+	}
+	if p.Depth < 0 || (p.Depth > 0) != (p.ParentRunID != "") {
+		return p, Invalidf("run %s: a child run names its parent and a depth from 1", p.ID)
+	}
+	if p.ParentRunID != "" {
+		if err := CheckID("parent run id", p.ParentRunID); err != nil {
+			return p, err
+		}
+	}
+	if err := CheckJSON("run context", p.Context); err != nil {
+		return p, err
+	}
+	// Submitted by a client: refused, not cleaned (see text.go).
+	if err := checkTexts("message", p.Message, "agent", p.Agent, "session id", p.SessionID,
+		"idempotency key", p.IdempotencyKey, "batch id", p.BatchID); err != nil {
+		return p, err
+	}
+	if err := CheckMetadata("metadata", p.Metadata); err != nil {
+		return p, err
+	}
+	if err := CheckJSONText("context", p.Context); err != nil {
+		return p, err
+	}
+	p.Context = NullJSON(p.Context)
+	p.Deadline = Time(p.Deadline)
+	return p, nil
+}
+
+// RunTransition validates p.
+func RunTransition(p store.RunTransitionParams, now time.Time) (store.RunTransitionParams, error) {
+	if p.ID == "" {
+		return p, Invalidf("run transition: run id is empty")
+	}
+	if !p.To.Valid() {
+		return p, Invalidf("run %s: unknown status %q", p.ID, p.To)
+	}
+	for _, s := range p.From {
+		if !s.Valid() {
+			return p, Invalidf("run %s: unknown status %q", p.ID, s)
+		}
+	}
+	if err := CheckJSON("answer", p.Answer); err != nil {
+		return p, err
+	}
+	p.Answer = CleanJSON(NullJSON(p.Answer))
+	p.Error = Clean(p.Error)
+	var err error
+	p.Events, err = Events(p.Events, 0, now)
+	return p, err
+}
+
+// RunCancel validates p and cleans its reason and events.
+func RunCancel(p store.RunCancelParams, now time.Time) (store.RunCancelParams, error) {
+	if p.ID == "" {
+		return p, Invalidf("run cancel: run id is empty")
+	}
+	p.Reason = Clean(p.Reason)
+	var err error
+	p.Events, err = Events(p.Events, 0, now)
+	return p, err
+}

@@ -108,3 +108,40 @@ func (s *Store) ModelReplyGet(ctx context.Context, runID string, turn int) (stor
 	}
 	return m, nil
 }
+
+// RunList validates p and fills its defaults; it returns the position the
+// cursor continues after (zero: from the start).
+func RunList(p store.RunListParams) (store.RunListParams, int64, error) {
+	if p.Limit < 0 {
+		return p, 0, Invalidf("run list: limit must not be negative")
+	}
+	if p.Limit == 0 {
+		p.Limit = RunListLimitDefault
+	}
+	p.Limit = min(p.Limit, RunListLimitMax)
+	for _, s := range p.Status {
+		if !s.Valid() {
+			return p, 0, Invalidf("run list: unknown status %q", s)
+		}
+	}
+	if err := checkTexts("run list: tenant", p.Tenant, "run list: agent", p.Agent, "run list: session id", p.SessionID,
+		"run list: batch id", p.BatchID); err != nil {
+		return p, 0, err
+	}
+	if p.Cursor == "" {
+		return p, 0, nil
+	}
+	after, err := DecodeCursor(p.Cursor, p.Oldest)
+	return p, after, err
+}
+
+// SessionHead decides what a run's end hands out: head is the oldest
+// unfinished run of the session after the change (nil if none) and seq
+// its position. Only when the ended run was the session's head (nothing
+// unfinished before it) does the next queued run become the head.
+func SessionHead(endedSeq int64, head *agentfleet.Run, headSeq int64) *agentfleet.Run {
+	if head == nil || headSeq < endedSeq || head.Status != agentfleet.StatusQueued {
+		return nil
+	}
+	return head
+}

@@ -16,12 +16,13 @@ import "github.com/agentfleet/agentfleet/internal/store/driver"
 // and reply reads and EventAppend (runread.go), a run's end and its
 // children (children.go), retention (retention.go), and of the budget
 // BudgetGet, TenantUpdate, BudgetRelease, BudgetExpire, UsageList and
-// JournalListByRun (budget.go).
+// JournalListByRun (budget.go), and ModelReplyRecord and JournalRecord
+// over each driver's one fenced insert (recorded.go, driver.Recorder),
+// and BudgetSettle over each driver's LedgerSettle (budget.go).
 //
 // Not moved, still per backend: the throughput path (RunCreate,
-// TurnLoad, TurnCommit, TurnCommitMany, ModelReplyRecord, JournalRecord:
-// PostgreSQL's group commit and pipeline), the budget ledger's writes
-// per call (BudgetReserve, BudgetSettle: PostgreSQL rolls the window inside the
+// TurnLoad, TurnCommit, TurnCommitMany: PostgreSQL's group commit and
+// pipeline), BudgetReserve (PostgreSQL rolls the window inside the
 // statement that takes the row lock) and BatchAdmit (the COPY
 // admission).
 type Store struct {
