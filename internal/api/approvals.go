@@ -13,8 +13,9 @@ import (
 	"github.com/agentfleet/agentfleet/wire"
 )
 
-// Approvals (DESIGN §12): a worker parks a run whose script called what
-// its agent's approve rules cover (waiting_approval, holding nothing).
+// Approvals (docs/api.md, "Approvals"; docs/ARCHITECTURE.md §2): a worker
+// parks a run whose script called what its agent's approve rules cover
+// (waiting_approval, holding nothing).
 // Here a tenant's key, or the admin for any tenant, lists them and
 // approves or denies one; the decision resumes the run, whose turn runs
 // again (its recorded reply, the same script) and meets the call

@@ -15,8 +15,9 @@ import (
 	"github.com/agentfleet/agentfleet/wire"
 )
 
-// Batches (DESIGN §11): many runs submitted at once, one per input, their
-// results read back in input order.
+// Batches (docs/api.md, "Batches"; docs/ARCHITECTURE.md §2): many runs
+// submitted at once, one per input, their results read back in input
+// order.
 //
 // POST /v1/batches reads its body as a stream, JSON or JSONL, each input
 // held to the limits of POST /v1/runs, and admits the inputs in chunks

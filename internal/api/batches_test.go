@@ -20,6 +20,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/api"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/maintain"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
@@ -99,7 +100,7 @@ func TestBatchCreateJSONLAndResults(t *testing.T) {
 	require.Equal(t, map[string]string{"source": "csv"}, b.Metadata)
 	require.EqualValues(t, 3, e.queued(), "every run's first turn is queued")
 	for range 3 {
-		ev := recv(t, live, "a queued event")
+		ev := bustest.Recv(t, live, "a queued event")
 		require.Equal(t, agentfleet.EventQueued, ev.Type)
 	}
 
@@ -245,7 +246,7 @@ func TestBatchMaxConcurrent(t *testing.T) {
 	require.Equal(t, "completed", got.Status)
 	require.NotNil(t, got.FinishedAt)
 	require.Equal(t, map[agentfleet.RunStatus]int{agentfleet.StatusCompleted: 5}, got.Counts)
-	ev := recv(t, done, "the batch's done event")
+	ev := bustest.Recv(t, done, "the batch's done event")
 	require.Equal(t, wire.BatchEventDone, ev.Type)
 	require.Equal(t, 5, ev.Counts[agentfleet.StatusCompleted])
 }
@@ -319,10 +320,10 @@ func TestBatchResultsWait(t *testing.T) {
 	case <-time.After(500 * time.Millisecond):
 	}
 	e.complete(runs[0].Run.ID)
-	require.Equal(t, 0, recv(t, lines, "line 0").Index)
-	require.Equal(t, 1, recv(t, lines, "line 1").Index)
+	require.Equal(t, 0, bustest.Recv(t, lines, "line 0").Index)
+	require.Equal(t, 1, bustest.Recv(t, lines, "line 1").Index)
 	e.complete(runs[2].Run.ID)
-	require.Equal(t, 2, recv(t, lines, "line 2").Index)
+	require.Equal(t, 2, bustest.Recv(t, lines, "line 2").Index)
 	_, open := <-lines
 	require.False(t, open, "the response ends after the last line")
 }

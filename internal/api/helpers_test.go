@@ -253,17 +253,6 @@ func (e *env) liveEvents(f bus.EventFilter) <-chan agentfleet.Event {
 	return ch
 }
 
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitFor):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
-}
-
 // storedEvents is a run's events as the store has them.
 func (e *env) storedEvents(runID string) []agentfleet.Event {
 	e.t.Helper()

@@ -238,7 +238,7 @@ func TestKeyRevokedWhileLookedUp(t *testing.T) {
 	r := e.do("DELETE", "/v1/tenants/acme/keys/"+k.ID, adminToken, nil)
 	require.Equal(t, http.StatusNoContent, r.status, "answer: %s", r)
 	close(ps.resume)
-	requireError(t, recv(t, answer, "the paused request"), 401, "unauthorized", "revoked")
+	requireError(t, bustest.Recv(t, answer, "the paused request"), 401, "unauthorized", "revoked")
 	requireError(t, e.do("GET", "/v1/tenants/acme", token, nil), 401, "unauthorized")
 }
 

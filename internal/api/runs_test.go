@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -60,7 +61,7 @@ func TestRunCreate(t *testing.T) {
 	stored := e.storedEvents(run.ID)
 	require.Len(t, stored, 1)
 	require.Equal(t, agentfleet.EventQueued, stored[0].Type)
-	ev := recv(t, live, "the queued event on NATS")
+	ev := bustest.Recv(t, live, "the queued event on NATS")
 	require.Equal(t, agentfleet.EventQueued, ev.Type)
 	require.Equal(t, run.ID, ev.RunID)
 	require.Equal(t, "acme", ev.Tenant)
@@ -458,8 +459,8 @@ func TestRunCancel(t *testing.T) {
 		require.Equal(t, []int64{1, 2, 3}, seqs(evs))
 		require.Equal(t, string(agentfleet.StatusCancelled), evs[2].Summary)
 		// Both are published.
-		require.Equal(t, agentfleet.EventCancelled, recv(t, live, "cancelled event").Type)
-		require.Equal(t, agentfleet.EventDone, recv(t, live, "done event").Type)
+		require.Equal(t, agentfleet.EventCancelled, bustest.Recv(t, live, "cancelled event").Type)
+		require.Equal(t, agentfleet.EventDone, bustest.Recv(t, live, "done event").Type)
 		require.Equal(t, agentfleet.StatusCancelled, e.getRun(key, run.ID).Status)
 
 		// Cancelling twice is fine and changes nothing.
@@ -503,14 +504,14 @@ func TestRunCancel(t *testing.T) {
 		got := decode[agentfleet.Run](t, e.do("POST", "/v1/runs/"+run.ID+"/cancel", key, nil), http.StatusAccepted)
 		require.Equal(t, agentfleet.StatusRunning, got.Status, "it stops at the next turn boundary")
 		require.True(t, got.CancelRequested)
-		require.Equal(t, ctl{"acme", run.ID, bus.VerbCancel}, recv(t, ctls, "the cancel control message"))
+		require.Equal(t, ctl{"acme", run.ID, bus.VerbCancel}, bustest.Recv(t, ctls, "the cancel control message"))
 		require.Equal(t, []agentfleet.EventType{agentfleet.EventQueued, agentfleet.EventStarted}, eventTypes(e.storedEvents(run.ID)))
 		require.True(t, e.getRun(key, run.ID).CancelRequested)
 
 		// Asking again asks again.
 		got = decode[agentfleet.Run](t, e.do("POST", "/v1/runs/"+run.ID+"/cancel", key, nil), http.StatusAccepted)
 		require.True(t, got.CancelRequested)
-		require.Equal(t, ctl{"acme", run.ID, bus.VerbCancel}, recv(t, ctls, "the second cancel control message"))
+		require.Equal(t, ctl{"acme", run.ID, bus.VerbCancel}, bustest.Recv(t, ctls, "the second cancel control message"))
 	})
 
 	t.Run("unknown run", func(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package api is the dispatcher's HTTP API (the README lists it): run
+// Package api is the dispatcher's HTTP API (docs/api.md lists it): run
 // submission, reads, listing, cancellation, events as Server-Sent Events
 // (a run's, or every run's of a tenant: console.go), tenant
 // administration and health; it mounts the web console (internal/console)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/bus/bustest"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -180,7 +181,7 @@ func TestTenantUpdate(t *testing.T) {
 		"tokens_per_minute": 50, "max_concurrent_runs": 2, "weight": 3, "exhausted": "queue",
 	}), http.StatusCreated)
 	key := created.APIKey
-	changed := func() string { t.Helper(); return recv(t, e.changed, "TenantChanged") }
+	changed := func() string { t.Helper(); return bustest.Recv(t, e.changed, "TenantChanged") }
 	put := func(body any) wire.TenantView {
 		t.Helper()
 		return decode[wire.TenantView](t, e.do("PUT", "/v1/tenants/acme", adminToken, body), http.StatusOK)

@@ -6,7 +6,7 @@
 // cmd/dispatcher, cmd/worker and `agentctl dev` are thin wrappers around
 // it, and the end-to-end tests boot the same assemblies on port 0.
 //
-// Configuration comes from the environment the README lists; ConfigFromEnv
+// Configuration comes from the environment docs/configuration.md lists; ConfigFromEnv
 // reads it and Validate says how to fix what is wrong.
 package fleet
 
@@ -30,7 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/secrets"
 )
 
-// Defaults of the environment (the README lists them).
+// Defaults of the environment (docs/configuration.md lists them).
 const (
 	ListenDefault        = "127.0.0.1:8080"
 	NATSListenDefault    = "127.0.0.1:4223"

@@ -9,8 +9,8 @@
 // store/internal/rules, over the SQL primitives each backend exports as a
 // store/driver.Driver (held to store/driver/drivertest); the rest each
 // backend implements itself. Both are held to one contract suite,
-// store/storetest; a change of behaviour starts there. Nothing outside the backends sees a driver
-// type, and callers branch only on the sentinel errors declared here, on
+// store/storetest; a change of behaviour starts there. Nothing outside
+// internal/store sees a driver type, and callers branch only on the sentinel errors declared here, on
 // *QueueFullError and on *agentfleet.BudgetExhaustedError.
 //
 // A tenant's runs not yet finished are capped (max_queued_runs): RunCreate

@@ -71,7 +71,7 @@ type APIKey struct {
 	LastUsedAt time.Time // zero: never used
 }
 
-// The scopes of an API key (DESIGN §15): admin manages the tenant's
+// The scopes of an API key (docs/api.md, "API keys"): admin manages the tenant's
 // keys, callback secret, secrets, agents and triggers; submit starts
 // and stops work (runs, batches, approvals); read reads.
 const (

@@ -1,4 +1,4 @@
--- An approval binds the exact call (DESIGN §15): digest is the hex
+-- An approval binds the exact call (docs/api.md, "Approvals"): digest is the hex
 -- SHA-256 of its method, canonical URL, body and the headers the script
 -- set (fetch, http), or of what it asks (ai, aiJSON, spawn). A turn run
 -- again whose call at an index differs from the one decided there is

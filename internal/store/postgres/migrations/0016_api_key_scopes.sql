@@ -1,4 +1,4 @@
--- An API key's scopes (DESIGN §15): a comma-separated list of admin,
+-- An API key's scopes (docs/api.md, "API keys"): a comma-separated list of admin,
 -- submit and read. Keys made before scopes existed may do everything,
 -- as they did.
 ALTER TABLE api_keys ADD COLUMN scopes text NOT NULL DEFAULT 'admin,submit,read';
