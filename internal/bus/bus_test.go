@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -84,6 +85,35 @@ func TestConnectEnsuresStreamsIdempotently(t *testing.T) {
 		require.Equal(t, c.dup, info.Config.Duplicates, c.stream)
 	}
 	require.NoError(t, b3.Ready(s.ctx))
+}
+
+// A process connecting to streams already of its shape updates none of
+// them (every update takes the stream's locks against the consumers being
+// created on it); one whose configuration differs updates the stream it
+// changes, once.
+func TestConnectUpdatesOnlyAChangedStream(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	nc := s.b.ConnForTest()
+	updated := make(chan string, 16)
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.UPDATED.>", func(m *nats.Msg) {
+		updated <- m.Subject[len("$JS.EVENT.ADVISORY.STREAM.UPDATED."):]
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+
+	_ = bustest.Connect(t, s.e)
+	_ = bustest.Connect(t, s.e, func(c *bus.Config) { c.EventsMaxAge = 48 * time.Hour })
+	require.Equal(t, "AF_EVENTS", bustest.Recv(t, updated, "the changed stream's update"))
+	_ = bustest.Connect(t, s.e, func(c *bus.Config) { c.EventsMaxAge = 48 * time.Hour })
+	require.NoError(t, nc.Flush())
+	select {
+	case name := <-updated:
+		t.Fatalf("stream %s updated by a process of its shape", name)
+	case <-time.After(200 * time.Millisecond): // asserting absence: nothing to wait on
+	}
+	require.Equal(t, 48*time.Hour, streamInfo(t, s.js, "AF_EVENTS").Config.MaxAge)
 }
 
 // An Observer creates the streams a fleet has not made yet, and leaves

@@ -3,6 +3,7 @@ package bus
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -10,6 +11,8 @@ import (
 // JetStream handle the Bus uses, and simulate a crashed process.
 
 func (b *Bus) JetStreamForTest() jetstream.JetStream { return b.js }
+
+func (b *Bus) ConnForTest() *nats.Conn { return b.nc }
 
 func (b *Bus) StreamForTest(q string) string {
 	switch q {

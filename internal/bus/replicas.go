@@ -2,6 +2,9 @@ package bus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,12 +17,35 @@ import (
 // servers than the replicas asked for). Connect fails with it.
 var ErrReplicas = errors.New("replicas exceed the nats cluster")
 
+// streamShapeKey is the stream metadata key under which applyStream keeps
+// a digest of the configuration it applied.
+const streamShapeKey = "agentfleet.shape"
+
+// streamShape is the digest of sc as this process would apply it, its
+// replicas and metadata aside (the lease holder owns the one, the digest
+// lives in the other).
+func streamShape(sc jetstream.StreamConfig) string {
+	sc.Replicas, sc.Metadata = 0, nil
+	raw, err := json.Marshal(sc)
+	if err != nil {
+		panic(fmt.Sprintf("bus: stream config %s does not encode: %v", sc.Name, err))
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:12])
+}
+
 // applyStream creates the stream sc, or updates an existing one to sc
 // except for its replicas: an existing stream keeps its count until the
 // lease holder calls ApplyReplicas, so processes configured apart never
-// flip it back and forth. An Observer's Bus leaves an existing stream as
-// the fleet configured it.
+// flip it back and forth. An existing stream already of sc's shape (its
+// metadata holds the digest) is left alone: every process connects, and
+// an update that changes nothing still takes the stream's locks against
+// consumers being created on it (nats-server 2.15 races a stream update
+// with a consumer create in its file store). An Observer's Bus leaves an
+// existing stream as the fleet configured it.
 func (b *Bus) applyStream(ctx context.Context, sc jetstream.StreamConfig) error {
+	shape := streamShape(sc)
+	sc.Metadata = map[string]string{streamShapeKey: shape}
 	for attempt := 0; ; attempt++ {
 		s, err := b.js.Stream(ctx, sc.Name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -32,7 +58,11 @@ func (b *Bus) applyStream(ctx context.Context, sc jetstream.StreamConfig) error 
 		if err != nil || b.cfg.Observer {
 			return err
 		}
-		if have := s.CachedInfo().Config.Replicas; have != sc.Replicas {
+		have := s.CachedInfo().Config
+		if have.Metadata[streamShapeKey] == shape {
+			return nil
+		}
+		if have := have.Replicas; have != sc.Replicas {
 			b.warnReplicas(sc.Name, have)
 			sc.Replicas = have
 		}
