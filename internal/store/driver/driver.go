@@ -26,6 +26,11 @@ type Driver interface {
 	Executor
 	Recorder
 	BudgetDriver
+	RunCreator
+	TurnLoader
+	TurnCommitter
+	Reserver
+	Admitter
 	// Tx runs fn in one transaction: every primitive fn calls on x sees
 	// the others' writes, and they commit together when fn returns nil
 	// or roll back together when it returns an error (which Tx returns).

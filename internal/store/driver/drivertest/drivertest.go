@@ -31,17 +31,22 @@ type Backend struct {
 // Exercise runs the suite; open returns a fresh, empty Backend.
 func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 	for name, fn := range map[string]func(*testing.T, func(*testing.T) Backend){
-		"Tx":        exerciseTx,
-		"Agents":    exerciseAgents,
-		"Tenants":   exerciseTenants,
-		"Callbacks": exerciseCallbacks,
-		"Triggers":  exerciseTriggers,
-		"Runs":      exerciseRuns,
-		"Approvals": exerciseApprovals,
-		"Batches":   exerciseBatches,
-		"Budget":    exerciseBudget,
-		"Reads":     exerciseReads,
-		"Notify":    exerciseApprovalNotify,
+		"Tx":         exerciseTx,
+		"Agents":     exerciseAgents,
+		"Tenants":    exerciseTenants,
+		"Callbacks":  exerciseCallbacks,
+		"Triggers":   exerciseTriggers,
+		"Runs":       exerciseRuns,
+		"Approvals":  exerciseApprovals,
+		"Batches":    exerciseBatches,
+		"Budget":     exerciseBudget,
+		"Reads":      exerciseReads,
+		"Notify":     exerciseApprovalNotify,
+		"RunCreate":  exerciseRunCreate,
+		"TurnLoad":   exerciseTurnLoad,
+		"TurnCommit": exerciseTurnCommit,
+		"Reserve":    exerciseReserve,
+		"Admit":      exerciseAdmit,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

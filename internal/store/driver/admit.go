@@ -1,0 +1,4 @@
+package driver
+
+// Admitter holds the coarse primitives under the rules' BatchAdmit.
+type Admitter interface{}

@@ -1,0 +1,4 @@
+package driver
+
+// RunCreator holds the coarse primitives under the rules' RunCreate.
+type RunCreator interface{}

@@ -1,0 +1,220 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+// commitRunSQL advances a run past a turn, fenced in its WHERE: the run
+// must have committed exactly turn-1 turns and be in one of the statuses
+// ?12 lists (",a,b,": those that may move to the new status). A commit
+// without Args or Answer keeps the stored ones: a failed turn carries the
+// previous args on. A cancellation without an error takes the requested
+// cancel's reason.
+// A commit that parks its run for its children (waiting_children) leaves
+// it running instead when every child it waits for (?14) has ended.
+var commitRunSQL = `UPDATE runs SET turn = ?1,
+		status = CASE WHEN ?2 = 'waiting_children' AND NOT EXISTS (
+				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + terminalList + `))
+			THEN 'running' ELSE ?2 END,
+		args = COALESCE(?3, args), answer = COALESCE(?4, answer),
+		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
+		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
+		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10,
+		children = children + ?13, wait_ids = ?14, wait_until = ?15
+	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + runCols
+
+// commitFrom lists, per status a commit moves a run to, the statuses the
+// run may be in: not ended, and allowed to make that move.
+var commitFrom = func() map[agentfleet.RunStatus]string {
+	m := map[agentfleet.RunStatus]string{}
+	for _, to := range rules.Statuses {
+		list := ","
+		for _, from := range rules.Statuses {
+			if !from.Terminal() && from.CanTransition(to) {
+				list += string(from) + ","
+			}
+		}
+		m[to] = list
+	}
+	return m
+}()
+
+// Steps and events go in with multi-row INSERTs of at most insertChunk
+// rows (11 parameters a row at most: far below SQLite's variable limit).
+// Each row count has its own statement text, so the writer's statement
+// cache holds at most insertChunk of each.
+const insertChunk = 64
+
+const (
+	insertStepHead  = `INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at) VALUES `
+	insertEventHead = `INSERT INTO events (run_id, seq, v, turn, type, ts, content, args, tokens_prompt, tokens_completion, summary) VALUES `
+)
+
+var (
+	insertStepSQL  = multiRowSQL(insertStepHead, 9)
+	insertEventSQL = multiRowSQL(insertEventHead, 11)
+)
+
+// multiRowSQL returns the INSERT statements of 1 to insertChunk rows of
+// cols columns, indexed by row count.
+func multiRowSQL(head string, cols int) []string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", cols), ", ") + ")"
+	out := make([]string, insertChunk+1)
+	for n := 1; n <= insertChunk; n++ {
+		out[n] = head + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+	}
+	return out
+}
+
+// insertRows inserts n rows in chunks; add appends row i's values.
+func insertRows(ctx context.Context, tx *wtx, sqls []string, cols, n int, add func(args []any, i int) []any) error {
+	args := make([]any, 0, cols*min(n, insertChunk))
+	for from := 0; from < n; from += insertChunk {
+		k := min(n-from, insertChunk)
+		args = args[:0]
+		for i := from; i < from+k; i++ {
+			args = add(args, i)
+		}
+		if _, err := tx.ExecContext(ctx, sqls[k], args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Store) insertSteps(ctx context.Context, tx *wtx, steps []agentfleet.Step) error {
+	err := insertRows(ctx, tx, insertStepSQL, 9, len(steps), func(args []any, i int) []any {
+		x := steps[i]
+		return append(args, x.RunID, x.Turn, x.Index, string(x.Kind), x.Content, x.Model,
+			x.Usage.PromptTokens, x.Usage.CompletionTokens, x.CreatedAt.UnixMicro())
+	})
+	if err != nil {
+		return fmt.Errorf("insert %d steps: %w", len(steps), err)
+	}
+	return nil
+}
+
+func (s *Store) insertEvents(ctx context.Context, tx *wtx, evs []agentfleet.Event) error {
+	err := insertRows(ctx, tx, insertEventSQL, 11, len(evs), func(args []any, i int) []any {
+		e := evs[i]
+		var tp, tc any
+		if e.Tokens != nil {
+			tp, tc = e.Tokens.Prompt, e.Tokens.Completion
+		}
+		return append(args, e.RunID, e.Seq, e.V, e.Turn, string(e.Type), e.TS.UnixMicro(), e.Content,
+			blobArg(e.Args), tp, tc, e.Summary)
+	})
+	if err != nil {
+		return fmt.Errorf("insert %d events: %w", len(evs), err)
+	}
+	return nil
+}
+
+func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
+	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})
+	if err != nil {
+		return store.RunChangeResult{}, err
+	}
+	return res[0], errs[0]
+}
+
+// TurnCommitMany commits in one write transaction. Each commit is one
+// fenced UPDATE of its run (a loser changes nothing, and only then is its
+// run read, to say why); the winners' steps and events are inserted after
+// all the updates, as few multi-row INSERTs as the batch allows.
+func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
+	now := rules.Now()
+	results := make([]store.RunChangeResult, len(ps))
+	errs := make([]error, len(ps))
+	prepared := make([]store.TurnCommitParams, len(ps))
+	pending, nSteps, nEvents := 0, 0, 0
+	for i, p := range ps {
+		prepared[i], errs[i] = rules.TurnCommit(p, now)
+		if errs[i] == nil {
+			pending++
+			nSteps += len(prepared[i].Steps)
+			nEvents += len(prepared[i].Events)
+		}
+	}
+	if pending == 0 {
+		return results, errs, nil
+	}
+	commitErrs := make([]error, len(ps))
+	steps := make([]agentfleet.Step, 0, nSteps)
+	evs := make([]agentfleet.Event, 0, nEvents)
+	err := s.write(ctx, func(tx *wtx) error {
+		steps, evs = steps[:0], evs[:0]
+		commitStmt, err := tx.stmt(ctx, commitRunSQL)
+		if err != nil {
+			return err
+		}
+		for i, p := range prepared {
+			commitErrs[i] = nil
+			if errs[i] != nil {
+				continue
+			}
+			n := len(p.Events)
+			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status],
+				p.Spawned, textArg(rules.EncodeStrings(p.WaitIDs)), tsArg(p.WaitUntil)))
+			if errors.Is(err, sql.ErrNoRows) {
+				if commitErrs[i], err = s.commitLost(ctx, tx, p); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
+			}
+			steps = append(steps, p.Steps...)
+			rules.Number(p.Events, row.Run, row.EventSeq-int64(n))
+			evs = append(evs, p.Events...)
+			results[i] = store.RunChangeResult{Run: row.Run, Events: p.Events, Steps: p.Steps}
+			if results[i].SessionNext, err = sessionNext(ctx, tx, row); err != nil {
+				return err
+			}
+		}
+		if err := s.insertSteps(ctx, tx, steps); err != nil {
+			return err
+		}
+		return s.insertEvents(ctx, tx, evs)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
+	}
+	for i, p := range prepared {
+		if errs[i] == nil && commitErrs[i] != nil {
+			errs[i] = commitErrs[i]
+		}
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, errs[i])
+			results[i] = store.RunChangeResult{}
+		}
+	}
+	return results, errs, nil
+}
+
+// commitLost says why the fenced update of commit p changed nothing
+// (ErrNotFound, ErrConflict or ErrInvalid, from the run as it is); err is
+// for reading the run failing.
+func (s *Store) commitLost(ctx context.Context, tx *wtx, p store.TurnCommitParams) (commitErr, err error) {
+	cur, err := s.runByID(ctx, tx, p.RunID)
+	if errors.Is(err, store.ErrNotFound) {
+		return err, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := rules.CheckCommitFence(cur.Run, p.Turn, p.Status); err != nil {
+		return err, nil
+	}
+	return fmt.Errorf("%w: run %s did not take the commit", store.ErrConflict, p.RunID), nil // cannot happen under the one writer
+}

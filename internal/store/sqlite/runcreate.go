@@ -1,0 +1,158 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
+)
+
+// runByIdempotencySQL finds a tenant's run by idempotency key. Repeating
+// the partial unique index's predicate (a non-empty key) lets SQLite use
+// the index: it cannot prove a bound parameter non-empty, and without it
+// every submission with a key scanned the tenant's runs.
+const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
+	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
+
+// queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
+// and its unfinished runs, counted no further than one past it.
+// (SQLite's LIMIT cannot name an outer column, hence the second read of
+// the tenant.)
+var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
+		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + unfinishedList + `)
+		LIMIT (SELECT max_queued_runs + 1 FROM tenants WHERE id = ?1)))
+	FROM tenants t WHERE t.id = ?1`
+
+// countQueued reads on the read pool: the gate's own accounting covers
+// what the writer has queued and not committed.
+func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	if err := s.rd.QueryRowContext(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished); err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, mapErr(err))
+	}
+	return limit, unfinished, nil
+}
+
+func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
+	p, err := rules.RunCreate(p)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
+	var full *store.QueueFullError
+	if errors.As(err, &full) && p.IdempotencyKey != "" {
+		// A repeat of a run already admitted is never refused.
+		row, rerr := scanRun(s.rd.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
+		if rerr == nil {
+			res := store.RunCreateResult{Run: row.Run}
+			res.Startable, rerr = startable(ctx, s.rd, row)
+			return res, rerr
+		}
+		if !errors.Is(rerr, sql.ErrNoRows) {
+			return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, rerr)
+		}
+	}
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
+	}
+	admitted := 0 // of the one admitted, what was created
+	defer func() { done(admitted) }()
+	now := rules.Now()
+	evs, err := rules.Events(p.Events, 0, now)
+	if err != nil {
+		return store.RunCreateResult{}, err
+	}
+	var res store.RunCreateResult
+	err = s.write(ctx, func(tx *wtx) error {
+		if p.IdempotencyKey != "" {
+			row, err := scanRun(tx.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
+			if err == nil {
+				res.Run = row.Run
+				res.Startable, err = startable(ctx, tx, row)
+				return err
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		run := rules.NewRun(p, now)
+		run.EventSeq = int64(len(evs))
+		if err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, run.Tenant, run.Agent).Scan(&run.AgentVersion); errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("agent %q: %w", run.Agent, store.ErrUnknownAgent)
+		} else if err != nil {
+			return err
+		}
+		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
+				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth, agent_version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
+			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
+			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth, run.AgentVersion))
+		if err != nil {
+			return err
+		}
+		if err := s.insertSteps(ctx, tx, []agentfleet.Step{rules.UserStep(row.Run)}); err != nil {
+			return err
+		}
+		rules.Number(evs, row.Run, 0)
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
+			return err
+		}
+		res = store.RunCreateResult{Run: row.Run, Created: true, Events: evs}
+		res.Startable, err = startable(ctx, tx, row)
+		return err
+	})
+	if err != nil {
+		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
+	}
+	if res.Created {
+		admitted = 1
+	}
+	return res, nil
+}
+
+// The session lookups repeat the session index's predicate (a non-empty
+// session), which is what lets SQLite use that partial index; without it
+// they walked all of the tenant's runs.
+var (
+	// sessionBlockedSQL: does the session have an unfinished run older
+	// than seq?
+	sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
+		AND status NOT IN (` + terminalList + `))`
+	// sessionHeadSQL: the session's oldest unfinished run.
+	sessionHeadSQL = `SELECT ` + runCols + ` FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> ''
+		AND status NOT IN (` + terminalList + `) ORDER BY seq LIMIT 1`
+)
+
+// startable reports whether a run may start now: it is queued and no
+// earlier run of its session is unfinished.
+func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
+	if r.Status != agentfleet.StatusQueued {
+		return false, nil
+	}
+	if r.SessionID == "" {
+		return true, nil
+	}
+	var blocked bool
+	err := q.QueryRowContext(ctx, sessionBlockedSQL, r.Tenant, r.SessionID, r.Seq).Scan(&blocked)
+	return !blocked, err
+}
+
+// sessionNext returns the run that ended's end hands out: the session's
+// next queued run, when ended was the session's head.
+func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentfleet.Run, error) {
+	if ended.SessionID == "" || !ended.Status.Terminal() {
+		return nil, nil
+	}
+	head, err := scanRun(q.QueryRowContext(ctx, sessionHeadSQL, ended.Tenant, ended.SessionID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+}
