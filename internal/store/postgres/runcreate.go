@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -38,38 +37,21 @@ func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinish
 	return c.limit, c.unfinished, nil
 }
 
-func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
-	p, err := rules.RunCreate(p)
-	if err != nil {
-		return store.RunCreateResult{}, err
-	}
-	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
-	var full *store.QueueFullError
-	if errors.As(err, &full) && p.IdempotencyKey != "" {
-		// A repeat of a run already admitted is never refused.
-		if res, err := s.runByIdempotency(ctx, p); !isNotFound(err) {
-			return res, err
-		}
-	}
-	if err != nil {
-		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
-	}
-	admitted := 0 // of the one admitted, what was created
-	defer func() { done(admitted) }()
-	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
-	if err != nil {
-		return store.RunCreateResult{}, err
-	}
-	run := rules.NewRun(p, now)
+func (d pgDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	return d.s.countQueued(ctx, tenant)
+}
+
+// RunInsert is one round trip, one transaction: the session lock, the
+// run (under its agent's current version) with its first step and
+// events, and (under the lock) whether an earlier run of the session is
+// unfinished. No row: the idempotency key was seen before, or the agent
+// is not the tenant's (the insert selects its version).
+func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agentfleet.Event) (agentfleet.Run, bool, bool, error) {
 	insertArgs := append([]any{run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message,
 		bytesArg(run.Context), rules.EncodeMetadata(run.Metadata), run.IdempotencyKey, run.BatchID, run.MaxTurns,
-		run.MaxTokens, tsArg(run.Deadline), int64(len(evs)), now, run.ParentRunID, run.Depth, string(agentfleet.StepUser)}, evArgs(evs)...)
-	var res store.RunCreateResult
-	created := false
-	// One round trip, one transaction: the session lock, the run (under
-	// its agent's current version) with its first step and events, and (under the lock) whether an earlier
-	// run of the session is unfinished.
+		run.MaxTokens, tsArg(run.Deadline), run.EventSeq, run.CreatedAt, run.ParentRunID, run.Depth, string(agentfleet.StepUser)}, evArgs(evs)...)
+	var created agentfleet.Run
+	startable, inserted := false, false
 	queue := func(b *pgx.Batch) {
 		if run.SessionID != "" {
 			b.Queue(lockSessionSQL, lockSession, run.Tenant, run.SessionID)
@@ -96,7 +78,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		}
 	}
 	read := func(br pgx.BatchResults) error {
-		res, created = store.RunCreateResult{}, false
+		created, startable, inserted = agentfleet.Run{}, false, false
 		if run.SessionID != "" {
 			if _, err := br.Exec(); err != nil {
 				return err
@@ -105,85 +87,36 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 		row, err := scanRun(br.QueryRow())
 		switch {
 		case err == nil:
-			created = true
-			rules.Number(evs, row.Run, 0)
-			res = store.RunCreateResult{Run: row.Run, Created: true, Startable: true, Events: evs}
+			created, startable, inserted = row.Run, true, true
 		case errors.Is(err, pgx.ErrNoRows):
-			created = false
 		default:
 			return err
 		}
 		if run.SessionID != "" {
-			var free bool
-			if err := br.QueryRow().Scan(&free); err != nil {
-				return err
-			}
-			res.Startable = free
+			return br.QueryRow().Scan(&startable)
 		}
 		return nil
 	}
+	var err error
 	if run.SessionID == "" {
 		// Shared with other calls in flight (a busy API submits many
 		// runs at once); it locks no existing row.
-		err = s.pipelined(ctx, pipeOrderNew, queue, read)
+		err = d.s.pipelined(ctx, pipeOrderNew, queue, read)
 	} else {
 		// Alone: a pipeline cannot order its session locks the way
 		// turn commits take them (by the server's hash of the key).
-		err = s.withBatch(ctx, func() *pgx.Batch {
+		err = d.s.withBatch(ctx, func() *pgx.Batch {
 			b := &pgx.Batch{}
 			queue(b)
 			return b
 		}, read)
 	}
-	if err != nil {
-		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
-	}
-	if created {
-		admitted = 1
-		return res, nil
-	}
-	// No row: the idempotency key was seen before, or the agent is
-	// not the tenant's (the insert selects its version).
-	unknownAgent := fmt.Errorf("create run for tenant %s: agent %q: %w", p.Tenant, p.Agent, store.ErrUnknownAgent)
-	if p.IdempotencyKey == "" {
-		return store.RunCreateResult{}, unknownAgent
-	}
-	res, err = s.runByIdempotency(ctx, p)
-	if isNotFound(err) {
-		return res, unknownAgent
-	}
-	return res, err
+	return created, startable, inserted, err
 }
 
-// runByIdempotency is RunCreate's answer when the idempotency key was seen
-// before: that run. The non-empty condition is the partial unique index's
-// predicate, so a generic plan can use the index too.
-func (s *Store) runByIdempotency(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
-	prev, err := queryOne(ctx, s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
-		scanRunRow, p.Tenant, p.IdempotencyKey)
-	res := store.RunCreateResult{Run: prev.Run}
-	if err == nil {
-		res.Startable, err = s.startable(ctx, prev)
-	}
-	if err != nil {
-		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, err)
-	}
-	return res, nil
-}
-
-// startable reports whether a run may start now: it is queued and no
-// earlier run of its session is unfinished.
-func (s *Store) startable(ctx context.Context, r rules.RunRow) (bool, error) {
-	if r.Status != agentfleet.StatusQueued {
-		return false, nil
-	}
-	if r.SessionID == "" {
-		return true, nil
-	}
-	return queryOne(ctx, s, `SELECT NOT EXISTS (SELECT 1 FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' AND seq < $3
-		AND status NOT IN (`+terminalList+`))`, func(sc scanner) (bool, error) {
-		var free bool
-		err := sc.Scan(&free)
-		return free, err
-	}, r.Tenant, r.SessionID, r.Seq)
+// RunGetByIdempotency repeats the partial unique index's predicate (a
+// non-empty key), so a generic plan can use the index too.
+func (d pgDriver) RunGetByIdempotency(ctx context.Context, tenant, key string) (rules.RunRow, error) {
+	return queryOne(ctx, d.s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
+		scanRunRow, tenant, key)
 }

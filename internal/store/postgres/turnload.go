@@ -9,9 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
-	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
@@ -71,25 +69,19 @@ func qualified(table, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-func (s *Store) TurnLoad(ctx context.Context, p store.TurnLoadParams) (store.TurnLoadResult, error) {
-	if err := rules.TurnLoad(p); err != nil {
-		return store.TurnLoadResult{}, err
-	}
-	// One round trip, shared with other calls in flight, and with other
-	// turn loads one statement for the runs and one for their histories:
-	// the run (started if due) and the history the turn will need if the
-	// run stands where the message says. Steps of the turn itself or
-	// later are never read, so a commit landing between the two
-	// statements cannot add to the history.
-	c := &turnLoadCall{p: p, now: rules.Now()}
-	err := s.pipelinedMerge(ctx, pipeOrderRun+p.RunID, c.queue, c.read, &turnLoadMerger, c)
-	if err != nil {
-		return store.TurnLoadResult{}, fmt.Errorf("load run %s for turn %d: %w", p.RunID, p.Turn, err)
-	}
-	return c.res, nil
+// RunLoad is one round trip, shared with other calls in flight, and
+// with other turn loads one statement for the runs and one for their
+// histories: the run (started if due) and the history the turn will need
+// if the run stands where the message says. Steps of the turn itself or
+// later are never read, so a commit landing between the two statements
+// cannot add to the history.
+func (d pgDriver) RunLoad(ctx context.Context, p store.TurnLoadParams, now time.Time) (store.TurnLoadResult, error) {
+	c := &turnLoadCall{p: p, now: now}
+	err := d.s.pipelinedMerge(ctx, pipeOrderRun+p.RunID, c.queue, c.read, &turnLoadMerger, c)
+	return c.res, err
 }
 
-// turnLoadCall is one TurnLoad in a pipeline.
+// turnLoadCall is one RunLoad in a pipeline.
 type turnLoadCall struct {
 	p   store.TurnLoadParams
 	now time.Time
@@ -116,20 +108,9 @@ func (c *turnLoadCall) read(br pgx.BatchResults) error {
 	if c.p.Turn == 1 {
 		return nil
 	}
-	steps, err := collectBatch(br, scanStep)
-	if err != nil {
-		return err
-	}
-	c.setHistory(steps)
-	return nil
-}
-
-// setHistory keeps the steps read if the run stands where the message
-// says: otherwise the turn is not run, and the history is not needed.
-func (c *turnLoadCall) setHistory(steps []agentfleet.Step) {
-	if c.res.Run.Turn == c.p.Turn-1 {
-		c.res.Steps, c.res.HistoryLoaded = steps, true
-	}
+	c.res.Steps, err = collectBatch(br, scanStep)
+	c.res.HistoryLoaded = err == nil
+	return err
 }
 
 // turnLoadMerger runs the turn loads of a pipeline as two statements: the
@@ -206,6 +187,9 @@ var turnLoadMerger = pipeMerger{
 		if err != nil {
 			return err
 		}
+		for _, c := range byID {
+			c.res.HistoryLoaded = c.p.Turn > 1
+		}
 		// Sorted by run, then turn and index: each run's steps are one
 		// stretch.
 		for i := 0; i < len(steps); {
@@ -214,14 +198,9 @@ var turnLoadMerger = pipeMerger{
 				j++
 			}
 			if c := byID[steps[i].RunID]; c != nil && c.p.Turn > 1 {
-				c.setHistory(steps[i:j:j])
+				c.res.Steps = steps[i:j:j]
 			}
 			i = j
-		}
-		for _, c := range byID {
-			if c.p.Turn > 1 && !c.res.HistoryLoaded {
-				c.setHistory(nil)
-			}
 		}
 		return nil
 	},

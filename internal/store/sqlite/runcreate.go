@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -36,53 +35,28 @@ func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinish
 	return limit, unfinished, nil
 }
 
-func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.RunCreateResult, error) {
-	p, err := rules.RunCreate(p)
-	if err != nil {
-		return store.RunCreateResult{}, err
-	}
-	done, err := s.Store.Queue.Admit(ctx, p.Tenant, 1, s.countQueued)
-	var full *store.QueueFullError
-	if errors.As(err, &full) && p.IdempotencyKey != "" {
-		// A repeat of a run already admitted is never refused.
-		row, rerr := scanRun(s.rd.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
-		if rerr == nil {
-			res := store.RunCreateResult{Run: row.Run}
-			res.Startable, rerr = startable(ctx, s.rd, row)
-			return res, rerr
-		}
-		if !errors.Is(rerr, sql.ErrNoRows) {
-			return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s with idempotency key %q: %w", p.Tenant, p.IdempotencyKey, rerr)
-		}
-	}
-	if err != nil {
-		return store.RunCreateResult{}, fmt.Errorf("create run for tenant %s: %w", p.Tenant, err)
-	}
-	admitted := 0 // of the one admitted, what was created
-	defer func() { done(admitted) }()
-	now := rules.Now()
-	evs, err := rules.Events(p.Events, 0, now)
-	if err != nil {
-		return store.RunCreateResult{}, err
-	}
-	var res store.RunCreateResult
-	err = s.write(ctx, func(tx *wtx) error {
-		if p.IdempotencyKey != "" {
-			row, err := scanRun(tx.QueryRowContext(ctx, runByIdempotencySQL, p.Tenant, p.IdempotencyKey))
-			if err == nil {
-				res.Run = row.Run
-				res.Startable, err = startable(ctx, tx, row)
-				return err
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
+func (d liteDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	return d.s.countQueued(ctx, tenant)
+}
+
+// RunInsert is one write: the idempotency key and the agent's version
+// read, the run with its first step and events inserted, and whether an
+// earlier run of its session is unfinished, all in the writer.
+func (d liteDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agentfleet.Event) (created agentfleet.Run, free, inserted bool, err error) {
+	err = d.s.write(ctx, func(tx *wtx) error {
+		created, free, inserted = agentfleet.Run{}, false, false
+		if run.IdempotencyKey != "" {
+			var seen bool
+			err := tx.QueryRowContext(ctx, `SELECT EXISTS (`+runByIdempotencySQL+`)`, run.Tenant, run.IdempotencyKey).Scan(&seen)
+			if err != nil || seen {
 				return err
 			}
 		}
-		run := rules.NewRun(p, now)
-		run.EventSeq = int64(len(evs))
-		if err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, run.Tenant, run.Agent).Scan(&run.AgentVersion); errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("agent %q: %w", run.Agent, store.ErrUnknownAgent)
-		} else if err != nil {
+		err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, run.Tenant, run.Agent).Scan(&run.AgentVersion)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
@@ -90,28 +64,25 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
 			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
 			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
-			tsArg(run.Deadline), run.EventSeq, now.UnixMicro(), now.UnixMicro(), run.ParentRunID, run.Depth, run.AgentVersion))
+			tsArg(run.Deadline), run.EventSeq, run.CreatedAt.UnixMicro(), run.UpdatedAt.UnixMicro(), run.ParentRunID, run.Depth, run.AgentVersion))
 		if err != nil {
 			return err
 		}
-		if err := s.insertSteps(ctx, tx, []agentfleet.Step{rules.UserStep(row.Run)}); err != nil {
+		if err := d.s.insertSteps(ctx, tx, []agentfleet.Step{rules.UserStep(row.Run)}); err != nil {
 			return err
 		}
-		rules.Number(evs, row.Run, 0)
-		if err := s.insertEvents(ctx, tx, evs); err != nil {
+		if err := d.s.insertEvents(ctx, tx, evs); err != nil {
 			return err
 		}
-		res = store.RunCreateResult{Run: row.Run, Created: true, Events: evs}
-		res.Startable, err = startable(ctx, tx, row)
+		created, inserted = row.Run, true
+		free, err = startable(ctx, tx, row)
 		return err
 	})
-	if err != nil {
-		return store.RunCreateResult{}, fmt.Errorf("create run %s for tenant %s: %w", p.ID, p.Tenant, err)
-	}
-	if res.Created {
-		admitted = 1
-	}
-	return res, nil
+	return created, free, inserted, mapErr(err)
+}
+
+func (d liteDriver) RunGetByIdempotency(ctx context.Context, tenant, key string) (rules.RunRow, error) {
+	return one(ctx, d.exec, runByIdempotencySQL, scanRunRow, tenant, key)
 }
 
 // The session lookups repeat the session index's predicate (a non-empty
