@@ -2,12 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -113,68 +113,40 @@ var headsSQL = `SELECT h.* FROM (
 		ORDER BY r.seq LIMIT 1
 	) h`
 
-func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
-	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})
-	if err != nil {
-		return store.RunChangeResult{}, err
-	}
-	return res[0], errs[0]
-}
-
-// TurnCommitMany sends the whole batch as one pipeline (one round trip,
+// TurnCommitApply sends the whole set as one pipeline (one round trip,
 // one implicit transaction): lock the runs in order, one commit statement
 // per wave (a wave holds at most one commit per run, so a run committed
-// twice in a batch advances turn by turn), then, when a commit may end a
-// run, the session locks and the session heads. Commits that lost their
-// fence are told apart afterwards, outside the transaction.
-func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
-	now := rules.Now()
-	results := make([]store.RunChangeResult, len(ps))
-	errs := make([]error, len(ps))
-	prepared := make([]store.TurnCommitParams, len(ps))
-	var live []int
-	for i, p := range ps {
-		if prepared[i], errs[i] = rules.TurnCommit(p, now); errs[i] == nil {
-			live = append(live, i)
-		}
-	}
-	if len(live) == 0 {
-		return results, s.wrapCommitErrs(prepared, errs), nil
-	}
-
+// twice in a set advances turn by turn), then, when a commit may end a
+// run, the session locks and the session heads.
+func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitParams, now time.Time) ([]driver.TurnApplied, error) {
 	var waves [][]int
 	occurrences := map[string]int{}
 	var ids, ending []string
-	for _, i := range live {
-		id := prepared[i].RunID
-		k := occurrences[id]
-		occurrences[id]++
+	for i, p := range ps {
+		k := occurrences[p.RunID]
+		occurrences[p.RunID]++
 		if k == 0 {
-			ids = append(ids, id)
+			ids = append(ids, p.RunID)
 		}
 		if k == len(waves) {
 			waves = append(waves, nil)
 		}
 		waves[k] = append(waves[k], i)
-		if prepared[i].Status.Terminal() {
-			ending = append(ending, id)
+		if p.Status.Terminal() {
+			ending = append(ending, p.RunID)
 		}
 	}
 
-	type win struct {
-		row     rules.RunRow
-		lastSeq int64
-	}
-	wins := map[int]win{}
+	out := make([]driver.TurnApplied, len(ps))
 	heads := map[[2]string]rules.RunRow{}
-	err := s.withBatch(ctx, func() *pgx.Batch {
+	err := d.s.withBatch(ctx, func() *pgx.Batch {
 		b := &pgx.Batch{}
 		b.Queue(keyPlansSQL)
 		if len(ids) > 1 {
 			b.Queue(lockRunsSQL, ids)
 		}
 		for _, w := range waves {
-			b.Queue(commitSQL, s.commitArgs(prepared, w, now)...)
+			b.Queue(commitSQL, d.s.commitArgs(ps, w, now)...)
 		}
 		if len(ending) > 0 {
 			b.Queue(lockSessionsSQL, lockSession, ending)
@@ -182,7 +154,7 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 		}
 		return b
 	}, func(br pgx.BatchResults) error {
-		clear(wins)
+		clear(out)
 		clear(heads)
 		if _, err := br.Exec(); err != nil {
 			return err
@@ -199,12 +171,12 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 			}
 			for rows.Next() {
 				var ord int64
-				var x win
-				if x.row, err = scanRun(rows, &ord, &x.lastSeq); err != nil {
+				a := driver.TurnApplied{Applied: true}
+				if a.Run, err = scanRun(rows, &ord, &a.LastSeq); err != nil {
 					rows.Close()
 					return err
 				}
-				wins[w[ord-1]] = x
+				out[w[ord-1]] = a
 			}
 			rows.Close()
 			if err := rows.Err(); err != nil {
@@ -226,74 +198,24 @@ func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
+		return nil, err
 	}
-
-	var lost []int
-	handedOut := map[string]bool{}
-	for _, i := range live {
-		w, ok := wins[i]
-		if !ok {
-			lost = append(lost, i)
+	for i := range out {
+		r := out[i].Run
+		if !out[i].Applied || !r.Status.Terminal() || r.SessionID == "" {
 			continue
 		}
-		evs := prepared[i].Events
-		rules.Number(evs, w.row.Run, w.lastSeq)
-		results[i] = store.RunChangeResult{Run: w.row.Run, Events: evs, Steps: prepared[i].Steps}
-		if !w.row.Status.Terminal() || w.row.SessionID == "" {
-			continue
-		}
-		if h, ok := heads[[2]string{w.row.Tenant, w.row.SessionID}]; ok {
-			if next := rules.SessionHead(w.row.Seq, &h.Run, h.Seq); next != nil && !handedOut[next.ID] {
-				handedOut[next.ID] = true
-				run := *next
-				results[i].SessionNext = &run
-			}
+		if h, ok := heads[[2]string{r.Tenant, r.SessionID}]; ok {
+			out[i].Head = &h
 		}
 	}
-	if len(lost) > 0 {
-		s.explainLost(ctx, prepared, lost, errs)
-	}
-	return results, s.wrapCommitErrs(prepared, errs), nil
+	return out, nil
 }
 
-// explainLost sets errs for commits whose fence failed, from the runs as
-// they are now: ErrNotFound, ErrConflict (ended, or another number of
-// turns) or ErrInvalid (an illegal status change). Nothing of them
-// landed either way.
-func (s *Store) explainLost(ctx context.Context, prepared []store.TurnCommitParams, lost []int, errs []error) {
-	ids := make([]string, len(lost))
-	for k, i := range lost {
-		ids[k] = prepared[i].RunID
-	}
-	rows, err := queryAll(ctx, s, `SELECT `+runCols+` FROM runs WHERE id = ANY($1)`, scanRunRow, ids)
-	byID := make(map[string]rules.RunRow, len(rows))
-	for _, r := range rows {
-		byID[r.ID] = r
-	}
-	for _, i := range lost {
-		p := prepared[i]
-		r, ok := byID[p.RunID]
-		switch {
-		case err != nil:
-			errs[i] = fmt.Errorf("%w: the commit did not land (reading why failed: %v)", store.ErrConflict, err)
-		case !ok:
-			errs[i] = fmt.Errorf("run %s: %w", p.RunID, store.ErrNotFound)
-		default:
-			if errs[i] = rules.CheckCommitFence(r.Run, p.Turn, p.Status); errs[i] == nil {
-				errs[i] = fmt.Errorf("%w: a concurrent change to run %s won", store.ErrConflict, p.RunID)
-			}
-		}
-	}
-}
-
-func (s *Store) wrapCommitErrs(prepared []store.TurnCommitParams, errs []error) []error {
-	for i, err := range errs {
-		if err != nil {
-			errs[i] = fmt.Errorf("commit turn %d of run %s: %w", prepared[i].Turn, prepared[i].RunID, err)
-		}
-	}
-	return errs
+// TurnCommitRunsGet is one statement on the pool, after the commit's
+// transaction.
+func (d pgDriver) TurnCommitRunsGet(ctx context.Context, ids []string) ([]driver.RunRow, error) {
+	return queryAll(ctx, d.s, `SELECT `+runCols+` FROM runs WHERE id = ANY($1)`, scanRunRow, ids)
 }
 
 // commitArgs is the parameter list of commitSQL for the commits of one

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
@@ -118,103 +120,85 @@ func (s *Store) insertEvents(ctx context.Context, tx *wtx, evs []agentfleet.Even
 	return nil
 }
 
-func (s *Store) TurnCommit(ctx context.Context, p store.TurnCommitParams) (store.RunChangeResult, error) {
-	res, errs, err := s.TurnCommitMany(ctx, []store.TurnCommitParams{p})
-	if err != nil {
-		return store.RunChangeResult{}, err
+// TurnCommitApply applies the set in one write transaction. Each commit
+// is one fenced UPDATE of its run (a loser changes nothing); the winners'
+// steps and events are inserted after all the updates, as few multi-row
+// INSERTs as the set allows, and then the heads of the sessions they
+// ended are read.
+func (d liteDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitParams, now time.Time) ([]driver.TurnApplied, error) {
+	nSteps, nEvents := 0, 0
+	for _, p := range ps {
+		nSteps += len(p.Steps)
+		nEvents += len(p.Events)
 	}
-	return res[0], errs[0]
-}
-
-// TurnCommitMany commits in one write transaction. Each commit is one
-// fenced UPDATE of its run (a loser changes nothing, and only then is its
-// run read, to say why); the winners' steps and events are inserted after
-// all the updates, as few multi-row INSERTs as the batch allows.
-func (s *Store) TurnCommitMany(ctx context.Context, ps []store.TurnCommitParams) ([]store.RunChangeResult, []error, error) {
-	now := rules.Now()
-	results := make([]store.RunChangeResult, len(ps))
-	errs := make([]error, len(ps))
-	prepared := make([]store.TurnCommitParams, len(ps))
-	pending, nSteps, nEvents := 0, 0, 0
-	for i, p := range ps {
-		prepared[i], errs[i] = rules.TurnCommit(p, now)
-		if errs[i] == nil {
-			pending++
-			nSteps += len(prepared[i].Steps)
-			nEvents += len(prepared[i].Events)
-		}
-	}
-	if pending == 0 {
-		return results, errs, nil
-	}
-	commitErrs := make([]error, len(ps))
+	out := make([]driver.TurnApplied, len(ps))
 	steps := make([]agentfleet.Step, 0, nSteps)
 	evs := make([]agentfleet.Event, 0, nEvents)
-	err := s.write(ctx, func(tx *wtx) error {
+	err := d.s.write(ctx, func(tx *wtx) error {
+		clear(out)
 		steps, evs = steps[:0], evs[:0]
 		commitStmt, err := tx.stmt(ctx, commitRunSQL)
 		if err != nil {
 			return err
 		}
-		for i, p := range prepared {
-			commitErrs[i] = nil
-			if errs[i] != nil {
-				continue
-			}
+		for i, p := range ps {
 			n := len(p.Events)
 			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
 				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status],
 				p.Spawned, textArg(rules.EncodeStrings(p.WaitIDs)), tsArg(p.WaitUntil)))
 			if errors.Is(err, sql.ErrNoRows) {
-				if commitErrs[i], err = s.commitLost(ctx, tx, p); err != nil {
-					return err
-				}
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, err)
 			}
+			out[i] = driver.TurnApplied{Applied: true, Run: row, LastSeq: row.EventSeq - int64(n)}
 			steps = append(steps, p.Steps...)
-			rules.Number(p.Events, row.Run, row.EventSeq-int64(n))
+			rules.Number(p.Events, row.Run, out[i].LastSeq)
 			evs = append(evs, p.Events...)
-			results[i] = store.RunChangeResult{Run: row.Run, Events: p.Events, Steps: p.Steps}
-			if results[i].SessionNext, err = sessionNext(ctx, tx, row); err != nil {
-				return err
-			}
 		}
-		if err := s.insertSteps(ctx, tx, steps); err != nil {
+		if err := d.s.insertSteps(ctx, tx, steps); err != nil {
 			return err
 		}
-		return s.insertEvents(ctx, tx, evs)
+		if err := d.s.insertEvents(ctx, tx, evs); err != nil {
+			return err
+		}
+		return sessionHeads(ctx, tx, out)
 	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("commit %d turns: %w", len(ps), err)
-	}
-	for i, p := range prepared {
-		if errs[i] == nil && commitErrs[i] != nil {
-			errs[i] = commitErrs[i]
-		}
-		if errs[i] != nil {
-			errs[i] = fmt.Errorf("commit turn %d of run %s: %w", p.Turn, p.RunID, errs[i])
-			results[i] = store.RunChangeResult{}
-		}
-	}
-	return results, errs, nil
-}
-
-// commitLost says why the fenced update of commit p changed nothing
-// (ErrNotFound, ErrConflict or ErrInvalid, from the run as it is); err is
-// for reading the run failing.
-func (s *Store) commitLost(ctx context.Context, tx *wtx, p store.TurnCommitParams) (commitErr, err error) {
-	cur, err := s.runByID(ctx, tx, p.RunID)
-	if errors.Is(err, store.ErrNotFound) {
-		return err, nil
-	}
 	if err != nil {
 		return nil, err
 	}
-	if err := rules.CheckCommitFence(cur.Run, p.Turn, p.Status); err != nil {
-		return err, nil
+	return out, nil
+}
+
+// sessionHeads sets the Head of every applied commit that ended a run of a
+// session, one read per session.
+func sessionHeads(ctx context.Context, tx *wtx, out []driver.TurnApplied) error {
+	heads := map[[2]string]*driver.RunRow{}
+	for i := range out {
+		r := out[i].Run
+		if !out[i].Applied || !r.Status.Terminal() || r.SessionID == "" {
+			continue
+		}
+		k := [2]string{r.Tenant, r.SessionID}
+		h, ok := heads[k]
+		if !ok {
+			head, err := scanRun(tx.QueryRowContext(ctx, sessionHeadSQL, r.Tenant, r.SessionID))
+			switch {
+			case err == nil:
+				h = &head
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+			heads[k] = h
+		}
+		out[i].Head = h
 	}
-	return fmt.Errorf("%w: run %s did not take the commit", store.ErrConflict, p.RunID), nil // cannot happen under the one writer
+	return nil
+}
+
+// TurnCommitRunsGet reads on the read pool, after the commit's write.
+func (d liteDriver) TurnCommitRunsGet(ctx context.Context, ids []string) ([]driver.RunRow, error) {
+	return all(ctx, d.exec, `SELECT `+runCols+` FROM runs WHERE id IN (SELECT value FROM json_each(?))`, scanRunRow,
+		string(rules.EncodeStrings(ids)))
 }
