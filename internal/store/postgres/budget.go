@@ -286,18 +286,10 @@ func (e exec) UsageList(ctx context.Context, p store.UsageListParams) ([]store.U
 
 func scanLedgerRow(sc scanner, extra ...any) (driver.Ledger, error) {
 	var l driver.Ledger
-	dest, done := ledgerDest(&l)
-	err := sc.Scan(append(extra, dest...)...)
-	done()
-	return l, err
-}
-
-// ledgerDest is where a scan of ledgerCols into l goes; done sets l's
-// times from it.
-func ledgerDest(l *driver.Ledger) (dest []any, done func()) {
 	var ws, we, ms *time.Time
-	return []any{&l.Tenant, &l.Limit, &l.Window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed},
-		func() { l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms) }
+	err := sc.Scan(append(extra, &l.Tenant, &l.Limit, &l.Window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)...)
+	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
+	return l, err
 }
 
 func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
@@ -313,10 +305,10 @@ func (e exec) LedgerLock(ctx context.Context, tenant string) (agentfleet.Tenant,
 	}
 	b, err := one(ctx, e, `SELECT `+tenantCols+`, `+ledgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`, func(sc scanner) (both, error) {
 		var b both
-		dest, done := ledgerDest(&b.l)
+		var ws, we, ms *time.Time
 		var err error
-		b.t, err = scanTenantThen(sc, dest...)
-		done()
+		b.t, err = scanTenantThen(sc, &b.l.Tenant, &b.l.Limit, &b.l.Window, &b.l.Used, &b.l.Reserved, &ws, &we, &b.l.TokensPerMinute, &ms, &b.l.MinuteUsed)
+		b.l.WindowStart, b.l.WindowEnd, b.l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
 		return b, err
 	}, tenant)
 	return b.t, b.l, err

@@ -196,7 +196,7 @@ func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (
 
 func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
 	l, err := loadLedger(ctx, e.q, tenant)
-	return l.Row(), mapErr(err)
+	return l.Row(), err
 }
 
 // LedgerLock reads in the write transaction, which holds what it reads.
