@@ -15,6 +15,9 @@ import (
 type BatchExecutor interface {
 	// BatchGet reads a batch, of tenant when tenant is not empty.
 	BatchGet(ctx context.Context, id, tenant string) (store.Batch, error)
+	// BatchGetByKey reads the tenant's batch of idempotency key key (not
+	// empty); none is store.ErrNotFound.
+	BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error)
 	// BatchCountRuns counts the batch's runs and sums their usage by
 	// status.
 	BatchCountRuns(ctx context.Context, id string) ([]BatchStatusCount, error)

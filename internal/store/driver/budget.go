@@ -19,9 +19,9 @@ type BudgetDriver interface {
 }
 
 // BudgetExecutor holds what of the budget ledger is a plain read or a
-// one-step write. Reserving and settling stay inside each backend
-// (PostgreSQL decides the window roll and the limit in the one UPDATE
-// that takes the row lock; see store/postgres/budget.go).
+// one-step write. Reserving and settling are the coarse Reserver and
+// BudgetDriver (PostgreSQL decides the window roll and the limit in the
+// one UPDATE that takes the row lock; see store/postgres/budget.go).
 type BudgetExecutor interface {
 	// ReservationRelease deletes a reservation and gives its tokens back
 	// to its tenant; none is store.ErrNotFound.

@@ -38,54 +38,38 @@ func scanBatch(sc scanner) (store.Batch, error) {
 
 const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
 
-func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
-	p, err := rules.BatchAdmit(p)
+// BatchAdmissionBegin opens the admission's transaction.
+func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitParams, now time.Time) (driver.Admission, error) {
+	tx, err := d.s.pool.Begin(ctx)
 	if err != nil {
-		return store.BatchAdmitResult{}, err
+		return nil, mapErr(err)
 	}
-	if p.IdempotencyKey != "" {
-		b, err := queryOne(ctx, s, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND idempotency_key = $2
-			AND idempotency_key <> '' AND `+visibleBatch, scanBatch, p.Tenant, p.IdempotencyKey)
-		if err == nil {
-			return store.BatchAdmitResult{Existing: &b}, nil
-		}
-		if !isNotFound(err) {
-			return store.BatchAdmitResult{}, fmt.Errorf("look up batch by idempotency key: %w", err)
-		}
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
-	}
-	// Every run of the batch is admitted under its agent's version of
-	// now (kept, whatever becomes of the agent meanwhile).
-	var version int
-	err = tx.QueryRow(ctx, `SELECT version FROM agents WHERE tenant = $1 AND name = $2`, p.Tenant, p.Agent).Scan(&version)
+	a := &admission{tx: tx, tenant: p.Tenant, id: p.ID}
+	err = tx.QueryRow(ctx, `SELECT version FROM agents WHERE tenant = $1 AND name = $2`, p.Tenant, p.Agent).Scan(&a.agentVersion)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = fmt.Errorf("agent %q: %w", p.Agent, store.ErrUnknownAgent)
+		err = store.ErrUnknownAgent
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
+				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+			rules.EncodeMetadata(p.Metadata), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now)
 	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+		return nil, mapErr(err)
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
-			metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
-		p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
-		rules.EncodeMetadata(p.Metadata), p.IdempotencyKey, p.CallbackURL, p.RetryOf, rules.Now())
-	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
-	}
-	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, tx: tx, agentVersion: version}}, nil
+	return a, nil
+}
+
+func (d pgDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	return d.s.countQueued(ctx, tenant)
 }
 
 // admission is one batch's admission: one transaction.
 type admission struct {
-	s     *Store
-	p     store.BatchAdmitParams
-	tx    pgx.Tx
-	next  int
-	ended bool
+	tx         pgx.Tx
+	tenant, id string
 	// agentVersion is the version of the batch's agent its runs use.
 	agentVersion int
 }
@@ -97,27 +81,36 @@ var (
 	eventCopyCols = []string{"run_id", "seq", "v", "turn", "type", "ts", "content", "summary"}
 )
 
-func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
-	s := a.s
-	rows, done, err := s.BatchChunk(ctx, a.p, a.ended, inputs, a.next, s.countQueued)
-	if err != nil || len(rows) == 0 {
-		return err
+// Append reads the keys' holders in the admission's transaction, then
+// writes the chunk by COPY, a table at a time.
+func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func([]driver.BatchKeyHolder) error) error {
+	if len(c.Keys) > 0 {
+		holders, err := collect(ctx, a.tx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
+			WHERE tenant = $1 AND idempotency_key <> '' AND idempotency_key = ANY($2)`, func(sc scanner) (driver.BatchKeyHolder, error) {
+			var h driver.BatchKeyHolder
+			err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
+			return h, err
+		}, a.tenant, c.Keys)
+		if err != nil {
+			return fmt.Errorf("check the idempotency keys: %w", mapErr(err))
+		}
+		if err := refuse(holders); err != nil {
+			return err
+		}
 	}
-	created := 0
-	defer func() { done(created) }()
-	if err := a.checkKeys(ctx, rows); err != nil {
-		return err
-	}
-	runRows := make([][]any, len(rows))
-	stepRows := make([][]any, len(rows))
-	eventRows := make([][]any, len(rows))
-	for i, r := range rows {
+	runRows := make([][]any, len(c.Runs))
+	for i, br := range c.Runs {
+		r := br.Run
 		runRows[i] = []any{r.ID, r.Tenant, r.Agent, r.SessionID, string(r.Status), r.Message, bytesArg(r.Context),
 			rules.EncodeMetadata(r.Metadata), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
-			r.CreatedAt, r.CreatedAt, r.Index, r.CustomID, a.agentVersion}
-		st := rules.UserStep(r.Run)
+			r.CreatedAt, r.CreatedAt, br.Index, br.CustomID, a.agentVersion}
+	}
+	stepRows := make([][]any, len(c.Steps))
+	for i, st := range c.Steps {
 		stepRows[i] = []any{st.RunID, st.Turn, st.Index, string(st.Kind), st.Content, st.CreatedAt}
-		ev := store.BatchQueuedEvent(r.Run)
+	}
+	eventRows := make([][]any, len(c.Events))
+	for i, ev := range c.Events {
 		eventRows[i] = []any{ev.RunID, ev.Seq, int16(ev.V), ev.Turn, string(ev.Type), ev.TS, ev.Content, ev.Summary}
 	}
 	for _, c := range []struct {
@@ -126,69 +119,34 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 		rows  [][]any
 	}{{"runs", batchRunCopyCols, runRows}, {"steps", stepCopyCols, stepRows}, {"events", eventCopyCols, eventRows}} {
 		if _, err := a.tx.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows)); err != nil {
-			return fmt.Errorf("admit inputs %d to %d of batch %s: copy %s: %w", a.next, a.next+len(rows)-1, a.p.ID, c.table, mapErr(err))
+			return fmt.Errorf("copy %s: %w", c.table, mapErr(err))
 		}
 	}
-	created = len(rows)
-	a.next += len(rows)
 	return nil
 }
 
-// checkKeys refuses an input whose idempotency key another run has (an
-// earlier input of this batch included).
-func (a *admission) checkKeys(ctx context.Context, rows []rules.BatchRunRow) error {
-	keys := rules.BatchKeys(rows)
-	if len(keys) == 0 {
-		return nil
-	}
-	holders, err := collect(ctx, a.tx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
-		WHERE tenant = $1 AND idempotency_key <> '' AND idempotency_key = ANY($2)`, func(sc scanner) (rules.BatchKeyHolder, error) {
-		var h rules.BatchKeyHolder
-		err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
-		return h, err
-	}, a.p.Tenant, keys)
-	if err != nil {
-		return fmt.Errorf("check the idempotency keys of batch %s: %w", a.p.ID, mapErr(err))
-	}
-	return rules.BatchKeysRefusal(a.p.ID, rows, holders)
-}
-
-func (a *admission) Commit(ctx context.Context, p store.BatchCommitParams) (store.Batch, error) {
-	if a.ended {
-		return store.Batch{}, rules.Invalidf("batch %s: admission ended", a.p.ID)
-	}
-	if err := rules.BatchCommit(p); err != nil {
-		return store.Batch{}, err
-	}
-	total, now := a.next, rules.Now()
-	var finished *time.Time
-	status := store.BatchRunning
-	if total == 0 {
-		finished, status = &now, store.BatchCompleted
-	}
+func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Batch, error) {
 	b, err := scanBatch(a.tx.QueryRow(ctx, `UPDATE batches SET status = $2, total = $3, released = $4, max_concurrent = $5,
 			metadata = $6, callback_url = $7, finished_at = $8 WHERE id = $1 RETURNING `+batchCols,
-		a.p.ID, string(status), total, rules.BatchReleasedAtCommit(total, p.MaxConcurrent), p.MaxConcurrent,
-		rules.EncodeMetadata(p.Metadata), p.CallbackURL, finished))
+		a.id, string(c.Status), c.Total, c.Released, c.MaxConcurrent, rules.EncodeMetadata(c.Metadata), c.CallbackURL, tsArg(c.FinishedAt)))
 	if err == nil {
 		err = a.tx.Commit(ctx)
 	}
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("commit batch %s: %w", a.p.ID, mapErr(err))
-	}
-	a.ended = true
-	return b, nil
+	return b, mapErr(err)
 }
 
-func (a *admission) Abort(ctx context.Context) error {
-	if a.ended {
-		return nil
-	}
-	a.ended = true
+// Abort rolls the transaction back; after a failed Commit it is closed
+// already.
+func (a *admission) Abort(ctx context.Context, _ int) error {
 	if err := a.tx.Rollback(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("abort batch %s: %w", a.p.ID, err)
+		return err
 	}
 	return nil
+}
+
+func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
+	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND idempotency_key = $2
+		AND idempotency_key <> '' AND `+visibleBatch, scanBatch, tenant, key)
 }
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
@@ -262,11 +220,7 @@ func (e exec) BatchAdmissionDropAbandoned(context.Context, time.Time) error { re
 // The BatchTx methods of runTx.
 
 func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
-	b, err := scanBatch(t.q().QueryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
-	}
-	return b, err
+	return one(ctx, t, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, scanBatch, id)
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {

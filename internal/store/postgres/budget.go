@@ -196,20 +196,6 @@ func settleNotFound(p store.BudgetSettleParams) error {
 
 const ledgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
 
-func scanLedger(sc scanner, extra ...any) (rules.Ledger, error) {
-	var l rules.Ledger
-	var window string
-	var ws, we, ms *time.Time
-	dest := append(extra, &l.Tenant, &l.Limit, &window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)
-	if err := sc.Scan(dest...); err != nil {
-		return l, err
-	}
-	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
-	var err error
-	l.Window, err = rules.ParseWindow(agentfleet.BudgetWindow(window))
-	return l, err
-}
-
 // windowArgs are the calendar bounds at now, for windowStartSQL and
 // windowEndSQL.
 func windowArgs(now time.Time) (dayStart, dayEnd, monthStart, monthEnd time.Time) {
@@ -218,46 +204,20 @@ func windowArgs(now time.Time) (dayStart, dayEnd, monthStart, monthEnd time.Time
 	return
 }
 
-func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) (agentfleet.Reservation, error) {
-	p, err := rules.BudgetReserve(p)
-	if err != nil {
-		return agentfleet.Reservation{}, err
-	}
-	r := agentfleet.Reservation{ID: rules.NewID(), Tenant: p.Tenant, RunID: p.RunID, Tokens: p.Tokens, LeaseUntil: p.Now.Add(p.Lease)}
-	ds, de, ms, me := windowArgs(p.Now)
+// LedgerReserve is one statement, reserveSQL.
+func (d pgDriver) LedgerReserve(ctx context.Context, r agentfleet.Reservation, now time.Time) (bool, driver.Ledger, error) {
+	ds, de, ms, me := windowArgs(now)
 	type outcome struct {
-		ok     bool
-		ledger rules.Ledger
+		reserved bool
+		l        driver.Ledger
 	}
-	out, err := queryOne(ctx, s, reserveSQL, func(sc scanner) (outcome, error) {
+	o, err := queryOne(ctx, d.s, reserveSQL, func(sc scanner) (outcome, error) {
 		var o outcome
 		var err error
-		o.ledger, err = scanLedger(sc, &o.ok)
+		o.l, err = scanLedgerRow(sc, &o.reserved)
 		return o, err
-	}, p.Tenant, p.Tokens, p.Now, rules.MinuteOf(p.Now), ds, de, ms, me, r.ID, p.RunID, r.LeaseUntil)
-	if isNotFound(err) {
-		err = fmt.Errorf("tenant %s: %w", p.Tenant, store.ErrNotFound)
-	}
-	if err != nil {
-		return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, err)
-	}
-	if out.ok {
-		return r, nil
-	}
-	if out.ledger.Unlimited() {
-		// Nothing to hold: the statement wrote nothing. See BudgetSettle.
-		r.ID = ""
-		return r, nil
-	}
-	// Refused. Say why from the ledger as the statement saw it; should
-	// that snapshot have had room (it predates the writer the UPDATE
-	// waited for), report the window limit.
-	_, why := out.ledger.Reserve(p.Tokens, p.Now)
-	if why == nil {
-		l := out.ledger.Roll(p.Now)
-		why = &agentfleet.BudgetExhaustedError{Tenant: p.Tenant, Need: p.Tokens, Limit: l.Limit, Used: l.Used, Reserved: l.Reserved, WindowEnd: l.WindowEnd}
-	}
-	return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, why)
+	}, r.Tenant, r.Tokens, now, rules.MinuteOf(now), ds, de, ms, me, r.ID, r.RunID, r.LeaseUntil)
+	return o.reserved, o.l, err
 }
 
 // LedgerSettle is one statement: settleReservedSQL or settleUnreservedSQL.

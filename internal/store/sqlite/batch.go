@@ -43,30 +43,13 @@ const insertBatchRunHead = `INSERT INTO runs (id, tenant, agent, session_id, sta
 
 var insertBatchRunSQL = multiRowSQL(insertBatchRunHead, 18)
 
-func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store.BatchAdmitResult, error) {
-	p, err := rules.BatchAdmit(p)
-	if err != nil {
-		return store.BatchAdmitResult{}, err
-	}
-	if p.IdempotencyKey != "" {
-		b, err := scanBatch(s.rd.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches
-			WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> '' AND status <> '`+rules.BatchAdmitting+`'`,
-			p.Tenant, p.IdempotencyKey))
-		if err == nil {
-			return store.BatchAdmitResult{Existing: &b}, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return store.BatchAdmitResult{}, fmt.Errorf("look up batch by idempotency key: %w", mapErr(err))
-		}
-	}
-	now := rules.Now()
-	var version int
-	err = s.write(ctx, func(tx *wtx) error {
-		// Every run of the batch is admitted under its agent's version
-		// of now.
-		err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Agent).Scan(&version)
+// BatchAdmissionBegin inserts the batch as one write.
+func (d liteDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitParams, now time.Time) (driver.Admission, error) {
+	a := &admission{s: d.s, tenant: p.Tenant, id: p.ID}
+	err := d.s.write(ctx, func(tx *wtx) error {
+		err := tx.QueryRowContext(ctx, `SELECT version FROM agents WHERE tenant = ? AND name = ?`, p.Tenant, p.Agent).Scan(&a.agentVersion)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("agent %q: %w", p.Agent, store.ErrUnknownAgent)
+			return store.ErrUnknownAgent
 		}
 		if err != nil {
 			return err
@@ -78,90 +61,66 @@ func (s *Store) BatchAdmit(ctx context.Context, p store.BatchAdmitParams) (store
 		return err
 	})
 	if err != nil {
-		return store.BatchAdmitResult{}, fmt.Errorf("admit batch %s: %w", p.ID, mapErr(err))
+		return nil, mapErr(err)
 	}
-	return store.BatchAdmitResult{Admission: &admission{s: s, p: p, agentVersion: version}}, nil
+	return a, nil
+}
+
+func (d liteDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	return d.s.countQueued(ctx, tenant)
 }
 
 // admission is one batch's admission in chunks.
 type admission struct {
-	s     *Store
-	p     store.BatchAdmitParams
-	next  int
-	ended bool
+	s          *Store
+	tenant, id string
 	// agentVersion is the version of the batch's agent its runs use.
 	agentVersion int
 }
 
-func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error {
-	s := a.s
-	rows, done, err := s.BatchChunk(ctx, a.p, a.ended, inputs, a.next, s.countQueued)
-	if err != nil || len(rows) == 0 {
-		return err
-	}
-	created := 0
-	defer func() { done(created) }()
-	err = s.write(ctx, func(tx *wtx) error {
-		if err := a.checkKeys(ctx, tx, rows); err != nil {
-			return err
+// Append checks the keys and writes the chunk in one write transaction,
+// its runs admitting.
+func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func([]driver.BatchKeyHolder) error) error {
+	err := a.s.write(ctx, func(tx *wtx) error {
+		if len(c.Keys) > 0 {
+			q, err := tx.QueryContext(ctx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
+				WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (SELECT value FROM json_each(?))`,
+				a.tenant, string(rules.EncodeStrings(c.Keys)))
+			if err != nil {
+				return err
+			}
+			holders, err := collect(q, func(sc interface{ Scan(...any) error }) (driver.BatchKeyHolder, error) {
+				var h driver.BatchKeyHolder
+				err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
+				return h, err
+			})
+			if err != nil {
+				return err
+			}
+			if err := refuse(holders); err != nil {
+				return err
+			}
 		}
-		err := insertRows(ctx, tx, insertBatchRunSQL, 18, len(rows), func(args []any, i int) []any {
-			r := rows[i]
+		err := insertRows(ctx, tx, insertBatchRunSQL, 18, len(c.Runs), func(args []any, i int) []any {
+			br := c.Runs[i]
+			r := br.Run
 			return append(args, r.ID, r.Tenant, r.Agent, r.SessionID, rules.BatchAdmitting, r.Message, blobArg(r.Context),
 				textArg(rules.EncodeMetadata(r.Metadata)), r.IdempotencyKey, r.BatchID, r.MaxTurns, r.MaxTokens, r.EventSeq,
-				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), r.Index, r.CustomID, a.agentVersion)
+				r.CreatedAt.UnixMicro(), r.CreatedAt.UnixMicro(), br.Index, br.CustomID, a.agentVersion)
 		})
 		if err != nil {
-			return fmt.Errorf("insert %d runs: %w", len(rows), err)
+			return fmt.Errorf("insert %d runs: %w", len(c.Runs), err)
 		}
-		steps := make([]agentfleet.Step, len(rows))
-		evs := make([]agentfleet.Event, len(rows))
-		for i, r := range rows {
-			steps[i], evs[i] = rules.UserStep(r.Run), store.BatchQueuedEvent(r.Run)
-		}
-		if err := s.insertSteps(ctx, tx, steps); err != nil {
+		if err := a.s.insertSteps(ctx, tx, c.Steps); err != nil {
 			return err
 		}
-		return s.insertEvents(ctx, tx, evs)
+		return a.s.insertEvents(ctx, tx, c.Events)
 	})
-	if err != nil {
-		var ie *store.BatchInputError
-		if errors.As(err, &ie) {
-			return err
-		}
-		return fmt.Errorf("admit inputs %d to %d of batch %s: %w", a.next, a.next+len(rows)-1, a.p.ID, mapErr(err))
+	var ie *store.BatchInputError
+	if errors.As(err, &ie) {
+		return ie
 	}
-	created = len(rows)
-	a.next += len(rows)
-	return nil
-}
-
-// checkKeys refuses an input whose idempotency key another run has (an
-// earlier input of this batch included).
-func (a *admission) checkKeys(ctx context.Context, tx *wtx, rows []rules.BatchRunRow) error {
-	keys := rules.BatchKeys(rows)
-	if len(keys) == 0 {
-		return nil
-	}
-	q, err := tx.QueryContext(ctx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
-		WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (SELECT value FROM json_each(?))`,
-		a.p.Tenant, string(rules.EncodeStrings(keys)))
-	if err != nil {
-		return err
-	}
-	defer q.Close()
-	var holders []rules.BatchKeyHolder
-	for q.Next() {
-		var h rules.BatchKeyHolder
-		if err := q.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index); err != nil {
-			return err
-		}
-		holders = append(holders, h)
-	}
-	if err := q.Err(); err != nil {
-		return err
-	}
-	return rules.BatchKeysRefusal(a.p.ID, rows, holders)
+	return mapErr(err)
 }
 
 // inChunks runs fn over the batch's input indexes in ranges of
@@ -186,61 +145,42 @@ func (a *admission) inChunks(ctx context.Context, total int, fn func(tx *wtx, fr
 	return nil
 }
 
-func (a *admission) Commit(ctx context.Context, p store.BatchCommitParams) (store.Batch, error) {
-	if a.ended {
-		return store.Batch{}, rules.Invalidf("batch %s: admission ended", a.p.ID)
-	}
-	if err := rules.BatchCommit(p); err != nil {
-		return store.Batch{}, err
-	}
-	total, now := a.next, rules.Now()
+// Commit makes the runs queued a chunk per write, the batch in the last.
+func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Batch, error) {
 	var b store.Batch
-	err := a.inChunks(ctx, total, func(tx *wtx, from, to int) error {
+	err := a.inChunks(ctx, c.Total, func(tx *wtx, from, to int) error {
 		_, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'queued' WHERE batch_id = ? AND batch_id <> ''
-			AND batch_index >= ? AND batch_index < ? AND status = '`+rules.BatchAdmitting+`'`, a.p.ID, from, to)
+			AND batch_index >= ? AND batch_index < ? AND status = '`+rules.BatchAdmitting+`'`, a.id, from, to)
 		return err
 	}, func(tx *wtx) error {
-		var finished any
-		if total == 0 {
-			finished = now.UnixMicro()
-		}
 		var err error
 		b, err = scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, total = ?, released = ?, max_concurrent = ?,
 				metadata = ?, callback_url = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
-			string(store.BatchRunning), total, rules.BatchReleasedAtCommit(total, p.MaxConcurrent), p.MaxConcurrent,
-			textArg(rules.EncodeMetadata(p.Metadata)), p.CallbackURL, finished, a.p.ID))
+			string(c.Status), c.Total, c.Released, c.MaxConcurrent, textArg(rules.EncodeMetadata(c.Metadata)), c.CallbackURL,
+			tsArg(c.FinishedAt), a.id))
 		return err
 	})
-	if err != nil {
-		return store.Batch{}, fmt.Errorf("commit batch %s: %w", a.p.ID, err)
-	}
-	if total == 0 {
-		b.Status = store.BatchCompleted
-	}
-	a.ended = true
-	return b, nil
+	return b, err
 }
 
-func (a *admission) Abort(ctx context.Context) error {
-	if a.ended {
-		return nil
-	}
-	err := a.inChunks(ctx, a.next, func(tx *wtx, from, to int) error {
+// Abort deletes the runs a chunk per write, the batch in the last.
+func (a *admission) Abort(ctx context.Context, appended int) error {
+	return a.inChunks(ctx, appended, func(tx *wtx, from, to int) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index >= ? AND batch_index < ?`,
-			a.p.ID, from, to)
+			a.id, from, to)
 		return err
 	}, func(tx *wtx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM batches WHERE id = ?`, a.p.ID)
+		_, err := tx.ExecContext(ctx, `DELETE FROM batches WHERE id = ?`, a.id)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("abort batch %s: %w", a.p.ID, err)
-	}
-	a.ended = true
-	return nil
 }
 
 const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
+
+func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
+	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''
+		AND `+visibleBatch, scanBatch, tenant, key)
+}
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
 	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
@@ -306,11 +246,7 @@ func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch
 // The BatchTx methods of runTx.
 
 func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
-	b, err := scanBatch(t.q.QueryRowContext(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return b, fmt.Errorf("batch %s: %w", id, store.ErrNotFound)
-	}
-	return b, err
+	return one(ctx, t, `SELECT `+batchCols+` FROM batches WHERE id = ?`, scanBatch, id)
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {

@@ -18,9 +18,9 @@ import (
 // only write lock: read, decide with rules.Ledger, write back is atomic
 // under any concurrency.
 //
-// An unlimited tenant's row is not written per call: BudgetReserve learns
+// An unlimited tenant's row is not written per call: LedgerReserve learns
 // it is unlimited with one read on the read pool (the single writer is not
-// involved at all) and returns a reservation with an empty id; settling
+// involved at all), so its reservation has an empty id; settling
 // that appends the usage ledger row and nothing else; BudgetGet sums the
 // ledger. Since every write goes through the one writer, "is the tenant
 // still unlimited?" is decided inside the settle's write transaction, and
@@ -35,11 +35,8 @@ func loadLedger(ctx context.Context, q queryer, tenant string) (rules.Ledger, er
 	var ws, we, ms sql.NullInt64
 	err := q.QueryRowContext(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = ?`, tenant).
 		Scan(&l.Tenant, &l.Limit, &window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)
-	if errors.Is(err, sql.ErrNoRows) {
-		return l, fmt.Errorf("tenant %s: %w", tenant, store.ErrNotFound)
-	}
 	if err != nil {
-		return l, err
+		return l, mapErr(err)
 	}
 	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
 	l.Window, err = rules.ParseWindow(agentfleet.BudgetWindow(window))
@@ -52,51 +49,34 @@ func saveLedger(ctx context.Context, tx *wtx, l rules.Ledger) error {
 	return err
 }
 
-// unlimitedSQL reads whether a tenant is unlimited.
-const unlimitedSQL = `SELECT token_limit = 0 AND tokens_per_minute = 0 FROM tenants WHERE id = ?`
-
-func (s *Store) BudgetReserve(ctx context.Context, p store.BudgetReserveParams) (agentfleet.Reservation, error) {
-	p, err := rules.BudgetReserve(p)
-	if err != nil {
-		return agentfleet.Reservation{}, err
+// LedgerReserve reads the ledger on the read pool first: an unlimited
+// tenant's reserve (the common case) never reaches the single writer.
+// Else it reads again, decides and writes in one write of the group
+// commit.
+func (d liteDriver) LedgerReserve(ctx context.Context, r agentfleet.Reservation, now time.Time) (bool, driver.Ledger, error) {
+	l, err := loadLedger(ctx, d.s.rd, r.Tenant)
+	if err != nil || l.Unlimited() {
+		return false, l.Row(), err
 	}
-	r := agentfleet.Reservation{Tenant: p.Tenant, RunID: p.RunID, Tokens: p.Tokens, LeaseUntil: p.Now.Add(p.Lease)}
-	var unlimited bool
-	if err := s.rd.QueryRowContext(ctx, unlimitedSQL, p.Tenant).Scan(&unlimited); err != nil {
-		err = mapErr(err)
-		if errors.Is(err, store.ErrNotFound) {
-			err = fmt.Errorf("tenant %s: %w", p.Tenant, err)
-		}
-		return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, err)
-	}
-	if unlimited {
-		return r, nil // nothing to hold: see BudgetSettle
-	}
-	r.ID = rules.NewID()
-	err = s.write(ctx, func(tx *wtx) error {
-		l, err := loadLedger(ctx, tx, p.Tenant)
-		if err != nil {
+	reserved := false
+	err = d.s.write(ctx, func(tx *wtx) error {
+		var err error
+		if l, err = loadLedger(ctx, tx, r.Tenant); err != nil || l.Unlimited() {
 			return err
 		}
-		if l.Unlimited() {
-			// Made unlimited since the read: nothing to hold after all.
-			r.ID = ""
-			return nil
+		held, refused := l.Reserve(r.Tokens, now)
+		if refused != nil {
+			return nil // the rules say why, from l
 		}
-		if l, err = l.Reserve(p.Tokens, p.Now); err != nil {
-			return err
-		}
-		if err := saveLedger(ctx, tx, l); err != nil {
+		if err := saveLedger(ctx, tx, held); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO reservations (id, tenant, run_id, tokens, lease_until, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Tenant, r.RunID, r.Tokens, r.LeaseUntil.UnixMicro(), p.Now.UnixMicro())
+			r.ID, r.Tenant, r.RunID, r.Tokens, r.LeaseUntil.UnixMicro(), now.UnixMicro())
+		reserved = err == nil
 		return err
 	})
-	if err != nil {
-		return agentfleet.Reservation{}, fmt.Errorf("reserve %d tokens for %s: %w", p.Tokens, p.Tenant, err)
-	}
-	return r, nil
+	return reserved, l.Row(), mapErr(err)
 }
 
 // takeReservation deletes a reservation and returns what it held.
@@ -178,37 +158,23 @@ func (e exec) ReservationRelease(ctx context.Context, id string) error {
 	})
 }
 
+// ReservationExpire gives the tokens back, then deletes, in one write.
 func (e exec) ReservationExpire(ctx context.Context, now time.Time) (int, error) {
-	released := 0
+	var n int64
 	err := e.write(ctx, func(tx *wtx) error {
-		rows, err := tx.QueryContext(ctx, `DELETE FROM reservations WHERE lease_until < ? RETURNING tenant, tokens`, now.UnixMicro())
+		_, err := tx.ExecContext(ctx, `UPDATE tenants SET reserved = max(reserved - (
+				SELECT sum(tokens) FROM reservations r WHERE r.tenant = tenants.id AND r.lease_until < ?1), 0)
+			WHERE id IN (SELECT tenant FROM reservations WHERE lease_until < ?1)`, now.UnixMicro())
 		if err != nil {
 			return err
 		}
-		held := map[string]int64{}
-		n := 0
-		for rows.Next() {
-			var tenant string
-			var tokens int64
-			if err := rows.Scan(&tenant, &tokens); err != nil {
-				rows.Close()
-				return err
-			}
-			held[tenant] += tokens
-			n++
+		res, err := tx.ExecContext(ctx, `DELETE FROM reservations WHERE lease_until < ?`, now.UnixMicro())
+		if err == nil {
+			n, err = res.RowsAffected()
 		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		for tenant, tokens := range held {
-			if _, err := tx.ExecContext(ctx, `UPDATE tenants SET reserved = max(reserved - ?, 0) WHERE id = ?`, tokens, tenant); err != nil {
-				return err
-			}
-		}
-		released = n
-		return nil
+		return err
 	})
-	return released, err
+	return int(n), err
 }
 
 func (e exec) UsageFirst(ctx context.Context, tenant string, t time.Time) (time.Time, bool, error) {
@@ -230,7 +196,7 @@ func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (
 
 func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
 	l, err := loadLedger(ctx, e.q, tenant)
-	return l.Row(), mapErr(err)
+	return l.Row(), err
 }
 
 // LedgerLock reads in the write transaction, which holds what it reads.

@@ -65,23 +65,16 @@ func BatchCommit(p store.BatchCommitParams) error {
 	return CheckMetadata("batch metadata", p.Metadata)
 }
 
-// BatchRunRow is one input made a run of batch b, ready to insert.
-type BatchRunRow struct {
-	RunRow
-	Index    int
-	CustomID string
-}
-
 // BatchRows validates a chunk of b's inputs, which must continue at index
 // next, and makes them runs created at now (status queued; a backend that
 // admits in chunks stores them as BatchAdmitting until the commit). An
 // input refused is a *store.BatchInputError; so is an idempotency key
 // repeated within the chunk (the backend checks it against other runs).
-func BatchRows(b store.BatchAdmitParams, inputs []store.BatchInput, next int, now time.Time) ([]BatchRunRow, error) {
+func BatchRows(b store.BatchAdmitParams, inputs []store.BatchInput, next int, now time.Time) ([]store.BatchRun, error) {
 	if len(inputs) > store.BatchChunkMax {
 		return nil, Invalidf("batch %s: %d inputs in one chunk; at most %d", b.ID, len(inputs), store.BatchChunkMax)
 	}
-	rows := make([]BatchRunRow, len(inputs))
+	rows := make([]store.BatchRun, len(inputs))
 	keys := map[string]int{}
 	for i, in := range inputs {
 		if in.Index != next+i {
@@ -105,7 +98,7 @@ func BatchRows(b store.BatchAdmitParams, inputs []store.BatchInput, next int, no
 		}
 		run := NewRun(p, now)
 		run.EventSeq = 1
-		rows[i] = BatchRunRow{RunRow: RunRow{Run: run}, Index: in.Index, CustomID: in.CustomID}
+		rows[i] = store.BatchRun{Run: run, Index: in.Index, CustomID: in.CustomID}
 	}
 	return rows, nil
 }
@@ -299,29 +292,23 @@ func ApplyBatchCancel(ctx context.Context, tx driver.Executor, batch string, ids
 }
 
 // BatchKeys are the idempotency keys of rows, for a backend to look up.
-func BatchKeys(rows []BatchRunRow) []string {
+func BatchKeys(rows []store.BatchRun) []string {
 	var keys []string
 	for _, r := range rows {
-		if r.IdempotencyKey != "" {
-			keys = append(keys, r.IdempotencyKey)
+		if r.Run.IdempotencyKey != "" {
+			keys = append(keys, r.Run.IdempotencyKey)
 		}
 	}
 	return keys
 }
 
-// BatchKeyHolder is a run found holding one of BatchKeys.
-type BatchKeyHolder struct {
-	Key, RunID, BatchID string
-	Index               int
-}
-
 // BatchKeysRefusal is the refusal of the first of rows (of batch) whose
 // idempotency key a holder has, or nil.
-func BatchKeysRefusal(batch string, rows []BatchRunRow, holders []BatchKeyHolder) error {
+func BatchKeysRefusal(batch string, rows []store.BatchRun, holders []driver.BatchKeyHolder) error {
 	at := map[string]int{}
 	for _, r := range rows {
-		if r.IdempotencyKey != "" {
-			at[r.IdempotencyKey] = r.Index
+		if r.Run.IdempotencyKey != "" {
+			at[r.Run.IdempotencyKey] = r.Index
 		}
 	}
 	var refusal error
@@ -459,23 +446,4 @@ func (s *Store) BatchSweep(ctx context.Context, p store.BatchSweepParams) (store
 		res.Finished = append(res.Finished, r.Finished...)
 	}
 	return res, nil
-}
-
-// BatchChunk is how a backend's admission Append starts, written once:
-// an ended admission refuses, the inputs become rows numbered from next,
-// and the queue gate admits them. With no error and rows, the caller
-// must call done with how many runs it created.
-func (s *Store) BatchChunk(ctx context.Context, p store.BatchAdmitParams, ended bool, inputs []store.BatchInput, next int,
-	count QueueCount) (rows []BatchRunRow, done func(created int), err error) {
-	if ended {
-		return nil, nil, Invalidf("batch %s: admission ended", p.ID)
-	}
-	rows, err = BatchRows(p, inputs, next, Now())
-	if err != nil || len(rows) == 0 {
-		return nil, nil, err
-	}
-	if done, err = s.Queue.Admit(ctx, p.Tenant, len(rows), count); err != nil {
-		return nil, nil, fmt.Errorf("admit batch %s: %w", p.ID, err)
-	}
-	return rows, done, nil
 }
