@@ -80,25 +80,7 @@ func (a *eventArrays) add(e agentfleet.Event) {
 
 func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
 	q, args := rules.RunListQuery(runCols, p, after, true)
-	return all(ctx, e, numberParams(q), scanRunRow, args...)
-}
-
-// numberParams turns the "?" parameters of q into Postgres's $1, $2, ...
-// q must hold no other "?".
-func numberParams(q string) string {
-	var b strings.Builder
-	n := 0
-	for {
-		i := strings.IndexByte(q, '?')
-		if i < 0 {
-			b.WriteString(q)
-			return b.String()
-		}
-		n++
-		b.WriteString(q[:i])
-		b.WriteString("$" + strconv.Itoa(n))
-		q = q[i+1:]
-	}
+	return all(ctx, e, rules.NumberParams(q), scanRunRow, args...)
 }
 
 // RunLock reads a run and locks its row for the transaction.
@@ -372,29 +354,23 @@ var unlimitedRecordMerger = pipeMerger{
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := br.Query()
+		got, err := collectBatch(br, func(sc scanner) (recordedReply, error) {
+			m := recordedReply{charged: new(int64)}
+			var err error
+			m.reply, err = scans.Reply(sc, m.charged)
+			return m, err
+		})
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		found := 0
-		for rows.Next() {
-			var charged int64
-			reply, err := scans.Reply(rows, &charged)
-			if err != nil {
-				return err
-			}
-			c := byTurn[replyKey(reply.RunID, reply.Turn)]
+		for _, m := range got {
+			c := byTurn[replyKey(m.reply.RunID, m.reply.Turn)]
 			if c == nil {
-				return fmt.Errorf("reply records: run %s turn %d was not asked for", reply.RunID, reply.Turn)
+				return fmt.Errorf("reply records: run %s turn %d was not asked for", m.reply.RunID, m.reply.Turn)
 			}
-			c.out.reply, c.out.charged = reply, &charged
-			found++
+			*c.out = m
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if found != len(calls) {
+		if found := len(got); found != len(calls) {
 			// A reply was not inserted (a lost fence, a reply already
 			// there, a tenant given limits): each call runs alone and
 			// sorts out its own.

@@ -426,7 +426,9 @@ func (t *wtx) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) { return t.stmts.stmt(t.ctx(ctx), q) }
+func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	return t.stmts.stmt(t.ctx(ctx), q)
+}
 
 func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.ctx(ctx)

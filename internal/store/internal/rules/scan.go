@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +44,24 @@ func PrefixCols(prefix, cols string) string {
 		parts[i] = prefix + strings.TrimSpace(c)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// NumberParams turns the "?" parameters of q into Postgres's $1, $2, ...
+// q must hold no other "?".
+func NumberParams(q string) string {
+	var b strings.Builder
+	n := 0
+	for {
+		i := strings.IndexByte(q, '?')
+		if i < 0 {
+			b.WriteString(q)
+			return b.String()
+		}
+		n++
+		b.WriteString(q[:i])
+		b.WriteString("$" + strconv.Itoa(n))
+		q = q[i+1:]
+	}
 }
 
 // OpenChildren repeats runs_open_children's predicate for the runs table
