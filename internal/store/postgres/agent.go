@@ -8,24 +8,9 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-// agentCols reads a version (v) and its agent's creation time.
-const agentCols = `v.tenant, v.name, v.version, v.spec, v.created_at`
-
 // currentAgentSQL reads agents' current versions.
-const currentAgentSQL = `SELECT ` + agentCols + `, a.created_at FROM agents a
+const currentAgentSQL = `SELECT ` + rules.AgentCols + `, a.created_at FROM agents a
 	JOIN agent_versions v ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version`
-
-func scanAgent(sc scanner) (agentfleet.Agent, error) {
-	var a agentfleet.Agent
-	var spec []byte
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Version, &spec, &a.UpdatedAt, &a.CreatedAt); err != nil {
-		return a, err
-	}
-	a.CreatedAt, a.UpdatedAt = a.CreatedAt.UTC(), a.UpdatedAt.UTC()
-	var err error
-	a.AgentSpec, err = rules.DecodeAgentSpec(spec)
-	return a, err
-}
 
 func (e exec) AgentLock(ctx context.Context, tenant, name string) error {
 	_, err := e.run(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2 || '/' || $3))`, lockAgent, tenant, name)
@@ -34,12 +19,12 @@ func (e exec) AgentLock(ctx context.Context, tenant, name string) error {
 
 func (e exec) AgentGet(ctx context.Context, tenant, name string, version int) (agentfleet.Agent, error) {
 	if version == 0 {
-		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = $1 AND a.name = $2`, scanAgent, tenant, name)
+		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = $1 AND a.name = $2`, scans.Agent, tenant, name)
 	}
 	// The agent's creation is its first version's.
-	return one(ctx, e, `SELECT `+agentCols+`, (SELECT MIN(created_at) FROM agent_versions f
+	return one(ctx, e, `SELECT `+rules.AgentCols+`, (SELECT MIN(created_at) FROM agent_versions f
 		WHERE f.tenant = v.tenant AND f.name = v.name) FROM agent_versions v WHERE v.tenant = $1 AND v.name = $2 AND v.version = $3`,
-		scanAgent, tenant, name, version)
+		scans.Agent, tenant, name, version)
 }
 
 // AgentVersionInsert numbers, inserts and makes current the version in
@@ -54,8 +39,8 @@ func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInser
 			SELECT $1::text, $2::text, COALESCE(MAX(version), 0) + 1, $3::jsonb, $4::timestamptz FROM agent_versions WHERE tenant = $1 AND name = $2
 			RETURNING tenant, name, version, spec, created_at
 		), a AS (`+upsert+`)
-		SELECT `+agentCols+`, COALESCE((SELECT created_at FROM agents WHERE tenant = $1 AND name = $2), $4::timestamptz) FROM v`,
-		scanAgent, p.Tenant, p.Name, p.Spec, p.Now)
+		SELECT `+rules.AgentCols+`, COALESCE((SELECT created_at FROM agents WHERE tenant = $1 AND name = $2), $4::timestamptz) FROM v`,
+		scans.Agent, p.Tenant, p.Name, p.Spec, p.Now)
 }
 
 func (e exec) AgentList(ctx context.Context, p driver.AgentListParams) ([]agentfleet.Agent, error) {
@@ -64,7 +49,7 @@ func (e exec) AgentList(ctx context.Context, p driver.AgentListParams) ([]agentf
 		q += ` AND (a.created_at, a.name COLLATE "C") < ($3, $4)`
 		args = append(args, p.After.CreatedAt, p.After.Name)
 	}
-	return all(ctx, e, q+` ORDER BY a.created_at DESC, a.name COLLATE "C" DESC LIMIT $1`, scanAgent, args...)
+	return all(ctx, e, q+` ORDER BY a.created_at DESC, a.name COLLATE "C" DESC LIMIT $1`, scans.Agent, args...)
 }
 
 func (e exec) AgentDelete(ctx context.Context, tenant, name string) (bool, error) {

@@ -7,29 +7,13 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/driver"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const approvalCols = `seq, id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview, status, reason, scope,
-	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error, digest`
-
-func scanApprovalRow(sc scanner) (driver.ApprovalRow, error) {
-	var r driver.ApprovalRow
-	a := &r.Approval
-	var decided, notifyNext *time.Time
-	err := sc.Scan(&r.Seq, &a.ID, &a.Tenant, &a.RunID, &a.SessionID, &a.Turn, &a.Index, &a.Primitive, &a.Method, &a.URL, &a.Preview,
-		&a.Status, &a.Reason, &a.Scope, &a.DecidedBy, &a.CreatedAt, &decided, &a.ExpiresAt, &a.NotifyURL, &a.NotifyState, &a.NotifyAttempts,
-		&notifyNext, &a.NotifyError, &a.Digest)
-	a.CreatedAt, a.DecidedAt, a.ExpiresAt, a.NotifyNextAt = a.CreatedAt.UTC(), tsVal(decided), a.ExpiresAt.UTC(), tsVal(notifyNext)
-	return r, err
-}
-
-func scanApproval(sc scanner) (store.Approval, error) {
-	r, err := scanApprovalRow(sc)
-	return r.Approval, err
-}
+const approvalCols = rules.ApprovalCols
 
 func (t exec) approval(ctx context.Context, what, q string, args ...any) (store.Approval, error) {
-	a, err := one(ctx, t, q, scanApproval, args...)
+	a, err := one(ctx, t, q, scans.Approval, args...)
 	if err != nil {
 		return a, fmt.Errorf("approval %s: %w", what, err)
 	}
@@ -76,35 +60,32 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 				WHERE $4 <> '' AND tenant = $5 AND session_id = $4
 					AND (primitive = $6 OR (primitive IN ('fetch', 'http') AND $6 IN ('fetch', 'http')))
 					AND method = $7 AND url = $8 AND scope = 'session' AND status = 'approved' LIMIT 1)
-		) AS found ORDER BY pri LIMIT 1`, scanApproval,
+		) AS found ORDER BY pri LIMIT 1`, scans.Approval,
 		p.RunID, p.Turn, c.Index, p.SessionID, p.Tenant, c.Primitive, c.Method, c.URL, c.Digest)
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
 	return all(ctx, t, `SELECT `+approvalCols+` FROM approvals
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR run_id = $3) AND ($4 = 0 OR seq < $4)
-		ORDER BY seq DESC LIMIT $5`, scanApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
+		ORDER BY seq DESC LIMIT $5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
 
 func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]driver.ApprovalDue, error) {
 	return all(ctx, t, `SELECT a.id, r.status IN (`+terminalList+`)
 		FROM approvals a JOIN runs r ON r.id = a.run_id
 		WHERE a.status = 'pending' AND (a.expires_at <= $1 OR r.status IN (`+terminalList+`)) ORDER BY a.expires_at LIMIT $2`,
-		func(sc scanner) (driver.ApprovalDue, error) {
-			var d driver.ApprovalDue
-			return d, sc.Scan(&d.ID, &d.RunEnded)
-		}, now, limit)
+		rules.ScanApprovalDue, now, limit)
 }
 
 func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
-	return all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`, scanCount)
+	return all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`, rules.ScanCount)
 }
 
 func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, limit int) ([]store.Approval, error) {
 	return all(ctx, t, `UPDATE approvals SET notify_next_at = $1
 		WHERE id IN (SELECT id FROM approvals WHERE notify_state = 'pending' AND notify_next_at <= $2
 			ORDER BY notify_next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING `+approvalCols, scanApproval, until, now, limit)
+		RETURNING `+approvalCols, scans.Approval, until, now, limit)
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {

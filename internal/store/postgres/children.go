@@ -2,25 +2,16 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/agentfleet/agentfleet"
-	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/driver"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 // RunGet reads a run without locking it.
 func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
-	}
-	return r, mapErr(err)
+	return t.runByID(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id)
 }
 
 // RunStatuses reads the statuses of the runs ids names.
@@ -28,23 +19,12 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return all(ctx, t, `SELECT id, status FROM runs WHERE id = ANY($1)`, scanRunStatus, ids)
-}
-
-func scanRunStatus(sc scanner) (driver.RunStatus, error) {
-	var r driver.RunStatus
-	return r, sc.Scan(&r.ID, &r.Status)
-}
-
-// openChildren repeats runs_open_children's predicate for the runs table
-// under alias a ("" for none), so the index serves it.
-func openChildren(a string) string {
-	return a + `parent_run_id <> '' AND ` + a + `status NOT IN ('completed','failed','cancelled','max_turns')`
+	return all(ctx, t, `SELECT id, status FROM runs WHERE id = ANY($1)`, rules.ScanRunStatus, ids)
 }
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+openChildren("")+` ORDER BY seq`, scanString, parent)
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = $1 AND `+rules.OpenChildren("")+` ORDER BY seq`, rules.ScanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
@@ -56,14 +36,14 @@ var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND
 
 // orphanedSQL finds ended runs with children not yet ended.
 var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-	WHERE ` + openChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT $1`
+	WHERE ` + rules.OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT $1`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	return all(ctx, e, waitersDueSQL, scanString, now, limit)
+	return all(ctx, e, waitersDueSQL, rules.ScanString, now, limit)
 }
 
 func (e exec) RunListOrphaning(ctx context.Context, limit int) ([]string, error) {
-	return all(ctx, e, orphanedSQL, scanString, limit)
+	return all(ctx, e, orphanedSQL, rules.ScanString, limit)
 }
 
 func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {
@@ -73,8 +53,5 @@ func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage
 			SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id WHERE r.parent_run_id <> ''
 		)
 		SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0) FROM runs WHERE id IN (SELECT id FROM d)`,
-		func(sc scanner) (agentfleet.Usage, error) {
-			var u agentfleet.Usage
-			return u, sc.Scan(&u.PromptTokens, &u.CompletionTokens)
-		}, id)
+		rules.ScanUsage, id)
 }

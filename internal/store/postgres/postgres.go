@@ -71,6 +71,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -213,49 +214,35 @@ func (s *Store) Close() error {
 // do. Postgres DDL is transactional, so a failed migration leaves nothing
 // half-applied.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := rules.Migrations(migrationFS, "migrations")
-	if err != nil {
-		return fmt.Errorf("postgres: %w", err)
-	}
 	key := s.cfg.Schema
 	if key == "" {
 		key = "(search_path)"
 	}
-	err = s.withTx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockMigrate, key); err != nil {
+	err := s.withTx(ctx, func(tx pgx.Tx) error {
+		exec := func(sql string, args ...any) error {
+			_, err := tx.Exec(ctx, sql, args...)
+			return err
+		}
+		if err := exec(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, lockMigrate, key); err != nil {
 			return err
 		}
 		if s.cfg.Schema != "" {
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
+			if err := exec(`CREATE SCHEMA IF NOT EXISTS ` + pgx.Identifier{s.cfg.Schema}.Sanitize()); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`); err != nil {
-			return err
-		}
-		rows, _ := tx.Query(ctx, `SELECT version FROM schema_migrations`)
-		versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			return err
-		}
-		applied := map[int]bool{}
-		for _, v := range versions {
-			applied[int(v)] = true
-		}
-		for _, m := range ms {
-			if applied[m.Version] {
-				continue
-			}
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("apply %s: %w", m.Name, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
-				m.Version, m.Name, rules.Now()); err != nil {
-				return fmt.Errorf("record %s: %w", m.Name, err)
-			}
-		}
-		return nil
+		return rules.Migrate(migrationFS, "migrations", rules.Migrator{
+			Exec: func(sql string) error { return exec(sql) },
+			Table: `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`,
+			Applied: func() ([]int, error) {
+				rows, _ := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+				return pgx.CollectRows(rows, pgx.RowTo[int])
+			},
+			Record: func(m rules.Migration, now time.Time) error {
+				return exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`, m.Version, m.Name, now)
+			},
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
@@ -277,41 +264,43 @@ func (s *Store) withConn(ctx context.Context, fn func(c *pgx.Conn) error) error 
 
 // maxAttempts bounds retries of a transaction Postgres aborted as a
 // deadlock victim or a serialization failure: both leave nothing behind,
-// so running it again is safe. Functions passed to withTx and
-// withBatch must therefore be safe to run more than once.
+// so running it again is safe. Functions passed to withTx, withBatch and
+// retried must therefore be safe to run more than once.
 const maxAttempts = 3
 
-// withTx runs fn in a transaction and maps errors to store's sentinels.
-func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+// retried runs fn on a pooled connection, again while Postgres aborts it
+// as a deadlock victim or a serialization failure, and maps errors to
+// store's sentinels.
+func (s *Store) retried(ctx context.Context, fn func(c *pgx.Conn) error) error {
 	var err error
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		err = s.withConn(ctx, func(c *pgx.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
-		if !retryable(err) {
+		if err = s.withConn(ctx, fn); !retryable(err) {
 			break
 		}
 	}
 	return mapErr(err)
 }
 
+// withTx runs fn in a transaction and maps errors to store's sentinels.
+func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return s.retried(ctx, func(c *pgx.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
+}
+
 // withBatch sends b as one pipeline, which Postgres runs as one implicit
 // transaction: any error rolls back every statement of the batch. read
 // consumes the results in order.
 func (s *Store) withBatch(ctx context.Context, build func() *pgx.Batch, read func(br pgx.BatchResults) error) error {
-	var err error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		err = s.withConn(ctx, func(c *pgx.Conn) error {
-			br := c.SendBatch(ctx, build())
-			if err := read(br); err != nil {
-				_ = br.Close()
-				return err
-			}
-			return br.Close()
-		})
-		if !retryable(err) {
-			break
-		}
+	return s.retried(ctx, func(c *pgx.Conn) error { return sendBatch(ctx, c, build(), read) })
+}
+
+// sendBatch sends b on q and reads its results with read.
+func sendBatch(ctx context.Context, q pgq, b *pgx.Batch, read func(br pgx.BatchResults) error) error {
+	br := q.SendBatch(ctx, b)
+	err := read(br)
+	if cerr := br.Close(); err == nil {
+		err = cerr
 	}
-	return mapErr(err)
+	return err
 }
 
 func retryable(err error) bool {
@@ -369,36 +358,32 @@ func bytesArg(b []byte) []byte {
 }
 
 // scanner is a row to scan: pgx.Row or pgx.Rows.
-type scanner interface{ Scan(dest ...any) error }
+type scanner = rules.Scanner
 
-// queryOne runs a query on a pooled connection and scans its one row. The
-// query is its own transaction, so a deadlock victim (or serialization
-// failure) left nothing behind and is run again, as withTx does.
-func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
-	var v T
-	var err error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		err = s.withConn(ctx, func(c *pgx.Conn) error {
-			var err error
-			v, err = scan(c.QueryRow(ctx, sql, args...))
-			return err
-		})
-		if !retryable(err) {
-			break
-		}
+// pgTime is where a timestamptz column scans to: a time.Time, in UTC,
+// the zero time for NULL.
+type pgTime time.Time
+
+func (t *pgTime) ScanTimestamptz(v pgtype.Timestamptz) error {
+	*t = pgTime{}
+	if v.Valid {
+		*t = pgTime(v.Time.UTC())
 	}
-	return v, mapErr(err)
+	return nil
+}
+
+// scans reads the store's rows (rules.Scans) from this schema.
+var scans = rules.Scans{Time: func(t *time.Time) any { return (*pgTime)(t) }}
+
+// queryOne runs a query on a pooled connection and scans its one row,
+// retried as withTx is.
+func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
+	return one(ctx, exec{s: s}, sql, scan, args...)
 }
 
 // queryAll runs a query on a pooled connection and scans every row.
 func queryAll[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
-	var out []T
-	err := s.withConn(ctx, func(c *pgx.Conn) error {
-		var err error
-		out, err = collect(ctx, c, sql, scan, args...)
-		return err
-	})
-	return out, mapErr(err)
+	return all(ctx, exec{s: s}, sql, scan, args...)
 }
 
 type querier interface {

@@ -13,7 +13,7 @@ import (
 // instead of queueing on each other's. The runs_delete_children trigger
 // (0003) takes the steps, events and model replies of all of them in one
 // statement each, and the approvals' foreign key cascades.
-var deleteEndedSQL = numberParams(`DELETE FROM runs WHERE id IN (
+var deleteEndedSQL = rules.NumberParams(`DELETE FROM runs WHERE id IN (
 	SELECT id FROM runs WHERE ` + rules.EndedBeforeSQL + ` ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)`)
 
 // RunDeleteEnded is one statement. Its locks are on the

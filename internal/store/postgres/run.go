@@ -16,9 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const runCols = `seq, id, tenant, agent, session_id, status, message, context, metadata, idempotency_key, batch_id,
-	max_turns, max_tokens, deadline, turn, args, answer, error, prompt_tokens, completion_tokens, data_bytes_carried,
-	event_seq, cancel_requested, cancel_reason, wake, created_at, updated_at, parent_run_id, depth, children, wait_ids, wait_until, agent_version`
+const runCols = rules.RunCols
 
 var (
 	terminalList   = rules.SQLList(rules.Terminal)
@@ -26,29 +24,9 @@ var (
 )
 
 // scanRun scans runCols, after any extra leading columns.
-func scanRun(sc scanner, extra ...any) (rules.RunRow, error) {
-	var r rules.RunRow
-	var ctxJSON, meta, args, answer, waitIDs []byte
-	var deadline, waitUntil *time.Time
-	dest := append(extra, &r.Seq, &r.ID, &r.Tenant, &r.Agent, &r.SessionID, &r.Status, &r.Message, &ctxJSON, &meta,
-		&r.IdempotencyKey, &r.BatchID, &r.MaxTurns, &r.MaxTokens, &deadline, &r.Turn, &args, &answer, &r.Error,
-		&r.Usage.PromptTokens, &r.Usage.CompletionTokens, &r.DataBytesCarried, &r.EventSeq, &r.CancelRequested,
-		&r.CancelReason, &r.Wake, &r.CreatedAt, &r.UpdatedAt, &r.ParentRunID, &r.Depth, &r.Children, &waitIDs, &waitUntil, &r.AgentVersion)
-	if err := sc.Scan(dest...); err != nil {
-		return r, err
-	}
-	r.Context, r.Args, r.Answer = rules.RawOrNil(ctxJSON), rules.RawOrNil(args), rules.RawOrNil(answer)
-	r.Deadline, r.WaitUntil = tsVal(deadline), tsVal(waitUntil)
-	r.CreatedAt, r.UpdatedAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC()
-	var err error
-	if r.WaitIDs, err = rules.DecodeStrings(waitIDs); err != nil {
-		return r, err
-	}
-	r.Metadata, err = rules.DecodeMetadata(meta)
-	return r, err
-}
+func scanRun(sc scanner, extra ...any) (rules.RunRow, error) { return scans.Run(sc, extra...) }
 
-func scanRunRow(sc scanner) (rules.RunRow, error) { return scanRun(sc) }
+func scanRunRow(sc scanner) (rules.RunRow, error) { return scans.Run(sc) }
 
 // evUnnest turns the nine event arrays of evArgs, from parameter $first
 // on, into rows x(v, turn, type, ts, content, args, tp, tc, summary, k)
@@ -102,34 +80,21 @@ func (a *eventArrays) add(e agentfleet.Event) {
 
 func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
 	q, args := rules.RunListQuery(runCols, p, after, true)
-	return all(ctx, e, numberParams(q), scanRunRow, args...)
-}
-
-// numberParams turns the "?" parameters of q into Postgres's $1, $2, ...
-// q must hold no other "?".
-func numberParams(q string) string {
-	var b strings.Builder
-	n := 0
-	for {
-		i := strings.IndexByte(q, '?')
-		if i < 0 {
-			b.WriteString(q)
-			return b.String()
-		}
-		n++
-		b.WriteString(q[:i])
-		b.WriteString("$" + strconv.Itoa(n))
-		q = q[i+1:]
-	}
+	return all(ctx, e, rules.NumberParams(q), scanRunRow, args...)
 }
 
 // RunLock reads a run and locks its row for the transaction.
 func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id))
+	return t.runByID(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id)
+}
+
+// runByID reads run id with q.
+func (t exec) runByID(ctx context.Context, q, id string) (rules.RunRow, error) {
+	r, err := scanRun(t.q().QueryRow(ctx, q, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
-	return r, err
+	return r, mapErr(err)
 }
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
@@ -173,45 +138,37 @@ func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfle
 }
 
 func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
-	return one(ctx, e, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, scanInt, tenant)
-}
-
-func scanInt(sc scanner) (int, error) {
-	var n int
-	return n, sc.Scan(&n)
+	return one(ctx, e, `SELECT count(*) FROM runs WHERE tenant = $1 AND status = 'running'`, rules.ScanInt, tenant)
 }
 
 func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Count, error) {
-	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, scanCount, tenant)
+	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, rules.ScanCount, tenant)
 }
 
-const replyCols = `run_id, turn, content, model, prompt_tokens, completion_tokens, usage_reported, created_at`
+const replyCols = rules.ReplyCols
 
-// scanReply scans replyCols, then any extra trailing columns.
-func scanReply(sc scanner, extra ...any) (store.ModelReply, error) {
-	var m store.ModelReply
-	dest := append([]any{&m.RunID, &m.Turn, &m.Content, &m.Model, &m.Usage.PromptTokens, &m.Usage.CompletionTokens, &m.UsageReported, &m.CreatedAt}, extra...)
-	err := sc.Scan(dest...)
-	m.CreatedAt = m.CreatedAt.UTC()
-	return m, err
-}
-
-// insertReplyCTE inserts the reply of 8 parameters from $first (run,
-// turn, content, model, prompt, completion, reported, created), fenced:
-// only for a run that has committed exactly turn-1 turns and not ended,
-// once per turn.
-func insertReplyCTE(first int) string {
-	ps := make([]string, 8)
-	for i := range ps {
-		ps[i] = "$" + strconv.Itoa(first+i)
-	}
-	return `m AS (
-		INSERT INTO model_replies (` + replyCols + `)
+// fencedInsertCTE is the CTE m that inserts a row of table (n parameters
+// from $first, in cols' order, the run's id and turn first), fenced: only
+// for a run that has committed exactly turn-1 turns and not ended, once
+// per key.
+func fencedInsertCTE(table, cols, key string, n int) func(first int) string {
+	return func(first int) string {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = "$" + strconv.Itoa(first+i)
+		}
+		return `m AS (
+		INSERT INTO ` + table + ` (` + cols + `)
 		SELECT id, ` + strings.Join(ps[1:], ", ") + ` FROM runs
 		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + terminalList + `)
-		ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols + `
+		ON CONFLICT (` + key + `) DO NOTHING RETURNING ` + cols + `
 	)`
+	}
 }
+
+// insertReplyCTE inserts the reply of 8 parameters (run, turn, content,
+// model, prompt, completion, reported, created).
+var insertReplyCTE = fencedInsertCTE("model_replies", replyCols, "run_id, turn", 8)
 
 // recordChargeSQL records a reply (or a journal entry: insert is its
 // CTE m, cols its columns) and, only if it did, settles its charge, in
@@ -224,11 +181,35 @@ func recordChargeSQL(p store.BudgetSettleParams, insert func(first int) string, 
 		SELECT ` + cols + `, (SELECT charged FROM c) FROM m`
 }
 
-var (
-	recordSQL                 = `WITH ` + insertReplyCTE(1) + ` SELECT ` + replyCols + `, NULL::bigint FROM m`
-	recordChargeReservedSQL   = recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"}, insertReplyCTE, replyCols)
-	recordChargeUnreservedSQL = recordChargeSQL(store.BudgetSettleParams{}, insertReplyCTE, replyCols)
-)
+// recordStatements are a record's statements: alone, and with its charge
+// to a reservation or to none (recordChargeSQL).
+type recordStatements struct{ alone, reserved, unreserved string }
+
+func recordStatementsOf(insert func(first int) string, cols string) recordStatements {
+	return recordStatements{
+		alone:      `WITH ` + insert(1) + ` SELECT ` + cols + `, NULL::bigint FROM m`,
+		reserved:   recordChargeSQL(store.BudgetSettleParams{ReservationID: "x"}, insert, cols),
+		unreserved: recordChargeSQL(store.BudgetSettleParams{}, insert, cols),
+	}
+}
+
+// pick is the statement of a record of run runID with charge, the
+// charge's arguments (the record's follow), and the record's order in
+// the shared pipeline: a charge locks its tenant's row, while the insert
+// only reads the run's (the record tables have no foreign key to runs,
+// see migration 0003).
+func (r recordStatements) pick(charge *store.BudgetSettleParams, runID string) (q string, args []any, order string) {
+	if charge == nil {
+		return r.alone, nil, pipeOrderRun + runID
+	}
+	q = r.reserved
+	if charge.ReservationID == "" {
+		q = r.unreserved
+	}
+	return q, settleArgs(*charge), pipeOrderTenant + charge.Tenant
+}
+
+var replyStatements = recordStatementsOf(insertReplyCTE, replyCols)
 
 // ModelReplyInsert is one statement in the common case: the fenced insert
 // and, with a Charge, the settle (gated on the insert). Anything else (a
@@ -236,21 +217,8 @@ var (
 // and charges nothing.
 func (d pgDriver) ModelReplyInsert(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, bool, error) {
 	r := p.ModelReply
-	q, args := recordSQL, []any(nil)
-	if p.Charge != nil {
-		q = recordChargeReservedSQL
-		if p.Charge.ReservationID == "" {
-			q = recordChargeUnreservedSQL
-		}
-		args = settleArgs(*p.Charge)
-	}
+	q, args, order := replyStatements.pick(p.Charge, r.RunID)
 	args = append(args, r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt)
-	// A charge locks its tenant's row; the insert only reads the run's
-	// (model_replies has no foreign key to runs, see migration 0003).
-	order := pipeOrderRun + r.RunID
-	if p.Charge != nil {
-		order = pipeOrderTenant + p.Charge.Tenant
-	}
 	// Through the shared pipeline: concurrent turns' records share one
 	// round trip and one commit, and those of unlimited tenants one
 	// statement (unlimitedRecordMerger).
@@ -259,7 +227,7 @@ func (d pgDriver) ModelReplyInsert(ctx context.Context, p store.ModelReplyRecord
 	read := func(br pgx.BatchResults) error {
 		m = recordedReply{}
 		var err error
-		m.reply, err = scanReply(br.QueryRow(), &m.charged)
+		m.reply, err = scans.Reply(br.QueryRow(), &m.charged)
 		if errors.Is(err, pgx.ErrNoRows) {
 			m.notInserted = true
 			return nil
@@ -386,29 +354,23 @@ var unlimitedRecordMerger = pipeMerger{
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := br.Query()
+		got, err := collectBatch(br, func(sc scanner) (recordedReply, error) {
+			m := recordedReply{charged: new(int64)}
+			var err error
+			m.reply, err = scans.Reply(sc, m.charged)
+			return m, err
+		})
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		found := 0
-		for rows.Next() {
-			var charged int64
-			reply, err := scanReply(rows, &charged)
-			if err != nil {
-				return err
-			}
-			c := byTurn[replyKey(reply.RunID, reply.Turn)]
+		for _, m := range got {
+			c := byTurn[replyKey(m.reply.RunID, m.reply.Turn)]
 			if c == nil {
-				return fmt.Errorf("reply records: run %s turn %d was not asked for", reply.RunID, reply.Turn)
+				return fmt.Errorf("reply records: run %s turn %d was not asked for", m.reply.RunID, m.reply.Turn)
 			}
-			c.out.reply, c.out.charged = reply, &charged
-			found++
+			*c.out = m
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if found != len(calls) {
+		if found := len(got); found != len(calls) {
 			// A reply was not inserted (a lost fence, a reply already
 			// there, a tenant given limits): each call runs alone and
 			// sorts out its own.
@@ -419,21 +381,17 @@ var unlimitedRecordMerger = pipeMerger{
 }
 
 func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`,
-		func(sc scanner) (store.ModelReply, error) { return scanReply(sc) }, runID, turn)
+	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scanReply, runID, turn)
 }
 
-const stepCols = `run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at`
+const stepCols = rules.StepCols
 
 // stepsSQL lists a run's steps of turns [$2, $3) in order.
 const stepsSQL = `SELECT ` + stepCols + ` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`
 
-func scanStep(sc scanner) (agentfleet.Step, error) {
-	var x agentfleet.Step
-	err := sc.Scan(&x.RunID, &x.Turn, &x.Index, &x.Kind, &x.Content, &x.Model, &x.Usage.PromptTokens, &x.Usage.CompletionTokens, &x.CreatedAt)
-	x.CreatedAt = x.CreatedAt.UTC()
-	return x, err
-}
+func scanStep(sc scanner) (agentfleet.Step, error) { return scans.Step(sc) }
+
+func scanReply(sc scanner) (store.ModelReply, error) { return scans.Reply(sc) }
 
 func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
 	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
@@ -465,31 +423,7 @@ func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]ag
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	return all(ctx, e, `SELECT e.run_id, r.tenant, r.session_id, e.seq, e.v, e.turn, e.type, e.ts, e.content, e.args,
-			e.tokens_prompt, e.tokens_completion, e.summary
+	return all(ctx, e, `SELECT `+rules.EventCols+`
 		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scanEvent, p.RunID, p.AfterSeq, limit)
-}
-
-func scanEvent(sc scanner) (agentfleet.Event, error) {
-	var e agentfleet.Event
-	var args []byte
-	var tp, tc *int64
-	var v int16
-	if err := sc.Scan(&e.RunID, &e.Tenant, &e.SessionID, &e.Seq, &v, &e.Turn, &e.Type, &e.TS, &e.Content, &args, &tp, &tc, &e.Summary); err != nil {
-		return e, err
-	}
-	e.V = int(v)
-	e.TS = e.TS.UTC()
-	e.Args = rules.RawOrNil(args)
-	if tp != nil || tc != nil {
-		e.Tokens = &agentfleet.Tokens{}
-		if tp != nil {
-			e.Tokens.Prompt = *tp
-		}
-		if tc != nil {
-			e.Tokens.Completion = *tc
-		}
-	}
-	return e, nil
+		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scans.Event, p.RunID, p.AfterSeq, limit)
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -11,27 +10,17 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const tenantCols = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at`
+const tenantCols = rules.TenantCols
 
-func scanTenant(sc scanner) (agentfleet.Tenant, error) { return scanTenantThen(sc) }
+func scanTenant(sc scanner) (agentfleet.Tenant, error) { return scans.Tenant(sc) }
 
 // scanTenantThen scans tenantCols, then any extra trailing columns.
 func scanTenantThen(sc scanner, extra ...any) (agentfleet.Tenant, error) {
-	var t agentfleet.Tenant
-	err := sc.Scan(append([]any{&t.ID, &t.TokenLimit, &t.Window, &t.TokensPerMinute, &t.MaxConcurrentRuns, &t.MaxQueuedRuns,
-		&t.Weight, &t.Exhausted, &t.CreatedAt, &t.UpdatedAt}, extra...)...)
-	t.CreatedAt, t.UpdatedAt = t.CreatedAt.UTC(), t.UpdatedAt.UTC()
-	return t, err
+	return scans.Tenant(sc, extra...)
 }
 
 // prefixCols qualifies a column list with a table alias.
-func prefixCols(prefix, cols string) string {
-	parts := strings.Split(cols, ",")
-	for i, c := range parts {
-		parts[i] = prefix + strings.TrimSpace(c)
-	}
-	return strings.Join(parts, ", ")
-}
+func prefixCols(prefix, cols string) string { return rules.PrefixCols(prefix, cols) }
 
 func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (agentfleet.Tenant, error) {
 	return one(ctx, e, `INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
@@ -53,38 +42,17 @@ func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos
 	return all(ctx, e, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scanTenant, args...)
 }
 
-const apiKeyCols = `id, tenant, name, scopes, created_at, last_used_at`
-
-// scanAPIKey scans apiKeyCols, then any extra trailing columns.
-func scanAPIKey(sc scanner, extra ...any) (store.APIKey, error) {
-	var k store.APIKey
-	var used *time.Time
-	var scopes string
-	err := sc.Scan(append(apiKeyDest(&k, &scopes, &used), extra...)...)
-	k.CreatedAt, k.LastUsedAt, k.Scopes = k.CreatedAt.UTC(), tsVal(used), rules.DecodeAPIKeyScopes(scopes)
-	return k, err
-}
-
-// apiKeyDest is where apiKeyCols scan to; scopes are the stored scopes,
-// used is the last use.
-func apiKeyDest(k *store.APIKey, scopes *string, used **time.Time) []any {
-	return []any{&k.ID, &k.Tenant, &k.Name, scopes, &k.CreatedAt, used}
-}
+const apiKeyCols = rules.APIKeyCols
 
 func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (store.APIKey, error) {
 	return one(ctx, e, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING `+apiKeyCols, func(sc scanner) (store.APIKey, error) { return scanAPIKey(sc) },
+		RETURNING `+apiKeyCols, scans.APIKey,
 		p.ID, p.Hash, p.Tenant, p.Name, p.Scopes, p.Now)
 }
 
 func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
 	return all(ctx, e, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
-		ORDER BY seq DESC LIMIT $3`, func(sc scanner) (driver.APIKeyRow, error) {
-		var r driver.APIKeyRow
-		var err error
-		r.Key, err = scanAPIKey(sc, &r.Seq)
-		return r, err
-	}, tenant, afterSeq, limit)
+		ORDER BY seq DESC LIMIT $3`, scans.APIKeyRow, tenant, afterSeq, limit)
 }
 
 func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
@@ -103,36 +71,21 @@ var tenantByAPIKeySQL = `WITH k AS (
 	SELECT ` + prefixCols("t.", tenantCols) + `, ` + prefixCols("k.", apiKeyCols) + ` FROM k JOIN tenants t ON t.id = k.tenant`
 
 func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
-	return one(ctx, e, tenantByAPIKeySQL, func(sc scanner) (store.TenantGetByAPIKeyResult, error) {
-		var r store.TenantGetByAPIKeyResult
-		var used *time.Time
-		var scopes string
-		var err error
-		r.Tenant, err = scanTenantThen(sc, apiKeyDest(&r.Key, &scopes, &used)...)
-		r.Key.CreatedAt, r.Key.LastUsedAt, r.Key.Scopes = r.Key.CreatedAt.UTC(), tsVal(used), rules.DecodeAPIKeyScopes(scopes)
-		return r, err
-	}, hash, now, touchBefore)
+	return one(ctx, e, tenantByAPIKeySQL, scans.TenantByAPIKey, hash, now, touchBefore)
 }
 
-const skillCols = `tenant, name, description, code, created_at, updated_at`
-
-func scanSkill(sc scanner) (store.Skill, error) {
-	var k store.Skill
-	err := sc.Scan(&k.Tenant, &k.Name, &k.Description, &k.Code, &k.CreatedAt, &k.UpdatedAt)
-	k.CreatedAt, k.UpdatedAt = k.CreatedAt.UTC(), k.UpdatedAt.UTC()
-	return k, err
-}
+const skillCols = rules.SkillCols
 
 func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
 	return one(ctx, e, `INSERT INTO skills (`+skillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
 		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+skillCols, scanSkill, p.Tenant, p.Name, p.Description, p.Code, now)
+		RETURNING `+skillCols, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
 }
 
 func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
-	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scanSkill, tenant, name)
+	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scans.Skill, tenant, name)
 }
 
 func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scanSkill, tenant)
+	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scans.Skill, tenant)
 }

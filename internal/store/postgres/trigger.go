@@ -11,37 +11,22 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const triggerCols = `id, tenant, name, agent, scheme, message, session_id, events, secret, prev_secret, prev_secret_until,
-	max_turns, max_tokens, max_body_bytes, enabled, callback_url, created_at, updated_at`
-
-func scanTrigger(sc scanner) (store.Trigger, error) {
-	var t store.Trigger
-	var events []byte
-	var prevUntil *time.Time
-	err := sc.Scan(&t.ID, &t.Tenant, &t.Name, &t.Agent, &t.Scheme, &t.Message, &t.SessionID, &events, &t.Secret, &t.PrevSecret, &prevUntil,
-		&t.MaxTurns, &t.MaxTokens, &t.MaxBodyBytes, &t.Enabled, &t.CallbackURL, &t.CreatedAt, &t.UpdatedAt)
-	if err != nil {
-		return t, err
-	}
-	t.PrevSecretUntil, t.CreatedAt, t.UpdatedAt = tsVal(prevUntil), t.CreatedAt.UTC(), t.UpdatedAt.UTC()
-	t.Events, err = rules.DecodeStrings(events)
-	return t, err
-}
+const triggerCols = rules.TriggerCols
 
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
 	return one(ctx, e, `INSERT INTO triggers (`+triggerCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '', NULL, $10, $11, $12, $13, $14, $15, $15) RETURNING `+triggerCols, scanTrigger,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '', NULL, $10, $11, $12, $13, $14, $15, $15) RETURNING `+triggerCols, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, rules.EncodeStrings(p.Events), p.Secret,
 		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, p.Enabled, p.CallbackURL, now)
 }
 
 func (e exec) TriggerGet(ctx context.Context, id, tenant string) (store.Trigger, error) {
-	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scanTrigger, id, tenant)
+	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scans.Trigger, id, tenant)
 }
 
 func (e exec) TriggerList(ctx context.Context, tenant, afterID string, limit int) ([]store.Trigger, error) {
 	return all(ctx, e, `SELECT `+triggerCols+` FROM triggers
-		WHERE tenant = $1 AND ($2 = '' OR id COLLATE "C" < $2) ORDER BY id COLLATE "C" DESC LIMIT $3`, scanTrigger, tenant, afterID, limit)
+		WHERE tenant = $1 AND ($2 = '' OR id COLLATE "C" < $2) ORDER BY id COLLATE "C" DESC LIMIT $3`, scans.Trigger, tenant, afterID, limit)
 }
 
 func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, prevUntil, now time.Time) (store.Trigger, error) {
@@ -67,7 +52,7 @@ func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, pr
 			prev_secret_until = CASE WHEN $13::text IS NULL THEN prev_secret_until ELSE $14::timestamptz END,
 			secret = COALESCE($13::text, secret),
 			updated_at = $15
-		WHERE id = $1 AND tenant = $2 RETURNING `+triggerCols, scanTrigger,
+		WHERE id = $1 AND tenant = $2 RETURNING `+triggerCols, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Message, p.SessionID, events, p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, p.Enabled,
 		p.CallbackURL, p.Secret, tsArg(prevUntil), now)
 }
@@ -77,17 +62,7 @@ func (e exec) TriggerDelete(ctx context.Context, tenant, id string) (bool, error
 	return n > 0, err
 }
 
-const deliveryCols = `id, trigger_id, delivery, received_at, event, action, outcome, reason, run_id, n`
-
-func scanDeliveryRow(sc scanner) (driver.DeliveryRow, error) {
-	var r driver.DeliveryRow
-	err := sc.Scan(&r.Line.ID, &r.Line.TriggerID, &r.Line.Delivery, &r.Line.ReceivedAt, &r.Line.Event, &r.Line.Action, &r.Line.Outcome, &r.Line.Reason, &r.Line.RunID, &r.N, &r.Line.Payload)
-	r.Line.ReceivedAt = r.Line.ReceivedAt.UTC()
-	if len(r.Line.Payload) == 0 {
-		r.Line.Payload = nil
-	}
-	return r, err
-}
+const deliveryCols = rules.DeliveryCols
 
 // TriggerDeliveryInsert is one pipeline: the first statement takes each
 // trigger's log lock (an advisory lock, in trigger order), so the
@@ -133,7 +108,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := collectBatch(br, scanDeliveryRow)
+		rows, err := collectBatch(br, scans.Delivery)
 		got = make([]store.TriggerDelivery, len(rows))
 		for i, r := range rows {
 			got[i] = r.Line
@@ -146,7 +121,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 func (e exec) TriggerDeliveryList(ctx context.Context, p driver.TriggerDeliveryListParams) ([]driver.DeliveryRow, error) {
 	return all(ctx, e, `SELECT `+deliveryCols+`, CASE WHEN $2 = '' THEN NULL ELSE payload END FROM trigger_deliveries
 		WHERE trigger_id = $1 AND ($2 = '' OR delivery = $2) AND ($3 < 0 OR (n, id COLLATE "C") < ($3, $4 COLLATE "C"))
-		ORDER BY n DESC, id COLLATE "C" DESC LIMIT $5`, scanDeliveryRow, p.TriggerID, p.Delivery, p.AfterN, p.AfterID, p.Limit)
+		ORDER BY n DESC, id COLLATE "C" DESC LIMIT $5`, scans.Delivery, p.TriggerID, p.Delivery, p.AfterN, p.AfterID, p.Limit)
 }
 
 // TriggerDigestUpsert is one pipelined transaction.

@@ -8,25 +8,10 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-// agentCols reads an agent's version joined to its agents row (a) or not
-// (v alone: a version kept past its agent's delete).
-const agentCols = `v.tenant, v.name, v.version, v.spec, v.created_at`
-
-const currentAgentSQL = `SELECT ` + agentCols + `, a.created_at FROM agents a
+// currentAgentSQL reads agents' current versions (a version kept past
+// its agent's delete is read from agent_versions v alone).
+const currentAgentSQL = `SELECT ` + rules.AgentCols + `, a.created_at FROM agents a
 	JOIN agent_versions v ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version`
-
-func scanAgent(sc interface{ Scan(...any) error }) (agentfleet.Agent, error) {
-	var a agentfleet.Agent
-	var spec []byte
-	var updated, created int64
-	if err := sc.Scan(&a.Tenant, &a.Name, &a.Version, &spec, &updated, &created); err != nil {
-		return a, err
-	}
-	a.CreatedAt, a.UpdatedAt = fromMicros(created), fromMicros(updated)
-	var err error
-	a.AgentSpec, err = rules.DecodeAgentSpec(spec)
-	return a, err
-}
 
 // AgentLock does nothing: the one writer connection already serialises
 // upserts.
@@ -34,12 +19,12 @@ func (e exec) AgentLock(context.Context, string, string) error { return nil }
 
 func (e exec) AgentGet(ctx context.Context, tenant, name string, version int) (agentfleet.Agent, error) {
 	if version == 0 {
-		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, scanAgent, tenant, name)
+		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, scans.Agent, tenant, name)
 	}
 	// The agent's creation is its first version's.
-	return one(ctx, e, `SELECT `+agentCols+`, (SELECT MIN(created_at) FROM agent_versions f
+	return one(ctx, e, `SELECT `+rules.AgentCols+`, (SELECT MIN(created_at) FROM agent_versions f
 		WHERE f.tenant = v.tenant AND f.name = v.name) FROM agent_versions v WHERE v.tenant = ? AND v.name = ? AND v.version = ?`,
-		scanAgent, tenant, name, version)
+		scans.Agent, tenant, name, version)
 }
 
 func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInsertParams) (agentfleet.Agent, error) {
@@ -63,7 +48,7 @@ func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInser
 			return err
 		}
 		var err error
-		a, err = scanAgent(tx.QueryRowContext(ctx, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, p.Tenant, p.Name))
+		a, err = scans.Agent(tx.QueryRowContext(ctx, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, p.Tenant, p.Name))
 		return err
 	})
 	return a, err
@@ -76,7 +61,7 @@ func (e exec) AgentList(ctx context.Context, p driver.AgentListParams) ([]agentf
 		q += ` AND (a.created_at < ? OR (a.created_at = ? AND a.name < ?))`
 		args = append(args, at, at, p.After.Name)
 	}
-	return all(ctx, e, q+` ORDER BY a.created_at DESC, a.name DESC LIMIT ?`, scanAgent, append(args, p.Limit)...)
+	return all(ctx, e, q+` ORDER BY a.created_at DESC, a.name DESC LIMIT ?`, scans.Agent, append(args, p.Limit)...)
 }
 
 func (e exec) AgentDelete(ctx context.Context, tenant, name string) (bool, error) {

@@ -2,40 +2,22 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/driver"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const approvalCols = `seq, id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview, status, reason, scope,
-	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error, digest`
+const approvalCols = rules.ApprovalCols
 
 // sameCallSQL matches a grant's primitive to the call's (given twice):
 // the same, or fetch and http, which make the same HTTP requests.
 const sameCallSQL = `(primitive = ? OR (primitive IN ('fetch', 'http') AND ? IN ('fetch', 'http')))`
 
-// scanApprovalSeq reads an approval and its list position.
-func scanApprovalSeq(sc interface{ Scan(...any) error }) (store.Approval, int64, error) {
-	var a store.Approval
-	var seq, created, expires int64
-	var decided, notifyNext sql.NullInt64
-	err := sc.Scan(&seq, &a.ID, &a.Tenant, &a.RunID, &a.SessionID, &a.Turn, &a.Index, &a.Primitive, &a.Method, &a.URL, &a.Preview,
-		&a.Status, &a.Reason, &a.Scope, &a.DecidedBy, &created, &decided, &expires, &a.NotifyURL, &a.NotifyState, &a.NotifyAttempts,
-		&notifyNext, &a.NotifyError, &a.Digest)
-	a.CreatedAt, a.DecidedAt, a.ExpiresAt, a.NotifyNextAt = fromMicros(created), tsVal(decided), fromMicros(expires), tsVal(notifyNext)
-	return a, seq, err
-}
-
-func scanApproval(sc interface{ Scan(...any) error }) (store.Approval, error) {
-	a, _, err := scanApprovalSeq(sc)
-	return a, err
-}
-
 func (t exec) ApprovalGet(ctx context.Context, id string) (store.Approval, error) {
-	a, err := scanApproval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
 	if err != nil {
 		return a, fmt.Errorf("approval %s: %w", id, mapErr(err))
 	}
@@ -47,7 +29,7 @@ func (t exec) ApprovalLock(ctx context.Context, id string) (store.Approval, erro
 }
 
 func (t exec) ApprovalLockAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
-	a, err := scanApproval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
+	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
 		WHERE run_id = ? AND turn = ? AND call_index = ? AND digest = ?`, runID, turn, index, digest))
 	return a, mapErr(err)
 }
@@ -77,37 +59,31 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 			SELECT * FROM (SELECT 1 AS pri, * FROM approvals
 				WHERE ? <> '' AND tenant = ? AND session_id = ? AND `+sameCallSQL+`
 					AND method = ? AND url = ? AND scope = 'session' AND status = 'approved' LIMIT 1)
-		) ORDER BY pri LIMIT 1`, scanApproval,
+		) ORDER BY pri LIMIT 1`, scans.Approval,
 		p.RunID, p.Turn, c.Index, c.Digest, p.SessionID, p.Tenant, p.SessionID, c.Primitive, c.Primitive, c.Method, c.URL)
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
 	return all(ctx, t, `SELECT `+approvalCols+` FROM approvals
 		WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR status = ?2) AND (?3 = '' OR run_id = ?3) AND (?4 = 0 OR seq < ?4)
-		ORDER BY seq DESC LIMIT ?5`, func(sc interface{ Scan(...any) error }) (driver.ApprovalRow, error) {
-		a, seq, err := scanApprovalSeq(sc)
-		return driver.ApprovalRow{Approval: a, Seq: seq}, err
-	}, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
+		ORDER BY seq DESC LIMIT ?5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
 
 func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]driver.ApprovalDue, error) {
 	return all(ctx, t, `SELECT a.id, r.status IN (`+terminalList+`)
 		FROM approvals a JOIN runs r ON r.id = a.run_id
 		WHERE a.status = 'pending' AND (a.expires_at <= ? OR r.status IN (`+terminalList+`)) ORDER BY a.expires_at LIMIT ?`,
-		func(sc interface{ Scan(...any) error }) (driver.ApprovalDue, error) {
-			var d driver.ApprovalDue
-			return d, sc.Scan(&d.ID, &d.RunEnded)
-		}, now.UnixMicro(), limit)
+		rules.ScanApprovalDue, now.UnixMicro(), limit)
 }
 
 func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
-	return all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`, scanCount)
+	return all(ctx, t, `SELECT tenant, count(*) FROM approvals WHERE status = 'pending' GROUP BY tenant`, rules.ScanCount)
 }
 
 func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, limit int) ([]store.Approval, error) {
 	return rows(ctx, t, `UPDATE approvals SET notify_next_at = ?
 		WHERE id IN (SELECT id FROM approvals WHERE notify_state = 'pending' AND notify_next_at <= ? ORDER BY notify_next_at LIMIT ?)
-		RETURNING `+approvalCols, scanApproval, until.UnixMicro(), now.UnixMicro(), limit)
+		RETURNING `+approvalCols, scans.Approval, until.UnixMicro(), now.UnixMicro(), limit)
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -21,35 +20,18 @@ func (e exec) CallbackSecretGet(ctx context.Context, tenant string) (string, err
 }
 
 // scanString scans one text column.
-func scanString(sc interface{ Scan(...any) error }) (string, error) {
-	var v string
-	return v, sc.Scan(&v)
-}
+func scanString(sc scanner) (string, error) { return rules.ScanString(sc) }
 
-const callbackCols = `run_id, tenant, url, state, attempts, attempt_log, next_at, first_at, created_at, updated_at`
-
-func scanCallback(sc interface{ Scan(...any) error }) (store.RunCallback, error) {
-	var c store.RunCallback
-	var log []byte
-	var next, created, updated int64
-	var first sql.NullInt64
-	if err := sc.Scan(&c.RunID, &c.Tenant, &c.URL, &c.State, &c.Attempts, &log, &next, &first, &created, &updated); err != nil {
-		return c, err
-	}
-	c.NextAt, c.FirstAt, c.CreatedAt, c.UpdatedAt = fromMicros(next), tsVal(first), fromMicros(created), fromMicros(updated)
-	var err error
-	c.Log, err = rules.DecodeCallbackLog(log)
-	return c, err
-}
+const callbackCols = rules.CallbackCols
 
 func (e exec) RunCallbackInsert(ctx context.Context, runID, tenant, url string, now time.Time) (store.RunCallback, error) {
 	at := now.UnixMicro()
 	return row(ctx, e, `INSERT INTO run_callbacks (run_id, tenant, url, state, next_at, created_at, updated_at)
-		VALUES (?, ?, ?, 'pending', ?, ?, ?) RETURNING `+callbackCols, scanCallback, runID, tenant, url, at, at, at)
+		VALUES (?, ?, ?, 'pending', ?, ?, ?) RETURNING `+callbackCols, scans.Callback, runID, tenant, url, at, at, at)
 }
 
 func (e exec) RunCallbackGet(ctx context.Context, runID string) (store.RunCallback, error) {
-	return one(ctx, e, `SELECT `+callbackCols+` FROM run_callbacks WHERE run_id = ?`, scanCallback, runID)
+	return one(ctx, e, `SELECT `+callbackCols+` FROM run_callbacks WHERE run_id = ?`, scans.Callback, runID)
 }
 
 func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit int) ([]store.RunCallback, error) {
@@ -58,22 +40,19 @@ func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit 
 			SELECT c.run_id FROM run_callbacks c JOIN runs r ON r.id = c.run_id
 			WHERE c.state = 'pending' AND c.next_at <= ? AND r.status IN (`+rules.SQLList(rules.Terminal)+`)
 			ORDER BY c.next_at LIMIT ?)
-		RETURNING `+callbackCols, scanCallback, until.UnixMicro(), now.UnixMicro(), now.UnixMicro(), limit)
+		RETURNING `+callbackCols, scans.Callback, until.UnixMicro(), now.UnixMicro(), now.UnixMicro(), limit)
 }
 
 // RunCallbackLogLock reads the log; the one writer is the lock.
 func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, error) {
-	return one(ctx, e, `SELECT attempt_log FROM run_callbacks WHERE run_id = ?`, func(sc interface{ Scan(...any) error }) ([]byte, error) {
-		var raw []byte
-		return raw, sc.Scan(&raw)
-	}, runID)
+	return one(ctx, e, `SELECT attempt_log FROM run_callbacks WHERE run_id = ?`, rules.ScanBytes, runID)
 }
 
 func (e exec) RunCallbackUpdate(ctx context.Context, p driver.RunCallbackUpdateParams) (store.RunCallback, error) {
 	return row(ctx, e, `UPDATE run_callbacks SET state = ?, attempts = attempts + 1, attempt_log = ?,
 			next_at = ?, first_at = COALESCE(first_at, ?), updated_at = ?
 		WHERE run_id = ? RETURNING `+callbackCols,
-		scanCallback, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro(), p.RunID)
+		scans.Callback, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro(), p.RunID)
 }
 
 func (e exec) RunCallbackDeleteOrphans(ctx context.Context, before time.Time) (int, error) {

@@ -19,24 +19,13 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	return all(ctx, t, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`, scanRunStatus,
+	return all(ctx, t, `SELECT id, status FROM runs WHERE id IN (SELECT value FROM json_each(?))`, rules.ScanRunStatus,
 		string(rules.EncodeStrings(ids)))
-}
-
-func scanRunStatus(sc interface{ Scan(...any) error }) (driver.RunStatus, error) {
-	var r driver.RunStatus
-	return r, sc.Scan(&r.ID, &r.Status)
-}
-
-// openChildren repeats runs_open_children's predicate for the runs table
-// under alias a ("" for none), so the index serves it.
-func openChildren(a string) string {
-	return a + `parent_run_id <> '' AND ` + a + `status NOT IN ('completed','failed','cancelled','max_turns')`
 }
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+openChildren("")+` ORDER BY seq`, scanString, parent)
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+rules.OpenChildren("")+` ORDER BY seq`, scanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
@@ -48,7 +37,7 @@ var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND
 
 // orphanedSQL finds ended runs with children not yet ended.
 var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-	WHERE ` + openChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT ?`
+	WHERE ` + rules.OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT ?`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return all(ctx, e, waitersDueSQL, scanString, now.UnixMicro(), limit)
@@ -65,8 +54,5 @@ func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage
 			SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id WHERE r.parent_run_id <> ''
 		)
 		SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0) FROM runs WHERE id IN (SELECT id FROM d)`,
-		func(sc interface{ Scan(...any) error }) (agentfleet.Usage, error) {
-			var u agentfleet.Usage
-			return u, sc.Scan(&u.PromptTokens, &u.CompletionTokens)
-		}, id)
+		rules.ScanUsage, id)
 }

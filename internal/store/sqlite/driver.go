@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 
 	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
@@ -20,8 +22,18 @@ type liteDriver struct{ exec }
 
 var _ driver.Driver = liteDriver{}
 
+// Driver is s as the rules see it: its primitives, for the driver
+// contract suite (driver/drivertest).
+func (s *Store) Driver() driver.Driver { return liteDriver{exec{s: s, q: s.rd}} }
+
 func (d liteDriver) Tx(ctx context.Context, fn func(x driver.Executor) error) error {
 	return d.s.write(ctx, func(tx *wtx) error { return fn(exec{s: d.s, q: tx, tx: tx}) })
+}
+
+// Read runs fn in one read transaction on the read pool: one snapshot
+// for all its reads.
+func (d liteDriver) Read(ctx context.Context, fn func(x driver.Executor) error) error {
+	return d.s.readTx(ctx, func(q queryer) error { return fn(exec{s: d.s, q: q}) })
 }
 
 // write runs fn in the transaction, or as a write of its own.
@@ -31,6 +43,9 @@ func (e exec) write(ctx context.Context, fn func(tx *wtx) error) error {
 	}
 	return e.s.write(ctx, fn)
 }
+
+// inWrite is e inside the write transaction tx.
+func (e exec) inWrite(tx *wtx) exec { return exec{s: e.s, q: tx, tx: tx} }
 
 // run runs a write statement and returns the rows it affected.
 func (e exec) run(ctx context.Context, q string, args ...any) (int64, error) {
@@ -47,38 +62,35 @@ func (e exec) run(ctx context.Context, q string, args ...any) (int64, error) {
 }
 
 // rows runs a write statement that returns rows, and scans them.
-func rows[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) ([]T, error) {
+func rows[T any](ctx context.Context, e exec, q string, scan func(scanner) (T, error), args ...any) ([]T, error) {
 	var out []T
 	err := e.write(ctx, func(tx *wtx) error {
-		rs, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		out, err = collect(rs, scan)
+		var err error
+		out, err = all(ctx, e.inWrite(tx), q, scan, args...)
 		return err
 	})
 	return out, err
 }
 
 // row runs a write statement that returns one row, and scans it.
-func row[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) (T, error) {
+func row[T any](ctx context.Context, e exec, q string, scan func(scanner) (T, error), args ...any) (T, error) {
 	var v T
 	err := e.write(ctx, func(tx *wtx) error {
 		var err error
-		v, err = scan(tx.QueryRowContext(ctx, q, args...))
+		v, err = one(ctx, e.inWrite(tx), q, scan, args...)
 		return err
 	})
 	return v, err
 }
 
 // one reads one row with scan.
-func one[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) (T, error) {
+func one[T any](ctx context.Context, e exec, q string, scan func(scanner) (T, error), args ...any) (T, error) {
 	v, err := scan(e.q.QueryRowContext(ctx, q, args...))
 	return v, mapErr(err)
 }
 
 // all reads every row with scan.
-func all[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan(...any) error }) (T, error), args ...any) ([]T, error) {
+func all[T any](ctx context.Context, e exec, q string, scan func(scanner) (T, error), args ...any) ([]T, error) {
 	rows, err := e.q.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, mapErr(err)
@@ -87,18 +99,16 @@ func all[T any](ctx context.Context, e exec, q string, scan func(interface{ Scan
 	return v, mapErr(err)
 }
 
-// Driver is s as the rules see it: its primitives, for the driver
-// contract suite (driver/drivertest).
-func (s *Store) Driver() driver.Driver { return liteDriver{exec{s: s, q: s.rd}} }
-
-// scanCount scans a key and its count.
-func scanCount(sc interface{ Scan(...any) error }) (driver.Count, error) {
-	var c driver.Count
-	return c, sc.Scan(&c.Key, &c.N)
-}
-
-// Read runs fn in one read transaction on the read pool: one snapshot
-// for all its reads.
-func (d liteDriver) Read(ctx context.Context, fn func(x driver.Executor) error) error {
-	return d.s.readTx(ctx, func(q queryer) error { return fn(exec{s: d.s, q: q}) })
+// collect scans every row and closes rows.
+func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, errors.Join(rows.Err(), rows.Close())
 }

@@ -281,44 +281,23 @@ func (s *Store) migrateWhenFree(ctx context.Context) error {
 }
 
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := rules.Migrations(migrationFS, "migrations")
-	if err != nil {
-		return fmt.Errorf("sqlite: %w", err)
-	}
-	err = s.write(ctx, func(tx *wtx) error {
-		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
-			return err
-		}
-		applied := map[int]bool{}
-		rows, err := tx.QueryContext(ctx, `SELECT version FROM schema_migrations`)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var v int
-			if err := rows.Scan(&v); err != nil {
-				rows.Close()
+	err := s.write(ctx, func(tx *wtx) error {
+		return rules.Migrate(migrationFS, "migrations", rules.Migrator{
+			Exec: func(q string) error {
+				_, err := tx.ExecContext(ctx, q)
 				return err
-			}
-			applied[v] = true
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		for _, m := range ms {
-			if applied[m.Version] {
-				continue
-			}
-			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-				return fmt.Errorf("apply %s: %w", m.Name, err)
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.Version, m.Name, rules.Now().UnixMicro()); err != nil {
-				return fmt.Errorf("record %s: %w", m.Name, err)
-			}
-		}
-		return nil
+			},
+			Table: `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`,
+			Applied: func() ([]int, error) {
+				return all(ctx, exec{s: s}.inWrite(tx), `SELECT version FROM schema_migrations`, rules.ScanInt)
+			},
+			Record: func(m rules.Migration, now time.Time) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+					m.Version, m.Name, now.UnixMicro())
+				return err
+			},
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: migrate %s: %w", s.cfg.Path, err)
@@ -372,8 +351,8 @@ func (s *Store) flush(batch []*writeReq) {
 		finish(mapErr(err))
 		return
 	}
-	tx := &wtx{Tx: sqltx, s: s}
-	defer func() { s.prepareMissed(bctx, tx.missed) }()
+	tx := &wtx{Tx: sqltx, stmts: txStmts{tx: sqltx, cache: &s.wstmts}}
+	defer func() { s.prepareMissed(bctx, tx.stmts.missed) }()
 	if len(batch) == 1 {
 		r := batch[0]
 		if err := r.fn(tx); err != nil {
@@ -428,12 +407,10 @@ func (s *Store) prepareMissed(ctx context.Context, missed []string) {
 }
 
 // wtx is a write transaction whose statements come from the writer's
-// cache. A statement not cached yet is prepared on the transaction (the
-// writer's one connection is busy with it) and cached after it ends.
+// cache (txStmts).
 type wtx struct {
 	*sql.Tx
-	s      *Store
-	missed []string
+	stmts txStmts
 	// shared: the transaction runs a group of writes. A caller giving up
 	// must then not interrupt its statement: SQLite rolls an interrupted
 	// write's whole transaction back, every other write of the group and
@@ -450,12 +427,7 @@ func (t *wtx) ctx(ctx context.Context) context.Context {
 }
 
 func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	ctx = t.ctx(ctx)
-	if st, ok := t.s.wstmts.Load(q); ok {
-		return t.Tx.StmtContext(ctx, st.(*sql.Stmt)), nil
-	}
-	t.missed = append(t.missed, q)
-	return t.Tx.PrepareContext(ctx, q)
+	return t.stmts.stmt(t.ctx(ctx), q)
 }
 
 func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -468,21 +440,11 @@ func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Resul
 }
 
 func (t *wtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	ctx = t.ctx(ctx)
-	st, err := t.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(ctx, args...)
+	return t.stmts.QueryContext(t.ctx(ctx), q, args...)
 }
 
 func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	ctx = t.ctx(ctx)
-	st, err := t.stmt(ctx, q)
-	if err != nil {
-		return t.Tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
-	}
-	return st.QueryRowContext(ctx, args...)
+	return t.stmts.QueryRowContext(t.ctx(ctx), q, args...)
 }
 
 // reader runs reads on the read pool through cached statements.
@@ -504,19 +466,11 @@ func (r reader) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st, err := r.stmt(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(ctx, args...)
+	return query(ctx, r, q, args)
 }
 
 func (r reader) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	st, err := r.stmt(ctx, q)
-	if err != nil {
-		return r.s.r.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
-	}
-	return st.QueryRowContext(ctx, args...)
+	return queryRow(ctx, r, r.s.r, q, args)
 }
 
 // readTx runs fn in one read transaction on the read pool (one snapshot
@@ -526,7 +480,7 @@ func (s *Store) readTx(ctx context.Context, fn func(q queryer) error) error {
 	if err != nil {
 		return mapErr(err)
 	}
-	t := &rtx{tx: sqltx, r: s.rd}
+	t := &txStmts{tx: sqltx, cache: &s.rstmts}
 	err = fn(t)
 	_ = sqltx.Rollback() // a read transaction has nothing to commit
 	// The connection is back in the pool: cache what the transaction
@@ -537,37 +491,56 @@ func (s *Store) readTx(ctx context.Context, fn func(q queryer) error) error {
 	return mapErr(err)
 }
 
-// rtx is a read transaction whose statements come from the read pool's
-// cache. A statement not cached yet is prepared on the transaction's own
-// connection and cached after it ends: preparing it on the pool would
-// need a second connection, and with every connection held by such
-// transactions none would come.
-type rtx struct {
+// txStmts are a transaction's statements, from the cache of its
+// connections (by SQL text). A statement not cached yet is prepared on
+// the transaction and noted in missed, to be cached after it ends:
+// preparing it on the pool would need a second connection (the writer's
+// one is busy with the transaction), and with every connection held by
+// such transactions none would come.
+type txStmts struct {
 	tx     *sql.Tx
-	r      reader
+	cache  *sync.Map
 	missed []string
 }
 
-func (t *rtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	if st, ok := t.r.s.rstmts.Load(q); ok {
+func (t *txStmts) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := t.cache.Load(q); ok {
 		return t.tx.StmtContext(ctx, st.(*sql.Stmt)), nil
 	}
 	t.missed = append(t.missed, q)
 	return t.tx.PrepareContext(ctx, q)
 }
 
-func (t *rtx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	st, err := t.stmt(ctx, q)
+func (t *txStmts) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return query(ctx, t, q, args)
+}
+
+func (t *txStmts) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	return queryRow(ctx, t, t.tx, q, args)
+}
+
+// stmtSource gives the prepared statement of q.
+type stmtSource interface {
+	stmt(ctx context.Context, q string) (*sql.Stmt, error)
+}
+
+// query runs q through src's statement.
+func query(ctx context.Context, src stmtSource, q string, args []any) (*sql.Rows, error) {
+	st, err := src.stmt(ctx, q)
 	if err != nil {
 		return nil, err
 	}
 	return st.QueryContext(ctx, args...)
 }
 
-func (t *rtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
-	st, err := t.stmt(ctx, q)
+// queryRow runs q through src's statement. One that fails to prepare is
+// run on unprepared, which fails the same way, as a Row.
+func queryRow(ctx context.Context, src stmtSource, unprepared interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}, q string, args []any) *sql.Row {
+	st, err := src.stmt(ctx, q)
 	if err != nil {
-		return t.tx.QueryRowContext(ctx, q, args...) // fails the same way, as a Row
+		return unprepared.QueryRowContext(ctx, q, args...)
 	}
 	return st.QueryRowContext(ctx, args...)
 }
@@ -618,6 +591,28 @@ func tsVal(v sql.NullInt64) time.Time {
 }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+// microTime is where a timestamp column scans to: a time.Time, in UTC,
+// the zero time for NULL.
+type microTime time.Time
+
+func (t *microTime) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*t = microTime{}
+	case int64:
+		*t = microTime(fromMicros(v))
+	default:
+		return fmt.Errorf("timestamp: got %T, want microseconds since the epoch", src)
+	}
+	return nil
+}
+
+// scans reads the store's rows (rules.Scans) from this schema.
+var scans = rules.Scans{Time: func(t *time.Time) any { return (*microTime)(t) }}
+
+// scanner is a row to scan: *sql.Row or *sql.Rows.
+type scanner = rules.Scanner
 
 // blobArg stores an absent raw value as NULL.
 func blobArg(b []byte) any {

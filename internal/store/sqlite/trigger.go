@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/store"
@@ -10,39 +9,23 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const triggerCols = `id, tenant, name, agent, scheme, message, session_id, events, secret, prev_secret, prev_secret_until,
-	max_turns, max_tokens, max_body_bytes, enabled, callback_url, created_at, updated_at`
-
-func scanTrigger(sc interface{ Scan(...any) error }) (store.Trigger, error) {
-	var t store.Trigger
-	var events []byte
-	var prevUntil sql.NullInt64
-	var created, updated int64
-	err := sc.Scan(&t.ID, &t.Tenant, &t.Name, &t.Agent, &t.Scheme, &t.Message, &t.SessionID, &events, &t.Secret, &t.PrevSecret, &prevUntil,
-		&t.MaxTurns, &t.MaxTokens, &t.MaxBodyBytes, &t.Enabled, &t.CallbackURL, &created, &updated)
-	if err != nil {
-		return t, err
-	}
-	t.PrevSecretUntil, t.CreatedAt, t.UpdatedAt = tsVal(prevUntil), fromMicros(created), fromMicros(updated)
-	t.Events, err = rules.DecodeStrings(events)
-	return t, err
-}
+const triggerCols = rules.TriggerCols
 
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
 	at := now.UnixMicro()
 	return row(ctx, e, `INSERT INTO triggers (`+triggerCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols, scanTrigger,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, textArg(rules.EncodeStrings(p.Events)), p.Secret,
 		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, boolInt(p.Enabled), p.CallbackURL, at, at)
 }
 
 func (e exec) TriggerGet(ctx context.Context, id, tenant string) (store.Trigger, error) {
-	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = ? AND (? = '' OR tenant = ?)`, scanTrigger, id, tenant, tenant)
+	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = ? AND (? = '' OR tenant = ?)`, scans.Trigger, id, tenant, tenant)
 }
 
 func (e exec) TriggerList(ctx context.Context, tenant, afterID string, limit int) ([]store.Trigger, error) {
 	return all(ctx, e, `SELECT `+triggerCols+` FROM triggers
-		WHERE tenant = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scanTrigger, tenant, afterID, afterID, limit)
+		WHERE tenant = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scans.Trigger, tenant, afterID, afterID, limit)
 }
 
 func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, prevUntil, now time.Time) (store.Trigger, error) {
@@ -70,7 +53,7 @@ func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, pr
 			prev_secret_until = CASE WHEN ? IS NULL THEN prev_secret_until ELSE ? END,
 			secret = COALESCE(?, secret),
 			updated_at = ?
-		WHERE id = ? AND tenant = ? RETURNING `+triggerCols, scanTrigger,
+		WHERE id = ? AND tenant = ? RETURNING `+triggerCols, scans.Trigger,
 		p.Name, p.Agent, p.Message, p.SessionID, boolInt(setEvents), events, p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, enabled,
 		p.CallbackURL, p.Secret, p.Secret, tsArg(prevUntil), p.Secret, now.UnixMicro(), p.ID, p.Tenant)
 }
@@ -80,19 +63,7 @@ func (e exec) TriggerDelete(ctx context.Context, tenant, id string) (bool, error
 	return n > 0, err
 }
 
-const deliveryCols = `id, trigger_id, delivery, received_at, event, action, outcome, reason, run_id, n`
-
-func scanDeliveryRow(sc interface{ Scan(...any) error }) (driver.DeliveryRow, error) {
-	var r driver.DeliveryRow
-	var at int64
-	var payload []byte
-	err := sc.Scan(&r.Line.ID, &r.Line.TriggerID, &r.Line.Delivery, &at, &r.Line.Event, &r.Line.Action, &r.Line.Outcome, &r.Line.Reason, &r.Line.RunID, &r.N, &payload)
-	r.Line.ReceivedAt = fromMicros(at)
-	if len(payload) > 0 {
-		r.Line.Payload = payload
-	}
-	return r, err
-}
+const deliveryCols = rules.DeliveryCols
 
 // TriggerDeliveryInsert numbers on the one writer connection, so the
 // numbers are exact.
@@ -101,7 +72,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 	err := e.write(ctx, func(tx *wtx) error {
 		got = got[:0]
 		for _, l := range lines {
-			row, err := scanDeliveryRow(tx.QueryRowContext(ctx, `INSERT INTO trigger_deliveries
+			row, err := scans.Delivery(tx.QueryRowContext(ctx, `INSERT INTO trigger_deliveries
 					(id, trigger_id, n, delivery, received_at, event, action, outcome, reason, run_id, payload)
 				SELECT ?, ?, COALESCE((SELECT n FROM trigger_deliveries WHERE trigger_id = ? ORDER BY n DESC LIMIT 1), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?
 				RETURNING `+deliveryCols+`, NULL`,
@@ -123,7 +94,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 func (e exec) TriggerDeliveryList(ctx context.Context, p driver.TriggerDeliveryListParams) ([]driver.DeliveryRow, error) {
 	return all(ctx, e, `SELECT `+deliveryCols+`, CASE WHEN ? = '' THEN NULL ELSE payload END FROM trigger_deliveries
 		WHERE trigger_id = ? AND (? = '' OR delivery = ?) AND (? < 0 OR n < ? OR (n = ? AND id < ?))
-		ORDER BY n DESC, id DESC LIMIT ?`, scanDeliveryRow,
+		ORDER BY n DESC, id DESC LIMIT ?`, scans.Delivery,
 		p.Delivery, p.TriggerID, p.Delivery, p.Delivery, p.AfterN, p.AfterN, p.AfterN, p.AfterID, p.Limit)
 }
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Migration is one versioned schema change shipped inside the binary.
@@ -47,4 +48,51 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
+}
+
+// Migrator is what Migrate needs of a backend: its statements, run in the
+// one transaction that applies the migrations (taken so that two
+// processes opening one database at once apply each migration once).
+type Migrator struct {
+	// Exec runs a statement: the bookkeeping table's DDL, a migration.
+	Exec func(sql string) error
+	// Table creates schema_migrations (version, name, applied_at) when
+	// missing.
+	Table string
+	// Applied reads the versions schema_migrations records.
+	Applied func() ([]int, error)
+	// Record adds m to schema_migrations, applied now.
+	Record func(m Migration, now time.Time) error
+}
+
+// Migrate applies the migrations of dir in fsys that schema_migrations
+// does not record yet, in version order, recording each.
+func Migrate(fsys fs.FS, dir string, m Migrator) error {
+	ms, err := Migrations(fsys, dir)
+	if err != nil {
+		return err
+	}
+	if err := m.Exec(m.Table); err != nil {
+		return err
+	}
+	versions, err := m.Applied()
+	if err != nil {
+		return err
+	}
+	applied := map[int]bool{}
+	for _, v := range versions {
+		applied[v] = true
+	}
+	for _, mg := range ms {
+		if applied[mg.Version] {
+			continue
+		}
+		if err := m.Exec(mg.SQL); err != nil {
+			return fmt.Errorf("apply %s: %w", mg.Name, err)
+		}
+		if err := m.Record(mg, Now()); err != nil {
+			return fmt.Errorf("record %s: %w", mg.Name, err)
+		}
+	}
+	return nil
 }
