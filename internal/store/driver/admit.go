@@ -16,9 +16,6 @@ type Admitter interface {
 	// gets. An agent the tenant lacks is store.ErrUnknownAgent, a batch id
 	// or idempotency key taken store.ErrConflict; nothing is left behind.
 	BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitParams, now time.Time) (Admission, error)
-	// QueueCount is rules.QueueGate's count: a tenant's max_queued_runs
-	// and its unfinished runs (counted no further than one past it).
-	QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error)
 }
 
 // Admission is one batch's admission as a backend keeps it: on PostgreSQL

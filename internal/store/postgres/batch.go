@@ -62,10 +62,6 @@ func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitPar
 	return a, nil
 }
 
-func (d pgDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	return d.s.countQueued(ctx, tenant)
-}
-
 // admission is one batch's admission: one transaction.
 type admission struct {
 	tx         pgx.Tx

@@ -66,10 +66,6 @@ func (d liteDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitP
 	return a, nil
 }
 
-func (d liteDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	return d.s.countQueued(ctx, tenant)
-}
-
 // admission is one batch's admission in chunks.
 type admission struct {
 	s          *Store
