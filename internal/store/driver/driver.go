@@ -13,8 +13,7 @@
 // normalised as the store returns them (UTC, microseconds).
 //
 // Every primitive is held to the contract suite in driver/drivertest,
-// which each backend runs. Nouns move behind this seam one at a time; the
-// Executor lists the ones that have (see rules.Store's doc).
+// which each backend runs.
 package driver
 
 import "context"

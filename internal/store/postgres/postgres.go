@@ -4,11 +4,9 @@
 //
 // It owns the Postgres schema (migrations/, applied on Open under an
 // advisory lock, so any number of processes may start at once) and the
-// SQL: the driver.Executor primitives (driver.go and one file per noun),
-// over which the rules package implements most of store.Store, and the
-// methods that have not moved behind that seam (see rules.Store's doc:
-// the turn path, the budget ledger, the batch admission). It must not
-// know NATS, HTTP or the turn engine.
+// SQL: the driver.Driver primitives (driver.go and one file per noun),
+// over which the rules package implements store.Store (see rules.Store's
+// doc). It must not know NATS, HTTP or the turn engine.
 //
 // How it stays correct and fast under concurrency:
 //   - The hot writes are single statements (or one pipelined batch, which

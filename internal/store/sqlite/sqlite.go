@@ -2,9 +2,8 @@
 // (modernc.org/sqlite), the default when no Postgres URL is configured.
 //
 // It owns the SQLite schema (migrations/, applied on Open) and the SQL:
-// the driver.Executor primitives (driver.go and one file per noun), over
-// which the rules package implements most of store.Store, and the
-// methods that have not moved behind that seam (see rules.Store's doc).
+// the driver.Driver primitives (driver.go and one file per noun), over
+// which the rules package implements store.Store (see rules.Store's doc).
 // It must not know NATS, HTTP or the turn engine; callers see only
 // store.Store and store's sentinel errors.
 //
