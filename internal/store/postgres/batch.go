@@ -187,13 +187,7 @@ func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Bat
 
 func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
 	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-		AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, scanString, id, limit)
-}
-
-func scanString(sc scanner) (string, error) {
-	var v string
-	err := sc.Scan(&v)
-	return v, err
+		AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, rules.ScanString, id, limit)
 }
 
 func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {

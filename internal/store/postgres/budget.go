@@ -245,7 +245,7 @@ func (e exec) ReservationRelease(ctx context.Context, id string) error {
 			DELETE FROM reservations WHERE id = $1 RETURNING tenant, tokens
 		)
 		UPDATE tenants t SET reserved = GREATEST(t.reserved - r.tokens, 0) FROM r WHERE t.id = r.tenant RETURNING t.id`,
-		scanString, id)
+		rules.ScanString, id)
 	return err
 }
 
