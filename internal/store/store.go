@@ -375,6 +375,26 @@ type Store interface {
 	// claim of an unknown trigger fails the call.
 	TriggerDigestClaim(ctx context.Context, p TriggerDigestClaimParams) ([]string, error)
 
+	// SecretPut creates a tenant's secret (version 1) or replaces it
+	// (version + 1, created kept); the tenant must exist (ErrNotFound).
+	// Names are [a-z0-9_]{1,64}, hosts bare host names, the header a
+	// token and the format holds {value} (ErrInvalid).
+	SecretPut(ctx context.Context, p SecretPutParams) (agentfleet.Secret, error)
+	// SecretGet and SecretList read secrets without their values
+	// (SecretList by name); SecretDelete removes one (ErrNotFound).
+	SecretGet(ctx context.Context, tenant, name string) (agentfleet.Secret, error)
+	SecretList(ctx context.Context, tenant string) ([]agentfleet.Secret, error)
+	SecretDelete(ctx context.Context, tenant, name string) error
+	// SecretSealedList reads a tenant's secrets with their sealed values,
+	// for the worker, which opens them.
+	SecretSealedList(ctx context.Context, tenant string) ([]SealedSecret, error)
+	// SealedList pages through every sealed value the store keeps (the
+	// tenants' secrets, the triggers' current and previous secrets, the
+	// callback secrets), and SealedReplace swaps one for its resealing:
+	// together, a rekey.
+	SealedList(ctx context.Context, p SealedListParams) ([]Sealed, error)
+	SealedReplace(ctx context.Context, p SealedReplaceParams) error
+
 	// TenantCallbackSecretSet stores (or replaces) a tenant's sealed
 	// callback secret; TenantCallbackSecretGet reads it (ErrNotFound:
 	// none).
