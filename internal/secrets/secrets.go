@@ -202,3 +202,9 @@ func (k key) open(b64, ad string) (string, error) {
 	}
 	return string(pt), nil
 }
+
+// SecretAD is the associated data of a tenant's named secret: a value
+// sealed for one tenant's name does not open as another's.
+func SecretAD(tenant, name string) string {
+	return "secret/" + tenant + "/" + name
+}
