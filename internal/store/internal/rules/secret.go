@@ -44,23 +44,26 @@ func SecretPut(p store.SecretPutParams) (store.SecretPutParams, error) {
 	if err := checkTexts("secret sealed value", p.Sealed, "secret key id", p.KeyID); err != nil {
 		return p, err
 	}
-	hosts, err := SecretHosts(p.Hosts)
-	if err != nil {
-		return p, fmt.Errorf("secret %s: %w", p.Name, err)
-	}
-	p.Hosts = hosts
 	if p.Header == "" {
 		p.Header = agentfleet.SecretHeaderDefault
-	}
-	if err := checkHeaderName(p.Header); err != nil {
-		return p, fmt.Errorf("secret %s: %w", p.Name, err)
 	}
 	if p.Format == "" {
 		p.Format = agentfleet.SecretFormatDefault
 	}
-	if err := checkHeaderFormat(p.Format); err != nil {
-		return p, fmt.Errorf("secret %s: %w", p.Name, err)
+	if err := CheckText("format", p.Format); err != nil {
+		return p, err
 	}
+	hosts, err := secretHosts(p.Hosts)
+	if err == nil {
+		err = checkHeaderName(p.Header)
+	}
+	if err == nil {
+		err = checkHeaderFormat(p.Format)
+	}
+	if err != nil {
+		return p, Invalidf("secret %s: %v", p.Name, err)
+	}
+	p.Hosts = hosts
 	return p, nil
 }
 
@@ -74,19 +77,19 @@ func checkSecretRef(tenant, name string) error {
 	return nil
 }
 
-// SecretHosts checks the hosts of a secret and returns them lower-cased,
+// secretHosts checks the hosts of a secret and returns them lower-cased,
 // without repeats: 1 to SecretHostsMax bare host names (no scheme, port
 // or path), each perhaps "*." and a domain of two labels or more, which
 // names every host below the domain but not the domain itself.
-func SecretHosts(hosts []string) ([]string, error) {
+func secretHosts(hosts []string) ([]string, error) {
 	if len(hosts) == 0 || len(hosts) > SecretHostsMax {
-		return nil, Invalidf("hosts: give 1 to %d host names (%d given)", SecretHostsMax, len(hosts))
+		return nil, fmt.Errorf("hosts: give 1 to %d host names (%d given)", SecretHostsMax, len(hosts))
 	}
 	out := make([]string, 0, len(hosts))
 	for _, h := range hosts {
 		h = strings.ToLower(h)
 		if err := checkHost(h); err != nil {
-			return nil, Invalidf("hosts entry %q %s", h, err)
+			return nil, fmt.Errorf("hosts entry %q %w", h, err)
 		}
 		if !slices.Contains(out, h) {
 			out = append(out, h)
@@ -118,11 +121,11 @@ func checkHost(h string) error {
 // checkHeaderName holds a header name to RFC 9110's token.
 func checkHeaderName(h string) error {
 	if len(h) > SecretHeaderMax {
-		return Invalidf("header: at most %d characters", SecretHeaderMax)
+		return fmt.Errorf("header: at most %d characters", SecretHeaderMax)
 	}
 	for _, c := range []byte(h) {
 		if !isTokenChar(c) {
-			return Invalidf("header %q: a header name is letters, digits and !#$%%&'*+-.^_`|~ only", h)
+			return fmt.Errorf("header %q: a header name is letters, digits and !#$%%&'*+-.^_`|~ only", h)
 		}
 	}
 	return nil
@@ -134,20 +137,17 @@ func isTokenChar(c byte) bool {
 
 // checkHeaderFormat: the format becomes a header's value, so it holds
 // {value} and no control character (a line break would start another
-// header).
+// header). It is valid UTF-8 (CheckText) already.
 func checkHeaderFormat(f string) error {
 	if len(f) > SecretFormatMax {
-		return Invalidf("format: at most %d characters", SecretFormatMax)
+		return fmt.Errorf("format: at most %d characters", SecretFormatMax)
 	}
 	if !strings.Contains(f, "{value}") {
-		return Invalidf("format %q: it must hold {value}, where the secret goes (%q)", f, agentfleet.SecretFormatDefault)
-	}
-	if err := CheckText("format", f); err != nil {
-		return err
+		return fmt.Errorf("format %q: it must hold {value}, where the secret goes (%q)", f, agentfleet.SecretFormatDefault)
 	}
 	for _, r := range f {
 		if r < 0x20 && r != '\t' || r == 0x7f {
-			return Invalidf("format %q: no control characters (a header value is one line)", f)
+			return fmt.Errorf("format %q: no control characters (a header value is one line)", f)
 		}
 	}
 	return nil
