@@ -39,8 +39,10 @@ func (e exec) SecretSealedList(ctx context.Context, tenant string) ([]store.Seal
 	return all(ctx, e, `SELECT tenant, name, sealed, key_id FROM secrets WHERE tenant = $1 ORDER BY name`, rules.ScanSealedSecret, tenant)
 }
 
-// The secrets table's keys are bytewise already; the other tables' are
-// compared as "C".
+// The rekey's walk is bytewise: the secrets table's keys are "C"
+// already (its primary key serves the walk); triggers' and callback
+// secrets' keys are compared as "C", so a page of them sorts the table:
+// a rare operator's walk, not worth an index every trigger write keeps.
 
 func (e exec) SealedList(ctx context.Context, kind store.SealedKind, owner, name string, limit int) ([]store.Sealed, error) {
 	scan := rules.ScanSealedOf(kind)
