@@ -1,5 +1,7 @@
 package store
 
+import "github.com/agentfleet/agentfleet"
+
 // SecretPutParams create or replace a tenant's secret. Sealed is the
 // value as secrets.Box sealed it (the store never sees a value), KeyID
 // the key it is sealed under. Header and Format default to
@@ -15,8 +17,8 @@ type SecretPutParams struct {
 // SealedSecret is a secret with its sealed value, for the worker that
 // opens it.
 type SealedSecret struct {
-	Tenant, Name  string
-	Sealed, KeyID string
+	agentfleet.Secret
+	Sealed string
 }
 
 // SealedKind names where a sealed value is kept.

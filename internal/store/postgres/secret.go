@@ -36,7 +36,7 @@ func (e exec) SecretDelete(ctx context.Context, tenant, name string) (bool, erro
 }
 
 func (e exec) SecretSealedList(ctx context.Context, tenant string) ([]store.SealedSecret, error) {
-	return all(ctx, e, `SELECT tenant, name, sealed, key_id FROM secrets WHERE tenant = $1 ORDER BY name`, rules.ScanSealedSecret, tenant)
+	return all(ctx, e, `SELECT `+rules.SealedSecretCols+` FROM secrets WHERE tenant = $1 ORDER BY name`, scans.SealedSecret, tenant)
 }
 
 // The rekey's walk is bytewise: the secrets table's keys are "C"

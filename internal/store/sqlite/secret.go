@@ -37,7 +37,7 @@ func (e exec) SecretDelete(ctx context.Context, tenant, name string) (bool, erro
 }
 
 func (e exec) SecretSealedList(ctx context.Context, tenant string) ([]store.SealedSecret, error) {
-	return all(ctx, e, `SELECT tenant, name, sealed, key_id FROM secrets WHERE tenant = ? ORDER BY name`, rules.ScanSealedSecret, tenant)
+	return all(ctx, e, `SELECT `+rules.SealedSecretCols+` FROM secrets WHERE tenant = ? ORDER BY name`, scans.SealedSecret, tenant)
 }
 
 func (e exec) SealedList(ctx context.Context, kind store.SealedKind, owner, name string, limit int) ([]store.Sealed, error) {

@@ -56,8 +56,8 @@ func exerciseSecrets(t *testing.T, open func(*testing.T) Backend) {
 		require.Equal(t, []string{"a_b", "ab", "gh"}, names, "by name, bytewise")
 		sealed, err := b.Driver.SecretSealedList(ctx, "t1")
 		require.NoError(t, err)
-		require.Equal(t, []store.SealedSecret{{Tenant: "t1", Name: "a_b", Sealed: "sealed-a_b", KeyID: "k1"},
-			{Tenant: "t1", Name: "ab", Sealed: "sealed-ab", KeyID: "k1"}, {Tenant: "t1", Name: "gh", Sealed: "sealed-2", KeyID: "k2"}}, sealed)
+		require.Equal(t, []string{"t1/a_b=sealed-a_b@k1", "t1/ab=sealed-ab@k1", "t1/gh=sealed-2@k2"}, sealedNames(sealed))
+		require.Equal(t, xs[2], sealed[2].Secret, "with all of the secret but its value")
 		xs, err = b.Driver.SecretList(ctx, "t3")
 		require.NoError(t, err)
 		require.Empty(t, xs)
@@ -147,7 +147,7 @@ func exerciseSecrets(t *testing.T, open func(*testing.T) Backend) {
 		require.Equal(t, x, got, "the key id changes, not the version nor the times")
 		sealed, err := b.Driver.SecretSealedList(ctx, "ta")
 		require.NoError(t, err)
-		require.Equal(t, store.SealedSecret{Tenant: "ta", Name: "ab", Sealed: "s-ab-2", KeyID: "k9"}, sealed[1])
+		require.Equal(t, "ta/ab=s-ab-2@k9", sealedNames(sealed)[1])
 
 		_, err = b.Driver.SealedGet(ctx, store.SealedRef{Kind: store.SealedSecretValue, Owner: "ta", Name: "none"})
 		require.ErrorIs(t, err, store.ErrNotFound)
@@ -157,4 +157,13 @@ func exerciseSecrets(t *testing.T, open func(*testing.T) Backend) {
 		require.NoError(t, err)
 		require.Empty(t, prev, "a trigger without a previous secret")
 	})
+}
+
+// sealedNames says of each sealed secret tenant/name=sealed@key.
+func sealedNames(xs []store.SealedSecret) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = x.Tenant + "/" + x.Name + "=" + x.Sealed + "@" + x.KeyID
+	}
+	return out
 }

@@ -210,10 +210,20 @@ func (s Scans) Secret(sc Scanner) (agentfleet.Secret, error) {
 	return x, err
 }
 
-// ScanSealedSecret scans a secret's tenant, name, sealed value and key id.
-func ScanSealedSecret(sc Scanner) (store.SealedSecret, error) {
+// SealedSecretCols are SecretCols and the sealed value.
+const SealedSecretCols = SecretCols + `, sealed`
+
+// SealedSecret scans SealedSecretCols.
+func (s Scans) SealedSecret(sc Scanner) (store.SealedSecret, error) {
 	var x store.SealedSecret
-	return x, sc.Scan(&x.Tenant, &x.Name, &x.Sealed, &x.KeyID)
+	var hosts []byte
+	if err := sc.Scan(&x.Tenant, &x.Name, &hosts, &x.Header, &x.Format, &x.Expose, &x.Version, &x.KeyID,
+		s.Time(&x.CreatedAt), s.Time(&x.UpdatedAt), &x.Sealed); err != nil {
+		return x, err
+	}
+	var err error
+	x.Hosts, err = DecodeStrings(hosts)
+	return x, err
 }
 
 // ScanSealedOf scans a sealed value of kind: its owner, name and value.
