@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/redact"
 )
 
 // run executes one turn on c. reusable is false when c must not serve
@@ -37,7 +38,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 
 	// Secrets stay here: what the process reports is redacted on
 	// arrival, so the process never needs them.
-	red := p.redactorFor(req.Secrets)
+	red := p.redactorFor(req)
 	c.seq++
 	seq := c.seq
 	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args}
@@ -195,7 +196,7 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 func fillResult(res *agentfleet.ExecResult, m *resultMsg, red *redactor) {
 	res.Answered = m.answered
 	if m.answered {
-		res.Answer = red.json(m.answer)
+		res.Answer = redact.ShapesJSON(red.json(m.answer))
 	}
 	res.Return = red.json(m.ret)
 	if len(res.Return) == 0 {

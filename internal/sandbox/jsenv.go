@@ -66,6 +66,7 @@ func (s *childServer) newEnv() *jsEnv {
 	set("aiJSON", t.aiJSONFn)
 	set("spawn", t.spawnFn)
 	set("wait", t.waitFn)
+	set("secret", t.secretFn)
 	set("require", t.requireFn)
 	if childTestGlobals != nil {
 		childTestGlobals(vm)
