@@ -90,8 +90,8 @@ type Config struct {
 	// redacted as "[secret:<name>]" from every turn of the tenant. Nil:
 	// no tenant has secrets.
 	SecretSource SecretSource
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Logger       *slog.Logger
+	Metrics      *Metrics
 	// Tracer traces turns and runs (internal/telemetry); nil traces
 	// nothing.
 	Tracer Tracer
