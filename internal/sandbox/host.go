@@ -95,7 +95,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 			// A server may echo what it was sent (the credential
 			// header): the script, the journal and everything after
 			// see the response redacted.
-			data = p.redactorFor(req).json(data)
+			data = st.red.json(data)
 		}
 	case primAI, primAIJSON:
 		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
@@ -176,7 +176,7 @@ func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr pri
 	if req.Approval == nil {
 		return hostDenied, []byte(fmt.Sprintf("%s needs approval (%s), and this run cannot ask for one", name, orUnspecified(reason))), false
 	}
-	call := approvalCall(pr, index, args, p.redactorFor(req))
+	call := approvalCall(pr, index, args, st.red)
 	call.Digest = requestDigest(pr, args, keyed)
 	state, why, err := req.Approval(ctx, call)
 	switch {

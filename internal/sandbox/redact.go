@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
@@ -47,13 +46,37 @@ func (p *Pool) redactorFor(req *agentfleet.ExecRequest) *redactor {
 	if len(req.Secrets) == 0 && len(req.TenantSecrets) == 0 && len(req.Credentials) == 0 {
 		return nil
 	}
-	vs := redact.Values(req.Secrets, req.Credentials, req.TenantSecrets)
-	if e := p.red.Load(); e != nil && slices.Equal(e.values, vs) {
+	if e := p.red.Load(); e != nil && e.of(req) {
 		return e.r
 	}
+	vs := redact.Values(req.Secrets, req.Credentials, req.TenantSecrets)
 	e := &redactorEntry{values: vs, r: newRedactor(vs)}
 	p.red.Store(e)
 	return e.r
+}
+
+// of says whether e's values are req's, in the order redact.Values
+// lists them.
+func (e *redactorEntry) of(req *agentfleet.ExecRequest) bool {
+	if len(e.values) != len(req.Secrets)+len(req.Credentials)+len(req.TenantSecrets) {
+		return false
+	}
+	i := 0
+	for _, s := range req.Secrets {
+		if e.values[i] != (redact.Value{Value: s}) {
+			return false
+		}
+		i++
+	}
+	for _, l := range [][]agentfleet.OpenSecret{req.Credentials, req.TenantSecrets} {
+		for _, s := range l {
+			if e.values[i] != (redact.Value{Name: s.Name, Value: s.Value}) {
+				return false
+			}
+			i++
+		}
+	}
+	return true
 }
 
 func (r *redactor) str(s string) string {

@@ -41,9 +41,15 @@ func TestExecFrameCarriesNoSecret(t *testing.T) {
 
 	p := newPool(t, Config{PoolSize: 1, Executable: exe})
 	const secret = "sk-live-frame-5e3c1a"
+	const cred, exposed, tenant = "cred-frame-7d6c5b", "exposed-frame-4a3b2c", "tenant-frame-1f2e3d"
 	res := execute(t, p, agentfleet.ExecRequest{
 		Script: `function run(args) { return "probe-script" }`, Args: []byte(`{"note":"probe-args"}`),
 		Secrets: []string{secret},
+		Credentials: []agentfleet.OpenSecret{
+			{Secret: agentfleet.Secret{Name: "c", Hosts: []string{"api.example.com"}}, Value: cred},
+			{Secret: agentfleet.Secret{Name: "e", Expose: true}, Value: exposed},
+		},
+		TenantSecrets: []agentfleet.OpenSecret{{Secret: agentfleet.Secret{Name: "t"}, Value: tenant}},
 	})
 	// The stand-in exits after reading: the turn fails as a crash.
 	require.NotNil(t, res.Err)
@@ -51,7 +57,9 @@ func TestExecFrameCarriesNoSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(frame), "probe-script", "the recorder captured the request")
 	require.Contains(t, string(frame), "probe-args")
-	require.NotContains(t, string(frame), secret)
+	for _, v := range []string{secret, cred, exposed, tenant} {
+		require.NotContains(t, string(frame), v, "an exposed value is sent only when the script calls secret()")
+	}
 }
 
 func TestRedactor(t *testing.T) {
