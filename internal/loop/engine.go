@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
@@ -160,6 +161,28 @@ func (c *Config) validate() error {
 type Engine struct {
 	cfg     Config
 	prompts sync.Map // persona + "\x00" + primitives -> system prompt
+	// red is the last redactor a turn built: a worker's turns pass the
+	// same secrets (its provider key, a busy tenant's) turn after turn.
+	red atomic.Pointer[redactorEntry]
+}
+
+type redactorEntry struct {
+	values []redact.Value
+	r      *redact.Redactor
+}
+
+// redactor is the redactor of a turn's secrets.
+func (e *Engine) redactor(in *TurnInput) *redact.Redactor {
+	if len(in.Secrets) == 0 && len(in.TenantSecrets) == 0 {
+		return nil
+	}
+	vs := redact.Values(in.Secrets, in.TenantSecrets)
+	if c := e.red.Load(); c != nil && slices.Equal(c.values, vs) {
+		return c.r
+	}
+	c := &redactorEntry{values: vs, r: redact.New(vs)}
+	e.red.Store(c)
+	return c.r
 }
 
 // New returns an Engine.
@@ -186,16 +209,22 @@ func (e *Engine) HistoryFrom(next int) int {
 // none exposed to scripts.
 func (e *Engine) SystemPrompt(agent agentfleet.Agent) string { return e.systemPrompt(agent, false) }
 
+var promptKeySep = [4]string{"\x00", "\x01", "\x02", "\x03"}
+
 // systemPrompt is the system prompt of an agent; secret declares
 // secret(), for an agent that names a secret exposed to scripts.
 func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
-	key := agent.Persona + "\x00" + strings.Join(agent.Primitives, ",")
+	// nil primitives (all) and none are two prompts; so are with and
+	// without secret(): the separator says which, costing nothing more
+	// on a path every turn takes.
+	sep := 0
 	if agent.Primitives == nil {
-		key += "\x00*"
+		sep |= 1
 	}
 	if secret {
-		key += "\x00secret"
+		sep |= 2
 	}
+	key := agent.Persona + promptKeySep[sep] + strings.Join(agent.Primitives, ",")
 	if p, ok := e.prompts.Load(key); ok {
 		return p.(string)
 	}
@@ -361,9 +390,7 @@ func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
 	}
 	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
 	t.res.Turn = t.n
-	if len(in.Secrets) > 0 || len(in.TenantSecrets) > 0 {
-		t.redact = redact.New(redact.Values(in.Secrets, in.TenantSecrets))
-	}
+	t.redact = e.redactor(&in)
 	t.missing = t.credentials()
 	return t.step(ctx)
 }
@@ -457,7 +484,7 @@ func (t *turn) finish(status agentfleet.RunStatus, answer json.RawMessage, errMs
 	t.res.Outcome = OutcomeFinished
 	t.res.Status = status
 	t.res.Answer = answer
-	t.res.Error = errMsg
+	t.res.Error = t.clean(errMsg)
 	if t.res.Args == nil {
 		t.res.Args = t.run.Args
 	}

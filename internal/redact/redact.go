@@ -33,9 +33,9 @@ type Value struct {
 	Name, Value string
 }
 
-// Values gathers the values of a turn: unnamed ones and the named
-// secrets of each list (the same value twice is kept once, by its first
-// name).
+// Values gathers the values of a turn: unnamed ones, then the named
+// secrets of each list, in order (New keeps a value listed twice by its
+// first name).
 func Values(unnamed []string, named ...[]agentfleet.OpenSecret) []Value {
 	n := len(unnamed)
 	for _, l := range named {
