@@ -2,8 +2,15 @@ package loop_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 const (
@@ -135,4 +143,79 @@ func TestCheckAgentSecrets(t *testing.T) {
 		err := agentfleet.CheckAgentSecrets(list)
 		require.ErrorContains(t, err, want, names)
 	}
+}
+
+// exampleResolver resolves example.com (one of the names in httptest's
+// certificate) to loopback.
+type exampleResolver struct{}
+
+func (exampleResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "example.com" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// A turn whose script fetches from its agent's secret's host over HTTPS:
+// the server gets the header, and although it echoes it back (in the
+// body the script logs and returns, and in a header the script throws),
+// the turn's events, steps, carried args and the next prompt hold
+// [secret:api], never the value.
+func TestStepCredentialEchoedBackIsRedacted(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("X-Seen", r.Header.Get("Authorization"))
+		_, _ = fmt.Fprintf(w, `{"you_sent": %q}`, r.Header.Get("Authorization"))
+	}))
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	sb, err := sandbox.New(sandbox.Config{PoolSize: 1, Network: sandbox.NetworkConfig{
+		Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, Resolver: exampleResolver{}, RootCAs: roots}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sb.Close() })
+	url := fmt.Sprintf("https://example.com:%d/me", srv.Listener.Addr().(*net.TCPAddr).Port)
+	model := llm.NewScripted(
+		llm.Reply{Content: js(`function run(args) {
+  const r = fetch(args.url);
+  log("body:", r.body);
+  const out = r.json();
+  out[out.you_sent] = true;
+  return out;
+}`)},
+		llm.Reply{Content: js(`function run(args) { throw new Error(fetch("` + url + `").headers["x-seen"]) }`)},
+		llm.Reply{Content: "done"},
+	)
+	eng, err := loop.New(loop.Config{Model: model, Sandbox: sb})
+	require.NoError(t, err)
+	const value = "api-VALUE-31415926"
+	secrets := []agentfleet.OpenSecret{{Secret: agentfleet.Secret{Name: "api", Hosts: []string{"example.com"}}, Value: value}}
+	agent := agentfleet.Agent{Name: "caller", AgentSpec: agentfleet.AgentSpec{Secrets: []string{"api"}}}
+	run := agentfleet.Run{ID: "run-c", Tenant: "acme", Status: agentfleet.StatusRunning, Message: "who am I?", Context: json.RawMessage(`{"url":"` + url + `"}`)}
+	var recorded strings.Builder
+	var steps []agentfleet.Step
+	for range 3 {
+		res, err := eng.Step(context.Background(), loop.TurnInput{Run: run, Agent: agent, Steps: steps, TenantSecrets: secrets})
+		require.NoError(t, err)
+		doc, _ := json.Marshal(res)
+		recorded.Write(doc)
+		run.Turn, run.Args, run.Status = res.Turn, res.Args, res.Status
+		steps = append(steps, res.Steps...)
+		if res.Outcome == loop.OutcomeFinished {
+			break
+		}
+	}
+	model.AssertDone(t)
+	require.Equal(t, []string{"Bearer " + value, "Bearer " + value}, got, "the server got the credential")
+	sent, _ := json.Marshal(model.Requests())
+	require.NotContains(t, recorded.String(), value)
+	require.NotContains(t, string(sent), value)
+	require.Contains(t, recorded.String(), `body: {\"you_sent\": \"Bearer [secret:api]\"}`, "the log event and step")
+	require.Contains(t, recorded.String(), `Error: Bearer [secret:api]`, "the error")
+	require.Contains(t, string(sent), `\"Bearer [secret:api]\": boolean`, "the carried digest in the next prompt")
 }
