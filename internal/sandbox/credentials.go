@@ -37,7 +37,9 @@ func credFor(c *agentfleet.OpenSecret, u *url.URL) bool {
 	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	hostPort := strings.ToLower(u.Host)
 	for _, h := range c.Hosts {
-		h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+		// As canonical URLs have them: lower case, no trailing dot,
+		// no default port.
+		h = strings.TrimSuffix(strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ":443"), ".")
 		switch {
 		case h == "":
 		case h == host, h == hostPort:

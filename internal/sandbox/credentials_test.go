@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -256,4 +257,28 @@ func TestSecretDeclaration(t *testing.T) {
 	require.Contains(t, p.Declarations([]string{}, true), "declare function secret(")
 	require.NotContains(t, DefaultPrimitives(), "secret")
 	require.Error(t, CheckPrimitives([]string{"secret"}), "secret() is not listed: the agent's secrets enable it")
+}
+
+func TestCredFor(t *testing.T) {
+	t.Parallel()
+	c := &agentfleet.OpenSecret{Secret: agentfleet.Secret{Hosts: []string{"API.example.com.", "*.svc.example", "alt.example:8443", "std.example:443"}}}
+	for raw, want := range map[string]bool{
+		"https://api.example.com/x":       true,
+		"https://api.example.com:444/x":   true, // the host, on any port
+		"http://api.example.com/x":        false,
+		"https://example.com/":            false,
+		"https://evilapi.example.com/":    false,
+		"https://api.example.com.evil/":   false,
+		"https://a.b.svc.example/":        true,
+		"https://svc.example/":            false,
+		"https://alt.example:8443/":       true,
+		"https://alt.example/":            false,
+		"https://std.example/":            true,
+		"wss://api.example.com/":          false,
+		"https://api.example.com@evil.io": false,
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		require.Equal(t, want, credFor(c, u), raw)
+	}
 }
