@@ -12,7 +12,9 @@ package agentfleet
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -321,6 +323,50 @@ type AgentSpec struct {
 	Approve             []string `json:"approve,omitempty"`
 	ApprovalTimeout     Duration `json:"approval_timeout,omitempty"`
 	ApprovalCallbackURL string   `json:"approval_callback_url,omitempty"`
+	// Secrets names the tenant's secrets its runs may use: sent by the
+	// worker in their header on HTTPS requests to their hosts, and read
+	// with secret(name) when exposed (CheckAgentSecrets).
+	Secrets []string `json:"secrets,omitempty"`
+}
+
+// Bounds of AgentSpec.Secrets.
+const (
+	AgentSecretsMax   = 32
+	SecretNameMaxLen  = 64
+	secretNameAllowed = "a-z, 0-9 and _"
+)
+
+// ValidSecretName says whether name is a secret's name: 1 to 64 of
+// a-z, 0-9 and _.
+func ValidSecretName(name string) bool {
+	if name == "" || len(name) > SecretNameMaxLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckAgentSecrets refuses an agent's secrets list that names no
+// secrets: more than AgentSecretsMax entries, a name that is not one
+// (ValidSecretName), or a name listed twice.
+func CheckAgentSecrets(names []string) error {
+	if len(names) > AgentSecretsMax {
+		return fmt.Errorf("secrets: %d names; an agent may use at most %d", len(names), AgentSecretsMax)
+	}
+	for i, n := range names {
+		if !ValidSecretName(n) {
+			return fmt.Errorf("secrets: %q is not a secret name (1 to %d of %s)", n, SecretNameMaxLen, secretNameAllowed)
+		}
+		if slices.Contains(names[:i], n) {
+			return fmt.Errorf("secrets: %q is listed twice", n)
+		}
+	}
+	return nil
 }
 
 // ApprovalTimeoutDefault is an agent's approval_timeout when it sets none.

@@ -38,9 +38,20 @@ type ExecRequest struct {
 	// IsChild says whether id names a child of this run: wait() takes
 	// only those, and throws for any other id. Nil: no id is one.
 	IsChild func(ctx context.Context, id string) (bool, error)
-	// Secrets are values to redact from logs and results. The sandbox
-	// redacts in the caller's process; they never reach the script's.
+	// Secrets are values to redact from logs and results as
+	// "[redacted]" (the provider key). The sandbox redacts in the
+	// caller's process; they never reach the script's.
 	Secrets []string
+	// TenantSecrets are the run's tenant's secrets, opened: each value
+	// is redacted as "[secret:<name>]" from everything the turn reports
+	// (and from fetch responses before the script sees them).
+	TenantSecrets []OpenSecret
+	// Credentials are the secrets the run's agent names (of
+	// TenantSecrets). The sandbox's parent sends each in its header on
+	// the HTTPS requests of fetch and http to its hosts, after policy
+	// and approvals; secret(name) returns an exposed one's value. No
+	// other value reaches the script's process.
+	Credentials []OpenSecret
 	// Journal, when set, records the script's side-effecting calls and
 	// replays those an earlier attempt of the turn recorded; the HTTP
 	// ones carry an Idempotency-Key (JournalEntry.IdempotencyKey).

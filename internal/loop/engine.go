@@ -33,11 +33,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/redact"
 )
 
 // Defaults of Config.
@@ -158,6 +161,28 @@ func (c *Config) validate() error {
 type Engine struct {
 	cfg     Config
 	prompts sync.Map // persona + "\x00" + primitives -> system prompt
+	// red is the last redactor a turn built: a worker's turns pass the
+	// same secrets (its provider key, a busy tenant's) turn after turn.
+	red atomic.Pointer[redactorEntry]
+}
+
+type redactorEntry struct {
+	values []redact.Value
+	r      *redact.Redactor
+}
+
+// redactor is the redactor of a turn's secrets.
+func (e *Engine) redactor(in *TurnInput) *redact.Redactor {
+	if len(in.Secrets) == 0 && len(in.TenantSecrets) == 0 {
+		return nil
+	}
+	vs := redact.Values(in.Secrets, in.TenantSecrets)
+	if c := e.red.Load(); c != nil && slices.Equal(c.values, vs) {
+		return c.r
+	}
+	c := &redactorEntry{values: vs, r: redact.New(vs)}
+	e.red.Store(c)
+	return c.r
 }
 
 // New returns an Engine.
@@ -180,13 +205,30 @@ func (e *Engine) HistoryFrom(next int) int {
 	return from
 }
 
-// SystemPrompt returns the system prompt of an agent.
-func (e *Engine) SystemPrompt(agent agentfleet.Agent) string {
-	key := agent.Persona + "\x00" + strings.Join(agent.Primitives, ",")
+// SystemPrompt returns the system prompt of an agent whose secrets are
+// none exposed to scripts.
+func (e *Engine) SystemPrompt(agent agentfleet.Agent) string { return e.systemPrompt(agent, false) }
+
+var promptKeySep = [4]string{"\x00", "\x01", "\x02", "\x03"}
+
+// systemPrompt is the system prompt of an agent; secret declares
+// secret(), for an agent that names a secret exposed to scripts.
+func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
+	// nil primitives (all) and none are two prompts; so are with and
+	// without secret(): the separator says which, costing nothing more
+	// on a path every turn takes.
+	sep := 0
+	if agent.Primitives == nil {
+		sep |= 1
+	}
+	if secret {
+		sep |= 2
+	}
+	key := agent.Persona + promptKeySep[sep] + strings.Join(agent.Primitives, ",")
 	if p, ok := e.prompts.Load(key); ok {
 		return p.(string)
 	}
-	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives))
+	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives, secret))
 	e.prompts.Store(key, p)
 	return p
 }
@@ -195,10 +237,18 @@ func (e *Engine) SystemPrompt(agent agentfleet.Agent) string {
 // turns), its agent, and the recorded steps of the turns in the history
 // window, oldest first.
 type TurnInput struct {
-	Run     agentfleet.Run
-	Agent   agentfleet.Agent
-	Steps   []agentfleet.Step
+	Run   agentfleet.Run
+	Agent agentfleet.Agent
+	Steps []agentfleet.Step
+	// Secrets are values redacted as "[redacted]" from everything the
+	// turn records or sends (the provider key).
 	Secrets []string
+	// TenantSecrets are the run's tenant's secrets, opened: each value
+	// is redacted as "[secret:<name>]" from everything the turn records
+	// or sends, and those the agent names (AgentSpec.Secrets) are its
+	// script's credentials (agentfleet.ExecRequest.Credentials). A name
+	// the tenant has no secret of fails the run.
+	TenantSecrets []agentfleet.OpenSecret
 	// FirstAttempt says no earlier attempt of this turn can have called
 	// the model (the turn's message is on its first delivery), so the
 	// recorded-reply lookup is skipped. Should it be wrong, the reply
@@ -307,7 +357,12 @@ type turn struct {
 	run    *agentfleet.Run
 	n      int
 	res    TurnResult
-	redact *strings.Replacer
+	redact *redact.Redactor
+	// creds are the secrets the agent names, of TenantSecrets; exposed
+	// says one of them is exposed to scripts.
+	creds   []agentfleet.OpenSecret
+	exposed bool
+	missing string // why the run cannot have its credentials
 	// mu guards res.Events and what the script's ai() sub-calls count:
 	// they run on the sandbox's host-call goroutine.
 	mu sync.Mutex
@@ -335,16 +390,26 @@ func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
 	}
 	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
 	t.res.Turn = t.n
-	if len(in.Secrets) > 0 {
-		pairs := make([]string, 0, 2*len(in.Secrets))
-		for _, s := range in.Secrets {
-			if s != "" {
-				pairs = append(pairs, s, "[redacted]")
-			}
-		}
-		t.redact = strings.NewReplacer(pairs...)
-	}
+	t.redact = e.redactor(&in)
+	t.missing = t.credentials()
 	return t.step(ctx)
+}
+
+// credentials picks the secrets the agent names out of the tenant's, or
+// says which one the tenant lacks.
+func (t *turn) credentials() (missing string) {
+	agent := &t.in.Agent
+	for _, name := range agent.Secrets {
+		i := slices.IndexFunc(t.in.TenantSecrets, func(s agentfleet.OpenSecret) bool { return s.Name == name })
+		if i < 0 {
+			return fmt.Sprintf("agent %s names secret %s, which tenant %s does not have: set it (PUT /v1/secrets/%s) or remove it from the agent's secrets",
+				agent.Name, name, t.run.Tenant, name)
+		}
+		s := t.in.TenantSecrets[i]
+		t.creds = append(t.creds, s)
+		t.exposed = t.exposed || s.Expose
+	}
+	return ""
 }
 
 func (t *turn) step(ctx context.Context) (TurnResult, error) {
@@ -352,6 +417,9 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 	if t.n == 1 {
 		t.emit(agentfleet.Event{Type: agentfleet.EventStarted, Summary: "agent " + run.Agent})
 		t.emit(agentfleet.Event{Type: agentfleet.EventUser, Content: run.Message})
+	}
+	if t.missing != "" {
+		return t.fail(t.missing), nil
 	}
 	if !run.Deadline.IsZero() {
 		if !cfg.Now().Before(run.Deadline) {
@@ -369,7 +437,14 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
 	}
 
-	conv := composeConversation(t.e.SystemPrompt(t.in.Agent), run, t.in.Steps, cfg.ContextTokens)
+	conv := composeConversation(t.e.systemPrompt(t.in.Agent, t.exposed), run, t.in.Steps, cfg.ContextTokens)
+	if t.redact != nil {
+		// Nothing of a secret reaches the model: not the task, the
+		// persona, nor a step recorded before the secret was set.
+		for i := range conv.messages {
+			conv.messages[i].Content = t.redact.String(conv.messages[i].Content)
+		}
+	}
 	if conv.trimmed > 0 {
 		t.emit(agentfleet.Event{Type: agentfleet.EventCompacted,
 			Summary: fmt.Sprintf("%d oldest turn(s) left out of the prompt to fit %d tokens", conv.trimmed, cfg.ContextTokens)})
@@ -396,8 +471,9 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 
 	script, ok := ExtractScript(reply.Content)
 	if !ok {
-		answer, _ := json.Marshal(strings.TrimSpace(content))
-		t.emit(agentfleet.Event{Type: agentfleet.EventResponse, Content: strings.TrimSpace(content)})
+		text := redact.Shapes(strings.TrimSpace(content))
+		answer, _ := json.Marshal(text)
+		t.emit(agentfleet.Event{Type: agentfleet.EventResponse, Content: text})
 		return t.finish(agentfleet.StatusCompleted, answer, ""), nil
 	}
 	return t.execute(ctx, script, maxTurns)
@@ -408,7 +484,7 @@ func (t *turn) finish(status agentfleet.RunStatus, answer json.RawMessage, errMs
 	t.res.Outcome = OutcomeFinished
 	t.res.Status = status
 	t.res.Answer = answer
-	t.res.Error = errMsg
+	t.res.Error = t.clean(errMsg)
 	if t.res.Args == nil {
 		t.res.Args = t.run.Args
 	}
@@ -434,8 +510,9 @@ func (t *turn) emit(ev agentfleet.Event) {
 	ev.Turn = t.n
 	ev.TS = t.e.cfg.Now().UTC()
 	if t.redact != nil {
-		ev.Content = t.redact.Replace(ev.Content)
-		ev.Summary = t.redact.Replace(ev.Summary)
+		ev.Content = t.redact.String(ev.Content)
+		ev.Summary = t.redact.String(ev.Summary)
+		ev.Args = t.redact.JSON(ev.Args)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -445,13 +522,9 @@ func (t *turn) emit(ev agentfleet.Event) {
 	}
 }
 
-// clean redacts known secrets from text that goes into steps and events.
-func (t *turn) clean(s string) string {
-	if t.redact == nil {
-		return s
-	}
-	return t.redact.Replace(s)
-}
+// clean redacts known secrets from text that goes into steps, events
+// and prompts.
+func (t *turn) clean(s string) string { return t.redact.String(s) }
 
 func firstPositive(vs ...int) int {
 	for _, v := range vs {

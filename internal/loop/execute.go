@@ -34,7 +34,8 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 	} else {
 		req := agentfleet.ExecRequest{
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
-			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), IsChild: t.isChild, Secrets: t.in.Secrets,
+			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), IsChild: t.isChild,
+			Secrets: t.in.Secrets, TenantSecrets: t.in.TenantSecrets, Credentials: t.creds,
 			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
 		if cfg.Journal != nil {
@@ -100,7 +101,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		}
 		t.emit(ev)
 	}
-	observation := Observation(t.n, exec, carried, carriedBytes)
+	observation := t.clean(Observation(t.n, exec, carried, carriedBytes))
 	if waiting {
 		observation += fmt.Sprintf("the run now waits for %d child run(s); the next turn's args.children holds their results\n", len(exec.Wait.IDs))
 	}

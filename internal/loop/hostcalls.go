@@ -25,7 +25,8 @@ func (t *turn) aiFunc() agentfleet.AIFunc {
 				system += " It must match this JSON Schema: " + string(req.Schema)
 			}
 		}
-		msgs := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: system}, {Role: agentfleet.RoleUser, Content: req.Prompt}}
+		// A script may put in its prompt what it read with secret().
+		msgs := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: system}, {Role: agentfleet.RoleUser, Content: t.clean(req.Prompt)}}
 		prompt := agentfleet.EstimateTokens(msgs)
 		maxTokens, err := t.admitSubCall(prompt)
 		if err != nil {
@@ -70,6 +71,8 @@ func (t *turn) spawnFunc() agentfleet.SpawnFunc {
 		if n >= cfg.MaxChildren {
 			return "", fmt.Errorf("a run spawns at most %d children (max_children) and this one has %d", cfg.MaxChildren, n)
 		}
+		req.Message = t.clean(req.Message)
+		req.Context = t.redact.JSON(req.Context)
 		id, err := t.in.Spawn(ctx, index, req)
 		if err != nil {
 			return "", err

@@ -19,8 +19,10 @@ type Model interface {
 type Sandbox interface {
 	Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error)
 	// Declarations documents the given primitives (nil: the default
-	// set) as TypeScript declarations for the system prompt.
-	Declarations(primitives []string) string
+	// set) as TypeScript declarations for the system prompt; secret
+	// adds secret(), for an agent that names a secret exposed to
+	// scripts.
+	Declarations(primitives []string, secret bool) string
 }
 
 // Meter holds tenants' token budgets. Reserve refuses with a

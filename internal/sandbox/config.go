@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -155,6 +156,9 @@ type NetworkConfig struct {
 	// or a run's agent (ExecRequest.Egress) say
 	// (AGENTFLEET_EGRESS_PRIVATE=deny).
 	DenyPrivate bool
+	// RootCAs, when set, are the certificate authorities fetch and http
+	// trust instead of the system's (a private CA; tests).
+	RootCAs *x509.CertPool
 }
 
 // Resolver resolves a host name to addresses; *net.Resolver implements it.

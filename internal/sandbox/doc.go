@@ -150,10 +150,29 @@
 // line:column, never a Go stack or goja internals. A process that crashes
 // for a reason other than memory fails the turn with "sandbox process
 // crashed". Values listed in ExecRequest.Secrets are replaced by
-// "[redacted]" in logs, return value, answer and error message (also
-// where the log or message cap cuts one in two), and in a crashed
-// process's stderr before it is logged. The parent redacts what a
-// process reports: no secret is ever sent to a sandbox process.
+// "[redacted]", and those of the tenant's secrets (TenantSecrets,
+// Credentials) by "[secret:<name>]" (internal/redact), in logs, return
+// value, answer and error message (also where the log or message cap
+// cuts one in two), in fetch and http responses before the script or
+// the journal sees them, in approval previews, and in a crashed
+// process's stderr before it is logged; text shaped like a common
+// credential (ghp_..., sk-..., AKIA..., PEM private keys) becomes
+// "[redacted]" in logs and answers. The parent redacts what a process
+// reports: no secret is ever sent to a sandbox process, but the value
+// of an exposed credential its script asks for with secret(name).
+//
+// # Credentials
+//
+// ExecRequest.Credentials are the secrets the run's agent names. The
+// parent sets each one's header (its format with {value} replaced) on
+// the fetch and http requests over HTTPS to one of its hosts, at send
+// time: after the egress check, the policy and the approvals, which see
+// the request as the script made it, as do the journal and the script
+// (a header of the same name the script set is replaced). Plain http
+// gets no credential, and a redirect carries one only to its hosts over
+// HTTPS (credentials.go). secret(name) is defined when the agent names
+// secrets, and returns the value of an exposed one; it is declared to
+// the model when one is exposed (Declarations).
 //
 // # Primitives, policy, network guard
 //

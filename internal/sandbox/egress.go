@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"sync"
@@ -54,12 +55,23 @@ func (p *Pool) netFor(list []string) (*guardedNet, error) {
 	cfg := p.guardConfig()
 	cfg.Agent = agent
 	g := egress.New(cfg)
-	n := &guardedNet{guard: g, client: g.HTTPClient(p.cfg.Network.MaxRedirects)}
+	n := &guardedNet{guard: g, client: p.httpClient(g)}
 	if p.egress.nets == nil {
 		p.egress.nets = map[string]*guardedNet{}
 	}
 	p.egress.nets[key] = n
 	return n, nil
+}
+
+// httpClient is the client of fetch and http that dials through g.
+func (p *Pool) httpClient(g *egress.Guard) *http.Client {
+	c := g.HTTPClient(p.cfg.Network.MaxRedirects)
+	if p.cfg.Network.RootCAs != nil {
+		if tr, ok := c.Transport.(*http.Transport); ok {
+			tr.TLSClientConfig = &tls.Config{RootCAs: p.cfg.Network.RootCAs, MinVersion: tls.VersionTLS12}
+		}
+	}
+	return c
 }
 
 // guardConfig is the guard of the pool's NetworkConfig.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/redact"
 )
 
 // run executes one turn on c. reusable is false when c must not serve
@@ -37,7 +38,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 
 	// Secrets stay here: what the process reports is redacted on
 	// arrival, so the process never needs them.
-	red := p.redactorFor(req.Secrets)
+	red := p.redactorFor(req)
 	c.seq++
 	seq := c.seq
 	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args}
@@ -64,7 +65,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	defer stopCancel()
 
 	max := maxFrame(lim.CarryBytes)
-	var host hostState
+	host := hostState{red: red}
 	for {
 		typ, payload, err := readFrame(c.r, &c.rbuf, max)
 		if err != nil {
@@ -156,11 +157,11 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 	// Journaled calls are numbered in the order the script makes them
 	// (one at a time): the same script makes the same calls, and spawns
 	// the same children, when it runs again.
-	calls, stop := st.calls, st.journalStop
+	calls, stop, red := st.calls, st.journalStop, st.red
 	go func() {
 		defer p.inflight.Done()
 		var o outcome
-		o.calls.calls, o.calls.journalStop, o.calls.hostCalls = calls, stop, callIndex
+		o.calls.calls, o.calls.journalStop, o.calls.hostCalls, o.calls.red = calls, stop, callIndex, red
 		o.seq, o.status, o.data = p.hostCall(ctx, &hreq, set, call, &o.calls)
 		done <- o
 	}()
@@ -195,7 +196,7 @@ func (p *Pool) hostCallWithin(ctx context.Context, req *agentfleet.ExecRequest, 
 func fillResult(res *agentfleet.ExecResult, m *resultMsg, red *redactor) {
 	res.Answered = m.answered
 	if m.answered {
-		res.Answer = red.json(m.answer)
+		res.Answer = redact.ShapesJSON(red.json(m.answer))
 	}
 	res.Return = red.json(m.ret)
 	if len(res.Return) == 0 {
@@ -273,6 +274,8 @@ type hostState struct {
 	journalStop error
 	wait        *agentfleet.WaitRequest
 	approval    *agentfleet.ApprovalCall
+	// red is the turn's redactor (read only).
+	red *redactor
 }
 
 // appendNew appends the ids not in have yet.

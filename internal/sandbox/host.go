@@ -62,7 +62,7 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	}
 	pc := Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID, Turn: req.Turn, Index: st.hostCalls}
 	dec, reason := p.cfg.Policy.Check(ctx, pc)
-	if dec == Allow && pr != primWait && len(req.Approve) > 0 {
+	if dec == Allow && pr != primWait && pr != primSecret && len(req.Approve) > 0 {
 		method, target := callTarget(pr, policyArgs)
 		if needsApproval(req.Approve, name, method, target) {
 			dec = NeedsApproval
@@ -90,13 +90,21 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		if journaled && req.RunID != "" {
 			key = call.IdempotencyKey()
 		}
-		status, data = p.fetch(ctx, name, req.Egress, args, key)
+		status, data = p.fetch(ctx, name, req.Egress, req.Credentials, args, key)
+		if status == hostOK {
+			// A server may echo what it was sent (the credential
+			// header): the script, the journal and everything after
+			// see the response redacted.
+			data = st.red.json(data)
+		}
 	case primAI, primAIJSON:
 		status, data = p.ai(ctx, req.AI, pr == primAIJSON, args, call.Index, &st.usage)
 	case primSpawn:
 		status, data = spawn(ctx, req.Spawn, call.Index, args)
 	case primWait:
 		status, data = wait(ctx, req.IsChild, args, st)
+	case primSecret:
+		status, data = secretValue(req.Credentials, args)
 	}
 	if journaled && req.Journal != nil {
 		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
@@ -168,7 +176,7 @@ func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr pri
 	if req.Approval == nil {
 		return hostDenied, []byte(fmt.Sprintf("%s needs approval (%s), and this run cannot ask for one", name, orUnspecified(reason))), false
 	}
-	call := approvalCall(pr, index, args, p.redactorFor(req.Secrets))
+	call := approvalCall(pr, index, args, st.red)
 	call.Digest = requestDigest(pr, args, keyed)
 	state, why, err := req.Approval(ctx, call)
 	switch {
@@ -347,10 +355,32 @@ func hostErr(format string, args ...any) (byte, []byte) {
 	return hostError, []byte(fmt.Sprintf(format, args...))
 }
 
+// secretValue is secret(name): the value of a credential of the run's
+// agent that is exposed to scripts.
+func secretValue(creds []agentfleet.OpenSecret, raw []byte) (byte, []byte) {
+	var a secretArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return hostErr("secret: bad arguments: %v", err)
+	}
+	for _, c := range creds {
+		if c.Name != a.Name {
+			continue
+		}
+		if !c.Expose {
+			return hostErr("secret: %q is not exposed to scripts: it is sent for you in the %s header of HTTPS requests to %s; "+
+				"just make the request (to read it in a script, the secret must be set with expose)", a.Name, credHeader(&c), strings.Join(c.Hosts, ", "))
+		}
+		out, _ := json.Marshal(c.Value)
+		return hostOK, out
+	}
+	return hostErr("secret: %q is not one of the secrets this agent names", a.Name)
+}
+
 // fetch performs one HTTP request for fetch or http, through the net of
 // the turn's agent egress; a journaled one carries its idempotency key
-// (the script's own header is replaced).
-func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw []byte, idempotencyKey string) (byte, []byte) {
+// (the script's own header is replaced), and one over HTTPS to a
+// credential's host the credential (credentials.go).
+func (p *Pool) fetch(ctx context.Context, name string, egressList []string, creds []agentfleet.OpenSecret, raw []byte, idempotencyKey string) (byte, []byte) {
 	var a fetchArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return hostErr("%s: bad arguments: %v", name, err)
@@ -386,7 +416,11 @@ func (p *Pool) fetch(ctx context.Context, name string, egressList []string, raw 
 	if idempotencyKey != "" {
 		hreq.Header.Set("Idempotency-Key", idempotencyKey)
 	}
-	resp, err := n.client.Do(hreq)
+	client := n.client
+	if sent := injectCredentials(hreq, creds); len(sent) > 0 {
+		client = withCredentialRedirects(n.client, sent)
+	}
+	resp, err := client.Do(hreq)
 	if err != nil {
 		return p.fetchErr(ctx, fctx, name, target, err)
 	}

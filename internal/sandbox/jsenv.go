@@ -84,8 +84,15 @@ func (e *jsEnv) restrict(set primSet) {
 		switch p {
 		case primHTTP, primMarkdown, primRequire:
 			continue // modules, handled by require below
+		case primSecret:
+			continue // defined only when enabled, below
 		}
 		_ = g.Delete(prims[p].name)
+	}
+	if set.has(primSecret) {
+		// Only for agents that name secrets: defining it costs every
+		// fresh runtime allocations.
+		_ = g.Set("secret", e.t.secretFn)
 	}
 	if len(set.modules()) == 0 {
 		_ = g.Delete("require")

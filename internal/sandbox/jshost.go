@@ -200,6 +200,20 @@ func (t *turnState) spawnFn(c goja.FunctionCall) goja.Value {
 	return t.env.vm.ToValue(id)
 }
 
+// secretArgs is secret()'s call to the host.
+type secretArgs struct {
+	Name string `json:"name"`
+}
+
+func (t *turnState) secretFn(c goja.FunctionCall) goja.Value {
+	args, _ := json.Marshal(secretArgs{Name: c.Argument(0).String()})
+	var v string
+	if err := json.Unmarshal(t.host(primSecret, args), &v); err != nil {
+		t.throw("Error", "secret: bad reply from host: "+err.Error())
+	}
+	return t.env.vm.ToValue(v)
+}
+
 // waitArgs is wait()'s call to the host: the ids, and the timeout in
 // milliseconds (0: none).
 type waitArgs struct {

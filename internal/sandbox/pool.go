@@ -116,26 +116,33 @@ func New(cfg Config) (*Pool, error) {
 		room:       make(chan struct{}),
 	}
 	g := egress.New(p.guardConfig())
-	p.base = guardedNet{guard: g, client: g.HTTPClient(cfg.Network.MaxRedirects)}
+	p.base = guardedNet{guard: g, client: p.httpClient(g)}
 	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
-	p.decls = declarations(1<<numPrims-1, cfg.Limits)
+	p.decls = declarations(defaultSet, cfg.Limits)
 	return p, nil
 }
 
 // Declarations returns the TypeScript declarations of the given primitives
 // (nil: the default set) and of the always-present core (log, console,
 // answer, assert, help), with a line stating the limits: the part of the
-// system prompt that tells the model what its scripts can call. Unknown
-// names are ignored; CheckPrimitives reports them.
-func (p *Pool) Declarations(primitives []string) string {
-	if primitives == nil {
+// system prompt that tells the model what its scripts can call. secret
+// adds secret(), for an agent that names a secret exposed to scripts.
+// Unknown names are ignored; CheckPrimitives reports them.
+func (p *Pool) Declarations(primitives []string, secret bool) string {
+	if primitives == nil && !secret {
 		return p.decls
 	}
 	s := coreSet
+	if primitives == nil {
+		s = defaultSet
+	}
 	for _, n := range primitives {
 		if pr, ok := primByName[n]; ok {
 			s |= 1 << pr
 		}
+	}
+	if secret {
+		s |= 1 << primSecret
 	}
 	return declarations(s, p.cfg.Limits)
 }
@@ -150,6 +157,9 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	set, err := primSetOf(req.Primitives)
 	if err != nil {
 		return agentfleet.ExecResult{}, err
+	}
+	if len(req.Credentials) > 0 {
+		set |= 1 << primSecret
 	}
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil

@@ -26,6 +26,7 @@ const (
 	primSpawn
 	primWait
 	primRequire
+	primSecret
 	numPrims
 )
 
@@ -68,7 +69,15 @@ var prims = [numPrims]primInfo{
 	// require is not a primitive of its own: it exists when a module
 	// (http, markdown) is enabled. Listing it is accepted and ignored.
 	primRequire: {name: "require"},
+	// secret is not listed in an agent's primitives: it is enabled
+	// when the agent names secrets (ExecRequest.Credentials), declared
+	// when one of them is exposed.
+	primSecret: {name: "secret", host: true, decl: "declare function secret(name: string): string; // the value of a secret your agent names that is exposed to scripts"},
 }
+
+// defaultSet is what ExecRequest.Primitives nil enables: every listable
+// primitive.
+const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret)
 
 // resTypesDecl declares the types fetch and http share, once.
 const resTypesDecl = "type Res = {status: number; headers: Record<string, string>; body: string; url: string; truncated?: true; json(): any};\n" +
@@ -77,7 +86,9 @@ const resTypesDecl = "type Res = {status: number; headers: Record<string, string
 var primByName = func() map[string]prim {
 	m := make(map[string]prim, numPrims)
 	for i, p := range prims {
-		m[p.name] = prim(i)
+		if prim(i) != primSecret {
+			m[p.name] = prim(i)
+		}
 	}
 	return m
 }()
@@ -86,7 +97,7 @@ var primByName = func() map[string]prim {
 func DefaultPrimitives() []string {
 	out := make([]string, 0, numPrims)
 	for i, p := range prims {
-		if prim(i) != primRequire {
+		if prim(i) != primRequire && prim(i) != primSecret {
 			out = append(out, p.name)
 		}
 	}
@@ -103,7 +114,7 @@ func CheckPrimitives(names []string) error {
 
 func primSetOf(names []string) (primSet, error) {
 	if names == nil {
-		return 1<<numPrims - 1, nil
+		return defaultSet, nil
 	}
 	s := coreSet
 	var unknown []string

@@ -200,7 +200,7 @@ func TestHelpLogsDeclarations(t *testing.T) {
 	p := sharedPool(t)
 	res := execute(t, p, agentfleet.ExecRequest{Primitives: []string{"parseUrl"}, Script: `function run() { help() }`})
 	ok(t, res)
-	require.Equal(t, p.Declarations([]string{"parseUrl"}), res.Logs)
+	require.Equal(t, p.Declarations([]string{"parseUrl"}, false), res.Logs)
 }
 
 func TestParseURL(t *testing.T) {

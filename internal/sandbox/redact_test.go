@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/redact"
 )
 
 // TestExecFrameCarriesNoSecret runs a turn on a stand-in sandbox process,
@@ -40,9 +41,15 @@ func TestExecFrameCarriesNoSecret(t *testing.T) {
 
 	p := newPool(t, Config{PoolSize: 1, Executable: exe})
 	const secret = "sk-live-frame-5e3c1a"
+	const cred, exposed, tenant = "cred-frame-7d6c5b", "exposed-frame-4a3b2c", "tenant-frame-1f2e3d"
 	res := execute(t, p, agentfleet.ExecRequest{
 		Script: `function run(args) { return "probe-script" }`, Args: []byte(`{"note":"probe-args"}`),
 		Secrets: []string{secret},
+		Credentials: []agentfleet.OpenSecret{
+			{Secret: agentfleet.Secret{Name: "c", Hosts: []string{"api.example.com"}}, Value: cred},
+			{Secret: agentfleet.Secret{Name: "e", Expose: true}, Value: exposed},
+		},
+		TenantSecrets: []agentfleet.OpenSecret{{Secret: agentfleet.Secret{Name: "t"}, Value: tenant}},
 	})
 	// The stand-in exits after reading: the turn fails as a crash.
 	require.NotNil(t, res.Err)
@@ -50,17 +57,19 @@ func TestExecFrameCarriesNoSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(frame), "probe-script", "the recorder captured the request")
 	require.Contains(t, string(frame), "probe-args")
-	require.NotContains(t, string(frame), secret)
+	for _, v := range []string{secret, cred, exposed, tenant} {
+		require.NotContains(t, string(frame), v, "an exposed value is sent only when the script calls secret()")
+	}
 }
 
 func TestRedactor(t *testing.T) {
 	t.Parallel()
 	require.Nil(t, newRedactor(nil))
-	require.Nil(t, newRedactor([]string{""}))
+	require.Nil(t, newRedactor(unnamed("")))
 	var nilR *redactor
 	require.Equal(t, "as is", nilR.str("as is"))
 
-	r := newRedactor([]string{`pa"ss\word`, "tok-123"})
+	r := newRedactor(unnamed(`pa"ss\word`, "tok-123"))
 	require.Equal(t, "key=[redacted] and [redacted]", r.str(`key=pa"ss\word and tok-123`))
 	// In JSON the secret appears escaped.
 	require.JSONEq(t, `{"p":"[redacted]","t":["x [redacted]"]}`, string(r.json([]byte(`{"p":"pa\"ss\\word","t":["x tok-123"]}`))))
@@ -68,14 +77,14 @@ func TestRedactor(t *testing.T) {
 	doc := []byte(`{"clean":true}`)
 	require.Equal(t, doc, r.json(doc))
 	// A numeric secret is redacted structurally, keeping valid JSON.
-	num := newRedactor([]string{"4242"})
+	num := newRedactor(unnamed("4242"))
 	got := num.json([]byte(`{"pin":4242,"list":[1,4242]}`))
 	require.JSONEq(t, `{"pin":"[redacted]","list":[1,"[redacted]"]}`, string(got))
 }
 
 func TestRedactorCuts(t *testing.T) {
 	t.Parallel()
-	r := newRedactor([]string{"sk-live-0123456789"})
+	r := newRedactor(unnamed("sk-live-0123456789"))
 	// The head of a cut log ends with the secret's beginning, the tail
 	// starts with its end: both pieces go.
 	require.Equal(t, "log [redacted]", r.cutEnd("log sk-live-01"))
@@ -136,4 +145,13 @@ const testSecret = "sk-live-8f7d6c5b4a39"
 // secretRequest runs script with the secret in its args and listed.
 func secretRequest(script string) agentfleet.ExecRequest {
 	return agentfleet.ExecRequest{Script: script, Args: []byte(`{"key":"` + testSecret + `"}`), Secrets: []string{testSecret}}
+}
+
+// unnamed is values redacted as "[redacted]".
+func unnamed(ss ...string) []redact.Value {
+	vs := make([]redact.Value, len(ss))
+	for i, s := range ss {
+		vs[i] = redact.Value{Value: s}
+	}
+	return vs
 }

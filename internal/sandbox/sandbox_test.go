@@ -497,7 +497,7 @@ func TestConfigValidation(t *testing.T) {
 func TestDeclarations(t *testing.T) {
 	t.Parallel()
 	p := sharedPool(t)
-	d := p.Declarations(nil)
+	d := p.Declarations(nil, false)
 	t.Logf("default declarations: %d bytes\n%s", len(d), d)
 	require.LessOrEqual(t, len(d), 3000, "declarations go into every system prompt")
 	for _, name := range DefaultPrimitives() {
@@ -510,7 +510,7 @@ func TestDeclarations(t *testing.T) {
 	require.Contains(t, d, "Limits per turn: 5s CPU, 256 MiB memory")
 
 	// Only what is enabled is declared, core always.
-	d = p.Declarations([]string{"http"})
+	d = p.Declarations([]string{"http"}, false)
 	require.Contains(t, d, "declare function answer")
 	require.Contains(t, d, "require(m: 'http')")
 	require.Contains(t, d, "type Res =", "http's types are declared without fetch")

@@ -75,7 +75,7 @@ func errorType(err error) string {
 // Sandbox is the part of a sandbox a script execution's span wraps.
 type Sandbox interface {
 	Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error)
-	Declarations(primitives []string) string
+	Declarations(primitives []string, secret bool) string
 }
 
 // Sandbox wraps s so that each script execution is a span, child of the
@@ -92,8 +92,8 @@ type tracedSandbox struct {
 	t *Tracer
 }
 
-func (ts tracedSandbox) Declarations(primitives []string) string {
-	return ts.s.Declarations(primitives)
+func (ts tracedSandbox) Declarations(primitives []string, secret bool) string {
+	return ts.s.Declarations(primitives, secret)
 }
 
 func (ts tracedSandbox) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error) {

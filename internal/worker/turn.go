@@ -118,8 +118,18 @@ func (w *Worker) execute(a *attempt) *execFacts {
 			return &execFacts{err: err}
 		}
 	}
+	var secrets []agentfleet.OpenSecret
+	if src := w.cfg.SecretSource; src != nil {
+		// Every turn of the tenant, not only those whose agent names
+		// secrets: any of their values is redacted wherever it shows.
+		// A failure is the store's, not the run's: the turn is retried.
+		if secrets, err = src.TenantSecrets(a.ctx, run.Tenant); err != nil {
+			return &execFacts{err: fmt.Errorf("load the secrets of tenant %s for run %s (its agent %s names %d): %w",
+				run.Tenant, run.ID, run.Agent, len(agent.Secrets), err)}
+		}
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
-		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets,
+		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
 		Approval: w.approver(run, run.Turn+1),

@@ -82,13 +82,25 @@ type Config struct {
 	// RetryDelay is the first NakWithDelay of a failed attempt; it
 	// doubles per attempt up to RetryDelayMax.
 	RetryDelay time.Duration
-	// Secrets are values redacted from everything a turn records.
+	// Secrets are values redacted from everything a turn records, as
+	// "[redacted]" (the provider key).
 	Secrets []string
-	Logger  *slog.Logger
-	Metrics *Metrics
+	// SecretSource opens the tenants' secrets for their turns: the
+	// credentials of the runs whose agent names them, and values
+	// redacted as "[secret:<name>]" from every turn of the tenant. Nil:
+	// no tenant has secrets.
+	SecretSource SecretSource
+	Logger       *slog.Logger
+	Metrics      *Metrics
 	// Tracer traces turns and runs (internal/telemetry); nil traces
 	// nothing.
 	Tracer Tracer
+}
+
+// SecretSource is where a worker gets a tenant's secrets, opened, for a
+// turn of one of its runs.
+type SecretSource interface {
+	TenantSecrets(ctx context.Context, tenant string) ([]agentfleet.OpenSecret, error)
 }
 
 // Tracer is what the worker needs of the fleet's tracing.
