@@ -127,7 +127,15 @@ func (s *Server) handleSecretPut(w http.ResponseWriter, r *http.Request, p princ
 	if sec.Version == 1 {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, sec)
+	writeJSON(w, status, secretView(sec))
+}
+
+// secretView is a secret as the API shows it: hosts always a list.
+func secretView(sec agentfleet.Secret) agentfleet.Secret {
+	if sec.Hosts == nil {
+		sec.Hosts = []string{}
+	}
+	return sec
 }
 
 // quietDecodeError is decodeBody's error without what the JSON parser
@@ -254,7 +262,7 @@ func (s *Server) handleSecretList(w http.ResponseWriter, r *http.Request, p prin
 			out.NextCursor = out.Secrets[limit-1].Name
 			break
 		}
-		out.Secrets = append(out.Secrets, sec)
+		out.Secrets = append(out.Secrets, secretView(sec))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -269,7 +277,7 @@ func (s *Server) handleSecretGet(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, sec)
+	writeJSON(w, http.StatusOK, secretView(sec))
 }
 
 func (s *Server) handleSecretDelete(w http.ResponseWriter, r *http.Request, p principal) {
