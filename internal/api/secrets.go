@@ -2,7 +2,6 @@ package api
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -22,12 +21,8 @@ import (
 // any tenant's, named with ?tenant=. POST /v1/secrets/rekey (the admin
 // token) seals every value the store keeps again under the current key.
 
-// Limits of a secret.
-const (
-	SecretValueMax  = 8 << 10
-	maxSecretHosts  = 50
-	maxSecretFormat = 1024
-)
+// SecretValueMax bounds a secret's value.
+const SecretValueMax = 8 << 10
 
 // secretTenant is the tenant whose secrets the request manages: a key's
 // own (a ?tenant= must name it), or for the admin token ?tenant=, which
@@ -102,8 +97,7 @@ func (s *Server) handleSecretPut(w http.ResponseWriter, r *http.Request, p princ
 		s.fail(w, r, errSecretsKey("store secrets"))
 		return
 	}
-	hosts, err := checkSecret(&req)
-	if err != nil {
+	if err := checkSecret(&req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -114,7 +108,7 @@ func (s *Server) handleSecretPut(w http.ResponseWriter, r *http.Request, p princ
 	}
 	sec, err := s.cfg.Store.SecretPut(r.Context(), store.SecretPutParams{
 		Tenant: p.tenant, Name: name, Sealed: sealed, KeyID: s.cfg.Secrets.KeyID(),
-		Hosts: hosts, Header: req.Header, Format: req.Format, Expose: req.Expose,
+		Hosts: req.Hosts, Header: req.Header, Format: req.Format, Expose: req.Expose,
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		err = errNotFound("no tenant %q", p.tenant)
@@ -148,88 +142,28 @@ func quietDecodeError(err error) error {
 	return err
 }
 
-// checkSecret refuses a secret no worker could send, naming the field
-// (never the value), and returns its hosts in lower case.
-func checkSecret(req *wire.SecretRequest) ([]string, error) {
+// checkSecret refuses the value no worker could send, naming the
+// field (never the value). The store checks the rest (hosts, header,
+// format) and names what is wrong in the same way.
+func checkSecret(req *wire.SecretRequest) error {
 	switch {
 	case req.Value == "":
-		return nil, errUnprocessable("value is required: the secret itself (1 to %d bytes)", SecretValueMax)
+		return errUnprocessable("value is required: the secret itself (1 to %d bytes)", SecretValueMax)
 	case len(req.Value) > SecretValueMax:
-		return nil, errUnprocessable("value is %d bytes; the limit is %d", len(req.Value), SecretValueMax)
-	case len(req.Hosts) == 0 && !req.Expose:
-		return nil, errUnprocessable("hosts is required: the hosts whose HTTPS requests get the secret, e.g. [\"api.github.com\"] (or expose: true for a value a script reads with secret(name))")
-	case len(req.Hosts) > maxSecretHosts:
-		return nil, errUnprocessable("hosts has %d entries; at most %d", len(req.Hosts), maxSecretHosts)
-	}
-	hosts := make([]string, 0, len(req.Hosts))
-	for _, h := range req.Hosts {
-		lh := strings.ToLower(h)
-		if !validHostName(lh) {
-			return nil, errUnprocessable("hosts: %q is not a bare host name (like api.github.com: no scheme, port, path or wildcard)", h)
-		}
-		if !slices.Contains(hosts, lh) {
-			hosts = append(hosts, lh)
-		}
-	}
-	if req.Header != "" && !validHeaderName(req.Header) {
-		return nil, errUnprocessable("header %q is not an HTTP header name (like Authorization or X-Api-Key)", req.Header)
+		return errUnprocessable("value is %d bytes; the limit is %d", len(req.Value), SecretValueMax)
+	case len(req.Hosts) == 0:
+		return errUnprocessable("hosts is required: the hosts whose HTTPS requests get the secret, e.g. [\"api.github.com\"]")
+	case !req.Expose && strings.ContainsFunc(req.Value, isCtl):
+		return errUnprocessable("value has a control character (a line break?), which no header value can hold: strip it (or set expose: true for a value only scripts read, such as a PEM key)")
 	}
 	switch strings.ToLower(req.Header) {
-	case "host", "content-length", "content-type", "transfer-encoding", "connection", "cookie2", "te", "upgrade":
-		return nil, errUnprocessable("header %q is not one a secret may set: use Authorization or an API key header", req.Header)
+	case "host", "content-length", "content-type", "transfer-encoding", "connection", "te", "upgrade", "trailer":
+		return errUnprocessable("header %q is not one a secret may set: use Authorization or an API key header", req.Header)
 	}
-	if req.Format != "" {
-		switch {
-		case len(req.Format) > maxSecretFormat:
-			return nil, errUnprocessable("format is longer than %d bytes", maxSecretFormat)
-		case !strings.Contains(req.Format, "{value}"):
-			return nil, errUnprocessable("format %q has no {value}: say where the secret goes, e.g. \"Bearer {value}\"", req.Format)
-		case strings.ContainsFunc(req.Format, isCtl):
-			return nil, errUnprocessable("format has a control character: a header value cannot hold it")
-		}
-	}
-	if len(hosts) > 0 && strings.ContainsFunc(req.Value, isCtl) {
-		return nil, errUnprocessable("value has a control character (a line break?), which no header value can hold: strip it, or send no hosts and expose: true")
-	}
-	return hosts, nil
+	return nil
 }
 
 func isCtl(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }
-
-// validHostName reports whether h is a DNS name or an IP address.
-func validHostName(h string) bool {
-	if net.ParseIP(h) != nil {
-		return true
-	}
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// validHeaderName reports whether h is a header field name (RFC 9110
-// token).
-func validHeaderName(h string) bool {
-	if len(h) > 100 {
-		return false
-	}
-	for _, r := range h {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
-			return false
-		}
-	}
-	return h != ""
-}
 
 // handleSecretList lists the tenant's secrets by name, a page at a
 // time: the cursor is the last name of the previous page.

@@ -104,13 +104,13 @@ func TestSecretCRUD(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, value2, got)
 
-	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/signing_key", key, map[string]any{"value": "-----BEGIN KEY-----\nabc\n-----END KEY-----", "expose": true}), http.StatusCreated)
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/signing_key", key, map[string]any{"value": "-----BEGIN KEY-----\nabc\n-----END KEY-----", "hosts": []string{"*.example.com"}, "expose": true}), http.StatusCreated)
 	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/a_first", key, map[string]any{"value": "v", "hosts": []string{"10.0.0.7"}}), http.StatusCreated)
 
 	list := decode[wire.SecretList](t, e.do("GET", "/v1/secrets", key, nil), http.StatusOK)
 	require.Equal(t, []string{"a_first", "github_token", "signing_key"}, secretNames(list.Secrets), "by name")
 	require.Empty(t, list.NextCursor)
-	require.Equal(t, []string{}, list.Secrets[2].Hosts)
+	require.Equal(t, []string{"*.example.com"}, list.Secrets[2].Hosts)
 	page := decode[wire.SecretList](t, e.do("GET", "/v1/secrets?limit=2", key, nil), http.StatusOK)
 	require.Equal(t, []string{"a_first", "github_token"}, secretNames(page.Secrets))
 	rest := decode[wire.SecretList](t, e.do("GET", "/v1/secrets?limit=2&cursor="+page.NextCursor, key, nil), http.StatusOK)
@@ -182,12 +182,13 @@ func TestSecretValidation(t *testing.T) {
 		{"ok", map[string]any{"value": "", "hosts": hosts}, "value is required"},
 		{"ok", map[string]any{"value": strings.Repeat("x", api.SecretValueMax+1), "hosts": hosts}, "the limit is 8192"},
 		{"ok", map[string]any{"value": v}, "hosts is required"},
-		{"ok", map[string]any{"value": v, "hosts": []string{"https://api.github.com"}}, "bare host name"},
-		{"ok", map[string]any{"value": v, "hosts": []string{"api.github.com:443"}}, "bare host name"},
-		{"ok", map[string]any{"value": v, "hosts": []string{"*.github.com"}}, "bare host name"},
-		{"ok", map[string]any{"value": v, "hosts": hosts, "header": "Bad Header"}, "not an HTTP header name"},
+		{"ok", map[string]any{"value": v, "expose": true}, "hosts is required"},
+		{"ok", map[string]any{"value": v, "hosts": []string{"https://api.github.com"}}, "not a bare host name"},
+		{"ok", map[string]any{"value": v, "hosts": []string{"api.github.com:443"}}, "not a bare host name"},
+		{"ok", map[string]any{"value": v, "hosts": []string{"*.com"}}, "too wide"},
+		{"ok", map[string]any{"value": v, "hosts": hosts, "header": "Bad Header"}, "header"},
 		{"ok", map[string]any{"value": v, "hosts": hosts, "header": "Host"}, "not one a secret may set"},
-		{"ok", map[string]any{"value": v, "hosts": hosts, "format": "Bearer"}, "has no {value}"},
+		{"ok", map[string]any{"value": v, "hosts": hosts, "format": "Bearer"}, "{value}"},
 		{"ok", map[string]any{"value": v, "hosts": hosts, "format": "Bearer {value}\r\nX-Evil: 1"}, "control character"},
 		{"ok", map[string]any{"value": v + "\r\nX-Evil: 1", "hosts": hosts}, "control character"},
 	} {
@@ -219,7 +220,7 @@ func TestSecretsRekey(t *testing.T) {
 	e := newEnv(t, withBox(newBox(t, oldKey), nil))
 	key := e.tenant("acme") // with a callback secret
 	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/one", key, map[string]any{"value": "v-one", "hosts": []string{"a.example.com"}}), http.StatusCreated)
-	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/two", key, map[string]any{"value": "v-two", "expose": true}), http.StatusCreated)
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/two", key, map[string]any{"value": "v-two", "hosts": []string{"b.example.com"}, "expose": true}), http.StatusCreated)
 	tv := e.createTrigger(key, map[string]any{"name": "gh", "scheme": "github"})
 	rot := decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
 	// One more, sealed under a key nobody holds any more.
