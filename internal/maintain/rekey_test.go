@@ -9,7 +9,19 @@ import (
 
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 )
+
+// rekeyStores open a store of each backend, with the tenant acme.
+var rekeyStores = map[string]func(t *testing.T) store.Store{
+	"sqlite": func(t *testing.T) store.Store { return openTestStore(t) },
+	"postgres": func(t *testing.T) store.Store {
+		st := pgtest.Open(t)
+		_, err := st.TenantCreate(t.Context(), store.TenantCreateParams{ID: "acme"})
+		require.NoError(t, err)
+		return st
+	},
+}
 
 func mustBox(t *testing.T, cur string, prev ...string) *secrets.Box {
 	t.Helper()
@@ -56,7 +68,15 @@ func sealedValues(t *testing.T, st store.Store) map[store.SealedRef]string {
 // current values alone, and reports (and keeps) what no key opens.
 func TestRekey(t *testing.T) {
 	t.Parallel()
-	st := openTestStore(t)
+	for name, open := range rekeyStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRekey(t, open(t))
+		})
+	}
+}
+
+func testRekey(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	oldKey, newKey := secrets.NewKey(), secrets.NewKey()
 	old := mustBox(t, oldKey)
@@ -129,6 +149,15 @@ func (s *racingStore) SealedReplace(ctx context.Context, p store.SealedReplacePa
 // deleted it is skipped.
 func TestRekeyConflict(t *testing.T) {
 	t.Parallel()
+	for name, open := range rekeyStores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testRekeyConflict(t, open)
+		})
+	}
+}
+
+func testRekeyConflict(t *testing.T, open func(t *testing.T) store.Store) {
 	oldKey, newKey := secrets.NewKey(), secrets.NewKey()
 	old, box := mustBox(t, oldKey), mustBox(t, newKey, oldKey)
 	for _, c := range []struct {
@@ -142,7 +171,7 @@ func TestRekeyConflict(t *testing.T) {
 		{"deleted", func(st store.Store) { require.NoError(t, st.SecretDelete(t.Context(), "acme", "tok")) }, "", 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			st := openTestStore(t)
+			st := open(t)
 			putSecret(t, st, old, "acme", "tok", "v1")
 			rs := &racingStore{Store: st}
 			rs.race = func() { c.race(st) }
