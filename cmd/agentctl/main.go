@@ -1,6 +1,6 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
 // cancel them, submit batches and gather their results, administer
-// tenants, agents and webhook triggers (and send signed
+// tenants, agents, secrets and webhook triggers (and send signed
 // deliveries to them), run the whole fleet in one process
 // (agentctl dev) and measure it (agentctl bench).
 //
@@ -79,6 +79,10 @@ Usage:
   agentctl approvals show ID
   agentctl approvals approve [--reason R] [--scope session] ID
   agentctl approvals deny [--reason R] ID
+  agentctl secrets set [--tenant T] --host H [--host H2] [--header H] [--format F] [--expose]
+                      [--from-file PATH] NAME   (the value on stdin, or in the file)
+  agentctl secrets ls|show|rm [--tenant T] [--json] [NAME]
+  agentctl secrets rekey [--json]   (admin)
   agentctl tenants keys create --name N [--scopes admin,submit,read] ID
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
@@ -153,6 +157,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdBatch(ctx, args[1:])
 	case "approvals":
 		err = env.cmdApprovals(ctx, args[1:])
+	case "secrets":
+		err = env.cmdSecrets(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "nats-auth":

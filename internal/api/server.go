@@ -260,6 +260,12 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
 	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
 	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
+	// Secrets (secrets.go).
+	s.mux.HandleFunc("PUT /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretPut)))
+	s.mux.HandleFunc("GET /v1/secrets", s.authed(s.withSecretTenant(s.handleSecretList)))
+	s.mux.HandleFunc("GET /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretGet)))
+	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretDelete)))
+	s.mux.HandleFunc("POST /v1/secrets/rekey", s.adminOnly(s.handleSecretsRekey))
 	// Approvals (approvals.go).
 	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
 	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))

@@ -147,6 +147,12 @@ type Config struct {
 	// absolute.
 	SecretsKey string
 	PublicURL  string
+
+	// SecretsKeyPrevious (AGENTFLEET_SECRETS_KEY_PREVIOUS) are the keys
+	// SecretsKey replaced, comma-separated: what they sealed still
+	// opens until a rekey (agentctl secrets rekey) seals it again.
+	SecretsKeyPrevious string
+
 	// EgressAllow (AGENTFLEET_EGRESS_ALLOW) opens host names, IPs and
 	// CIDRs past the network guard, fleet-wide: for every agent's fetch
 	// and http and for run callbacks and approval notifications. It is
@@ -202,6 +208,7 @@ func ConfigFromEnv() (Config, error) {
 		EgressAllow:    os.Getenv("AGENTFLEET_EGRESS_ALLOW"),
 		EgressPrivate:  os.Getenv("AGENTFLEET_EGRESS_PRIVATE"),
 	}
+	c.SecretsKeyPrevious = os.Getenv(secrets.EnvKeyPrevious)
 	var errs []error
 	c.Workers = envInt("AGENTFLEET_WORKERS", WorkersDefault, &errs)
 	c.WorkerSlots = envInt("AGENTFLEET_WORKER_SLOTS", WorkerSlotsDefault, &errs)
@@ -314,9 +321,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_DATA_DIR must not be empty"))
 	}
 	if c.SecretsKey != "" {
-		if _, err := secrets.ParseKey(c.SecretsKey); err != nil {
+		if _, err := secrets.ParseKeys(c.SecretsKey, c.SecretsKeyPrevious); err != nil {
 			errs = append(errs, err)
 		}
+	} else if c.SecretsKeyPrevious != "" {
+		errs = append(errs, fmt.Errorf("%s is set without %s: put the new key in %s and keep the replaced ones in %s", secrets.EnvKeyPrevious, secrets.EnvKey, secrets.EnvKey, secrets.EnvKeyPrevious))
 	}
 	if _, err := egress.ParseAllow(c.EgressAllow); err != nil {
 		errs = append(errs, fmt.Errorf("AGENTFLEET_EGRESS_ALLOW: %w", err))
@@ -349,7 +358,7 @@ func (c Config) secretsBox() *secrets.Box {
 	if c.SecretsKey == "" {
 		return nil
 	}
-	b, _ := secrets.ParseKey(c.SecretsKey)
+	b, _ := secrets.ParseKeys(c.SecretsKey, c.SecretsKeyPrevious)
 	return b
 }
 

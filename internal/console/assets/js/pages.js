@@ -10,6 +10,7 @@ import { tenantsPage } from './tenants.js';
 import { triggersPage, triggerPage } from './triggers.js';
 import { batchesPage, batchPage } from './batches.js';
 import { approvalsPage } from './approvals.js';
+import { secretsPage } from './secrets.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -31,5 +32,6 @@ export const pages = [
     render: (root, [id]) => batchPage(root, id),
   },
   { title: 'Approvals', nav: '/approvals', match: (p) => (p === '/approvals' ? [] : null), render: (root) => approvalsPage(root) },
+  { title: 'Secrets', nav: '/secrets', match: (p) => (p === '/secrets' ? [] : null), render: (root, _, params) => secretsPage(root, params) },
   { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
 ];
