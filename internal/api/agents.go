@@ -89,6 +89,9 @@ func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 			return errUnprocessable("primitives: %q is listed twice", prim)
 		}
 	}
+	if err := agentfleet.CheckAgentSecrets(spec.Secrets); err != nil {
+		return errUnprocessable("%v", err)
+	}
 	if err := sandbox.CheckApproveRules(spec.Approve); err != nil {
 		return errUnprocessable("approve: %v", err)
 	}

@@ -21,8 +21,13 @@ import (
 // any tenant's, named with ?tenant=. POST /v1/secrets/rekey (the admin
 // token) seals every value the store keeps again under the current key.
 
-// SecretValueMax bounds a secret's value.
-const SecretValueMax = 8 << 10
+// SecretValueMin and SecretValueMax bound a secret's value. Every
+// value of a tenant is redacted wherever it shows, so a short one would
+// blank out ordinary text: no credential is that short.
+const (
+	SecretValueMin = 8
+	SecretValueMax = 8 << 10
+)
 
 // secretTenant is the tenant whose secrets the request manages: a key's
 // own (a ?tenant= must name it), or for the admin token ?tenant=, which
@@ -148,7 +153,9 @@ func quietDecodeError(err error) error {
 func checkSecret(req *wire.SecretRequest) error {
 	switch {
 	case req.Value == "":
-		return errUnprocessable("value is required: the secret itself (1 to %d bytes)", SecretValueMax)
+		return errUnprocessable("value is required: the secret itself (%d to %d bytes)", SecretValueMin, SecretValueMax)
+	case len(req.Value) < SecretValueMin:
+		return errUnprocessable("value is %d bytes; a secret is at least %d (every value is redacted wherever it shows, so a short one would hide ordinary text)", len(req.Value), SecretValueMin)
 	case len(req.Value) > SecretValueMax:
 		return errUnprocessable("value is %d bytes; the limit is %d", len(req.Value), SecretValueMax)
 	case len(req.Hosts) == 0:

@@ -118,7 +118,7 @@ func StartDev(ctx context.Context, cfg Config, opts DevOptions) (d *Dev, err err
 	d.Workers, err = NewWorkerProcess(WorkerConfig{
 		Workers: cfg.Workers, Slots: cfg.WorkerSlots, Model: cfg.Model, ModelClient: opts.ModelClient,
 		Sandbox: cfg.sandboxConfig(cfg.Workers),
-		Store:   d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm,
+		Store:   d.Store, Bus: d.Bus, Registry: reg, Logger: log, BudgetMetrics: bm, Secrets: cfg.secretsBox(),
 	})
 	if err != nil {
 		return nil, err

@@ -197,7 +197,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"}, Sandbox: o.sandbox,
 			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
-			Tracer: o.tracer,
+			Tracer: o.tracer, Secrets: testSecrets,
 		})
 		require.NoError(t, err)
 		wctx, stop := context.WithCancel(ctx)

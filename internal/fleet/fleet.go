@@ -18,6 +18,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/postgres"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -126,6 +127,10 @@ type WorkerConfig struct {
 	// Tracer traces the process's turns; nil means one from the
 	// standard OpenTelemetry environment (off unless it asks).
 	Tracer *telemetry.Tracer
+	// Secrets opens the tenants' secrets for their turns
+	// (AGENTFLEET_SECRETS_KEY, and the previous keys); nil: a tenant
+	// that has secrets has its turns fail until the key is set.
+	Secrets *secrets.Box
 }
 
 // WorkerProcess is a worker process's work: one model client, one
@@ -204,10 +209,11 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	if ownTracer {
 		wp.tracer = tracer
 	}
-	var secrets []string
+	var providerKeys []string
 	if cfg.Model.APIKey != "" {
-		secrets = append(secrets, cfg.Model.APIKey)
+		providerKeys = append(providerKeys, cfg.Model.APIKey)
 	}
+	source := newSecretSource(cfg.Store, cfg.Secrets)
 	queue := cfg.Queue
 	if queue == 0 {
 		queue = bus.QueueWork
@@ -215,7 +221,7 @@ func NewWorkerProcess(cfg WorkerConfig) (*WorkerProcess, error) {
 	for i := range cfg.Workers {
 		w, err := worker.New(worker.Config{
 			Bus: cfg.Bus, Store: cfg.Store, Engine: engine, Queue: queue, Slots: cfg.Slots,
-			RetryDelay: cfg.RetryDelay, Secrets: secrets,
+			RetryDelay: cfg.RetryDelay, Secrets: providerKeys, SecretSource: source,
 			Logger: cfg.Logger.With("worker", i), Metrics: wm, Tracer: tracer,
 		})
 		if err != nil {

@@ -104,7 +104,7 @@ func RunWorker(ctx context.Context, cfg Config, logger *slog.Logger) error {
 	reg := NewRegistry()
 	wp, err := NewWorkerProcess(WorkerConfig{
 		Workers: 1, Slots: cfg.WorkerSlots, Model: cfg.Model, Store: st, Bus: b, Registry: reg, Logger: logger,
-		Sandbox: cfg.sandboxConfig(1),
+		Sandbox: cfg.sandboxConfig(1), Secrets: cfg.secretsBox(),
 	})
 	if err != nil {
 		return err

@@ -29,7 +29,7 @@ type memSecrets struct {
 	loads   int
 }
 
-func (m *memSecrets) TenantSecrets(_ context.Context, tenant string) ([]agentfleet.OpenSecret, error) {
+func (m *memSecrets) TenantSecrets(_ context.Context, tenant string, _ []string) ([]agentfleet.OpenSecret, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.loads++

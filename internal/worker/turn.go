@@ -123,7 +123,7 @@ func (w *Worker) execute(a *attempt) *execFacts {
 		// Every turn of the tenant, not only those whose agent names
 		// secrets: any of their values is redacted wherever it shows.
 		// A failure is the store's, not the run's: the turn is retried.
-		if secrets, err = src.TenantSecrets(a.ctx, run.Tenant); err != nil {
+		if secrets, err = src.TenantSecrets(a.ctx, run.Tenant, agent.Secrets); err != nil {
 			return &execFacts{err: fmt.Errorf("load the secrets of tenant %s for run %s (its agent %s names %d): %w",
 				run.Tenant, run.ID, run.Agent, len(agent.Secrets), err)}
 		}

@@ -98,9 +98,11 @@ type Config struct {
 }
 
 // SecretSource is where a worker gets a tenant's secrets, opened, for a
-// turn of one of its runs.
+// turn of one of its runs. A source may keep them a while; names are
+// the secrets the run's agent names, which a kept list must hold (a
+// secret set just before the run is read, not missed).
 type SecretSource interface {
-	TenantSecrets(ctx context.Context, tenant string) ([]agentfleet.OpenSecret, error)
+	TenantSecrets(ctx context.Context, tenant string, names []string) ([]agentfleet.OpenSecret, error)
 }
 
 // Tracer is what the worker needs of the fleet's tracing.

@@ -43,6 +43,9 @@ func AgentUpsert(p store.AgentUpsertParams) error {
 	case s.TurnTimeout < 0 || s.ApprovalTimeout < 0:
 		return Invalidf("agent %s: turn_timeout and approval_timeout must not be negative (zero means the default)", p.Name)
 	}
+	if err := agentfleet.CheckAgentSecrets(s.Secrets); err != nil {
+		return Invalidf("agent %s: %v", p.Name, err)
+	}
 	if err := checkTexts("agent system", s.Persona, "agent model", s.Model, "agent approval_callback_url", s.ApprovalCallbackURL); err != nil {
 		return err
 	}

@@ -27,10 +27,7 @@ const (
 // SecretCols are a secret's columns but its sealed value.
 const SecretCols = `tenant, name, hosts, header, format, expose, version, key_id, created_at, updated_at`
 
-var (
-	secretNamePattern = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
-	hostLabelPattern  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-)
+var hostLabelPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // SecretPut validates p and fills its defaults: hosts lower-cased
 // without repeats, Header and Format.
@@ -71,7 +68,7 @@ func checkSecretRef(tenant, name string) error {
 	if tenant == "" {
 		return Invalidf("secret: tenant is required")
 	}
-	if !secretNamePattern.MatchString(name) {
+	if !agentfleet.ValidSecretName(name) {
 		return Invalidf("secret name %q: use 1 to 64 lower-case letters, digits or '_'", name)
 	}
 	return nil
