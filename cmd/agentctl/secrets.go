@@ -166,7 +166,7 @@ func (e cliEnv) secretsSet(ctx context.Context, c *client.Client, args []string)
 	}
 	name := pos[0]
 	if f, ok := secretStdin.(*os.File); ok && *fromFile == "" && isTerminal(f) {
-		// Typed, it is not echoed back by agentctl; the terminal may.
+		// Else it would wait in silence; a terminal echoes what is typed.
 		fmt.Fprintf(e.stderr, "the value of %s, then Ctrl-D (better: pipe it in, or --from-file):\n", name)
 	}
 	value, err := readSecretValue(*fromFile)
