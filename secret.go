@@ -8,7 +8,11 @@ import "time"
 type Secret struct {
 	Tenant string `json:"tenant"`
 	Name   string `json:"name"`
-	// Hosts are the hosts whose HTTPS requests get the secret's header.
+	// Hosts are the hosts whose HTTPS requests get the secret's header:
+	// lower-case host names, compared with the request's host
+	// lower-cased, without port or trailing dot. "*.example.com" names
+	// every host below example.com (a.example.com, a.b.example.com),
+	// not example.com itself.
 	Hosts []string `json:"hosts"`
 	// Header is the request header the secret is sent in
 	// (SecretHeaderDefault when none is given), and Format its value,

@@ -1,11 +1,17 @@
-// Package secrets seals the secrets the store keeps for the fleet (trigger
-// secrets, tenants' callback secrets) with AES-256-GCM under the
-// operator's key, AGENTFLEET_SECRETS_KEY: the store holds only sealed
-// values, so a copy of the database alone gives no secret away.
+// Package secrets seals every secret the store keeps (tenants' named
+// secrets, trigger secrets, tenants' callback secrets) with AES-256-GCM
+// under the operator's key, AGENTFLEET_SECRETS_KEY: the store holds only
+// sealed values, so a copy of the database alone gives no secret away.
+//
+// Keys rotate: a sealed value names its key's id, the keys in
+// AGENTFLEET_SECRETS_KEY_PREVIOUS still open what they sealed, and a
+// rekey (store.Store's SealedList and SealedReplace) seals again under
+// the current key whatever Current says is not under it.
 //
 // It knows nothing of what it seals. The associated data binds a sealed
-// value to where it is kept (a trigger's id), so a sealed value copied
-// into another row does not open there.
+// value to where it is kept (a trigger's id, SecretAD for a tenant's
+// named secret), so a sealed value copied into another row does not
+// open there.
 package secrets
 
 import (

@@ -42,7 +42,9 @@ type Sealed struct {
 }
 
 // SealedListParams page through every sealed value: those after After
-// in (kind, owner, name) order, at most Limit.
+// (the zero ref: from the first) in (kind, owner, name) order, bytewise,
+// at most Limit (zero: 100; at most 1000). A page's last Ref is the next
+// page's After; an empty page is the end.
 type SealedListParams struct {
 	After SealedRef
 	Limit int

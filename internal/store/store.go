@@ -1,7 +1,9 @@
 // Package store declares the store of record: tenants, API keys, agents,
 // runs, the step trace and the side-effect journal, carried state, events
 // (the outbox every published RunEvent comes from), the budget ledger,
-// approvals, batches, triggers and skills.
+// approvals, batches, triggers, callbacks, skills and tenants' secrets.
+// Secrets reach it sealed (internal/secrets) and never leave it open:
+// it stores, lists and reseals sealed values, and opens none.
 //
 // There are two backends behind the one Store interface: store/postgres
 // (pgx v5, production) and store/sqlite (modernc.org/sqlite, the embedded
@@ -376,22 +378,28 @@ type Store interface {
 	TriggerDigestClaim(ctx context.Context, p TriggerDigestClaimParams) ([]string, error)
 
 	// SecretPut creates a tenant's secret (version 1) or replaces it
-	// (version + 1, created kept); the tenant must exist (ErrNotFound).
-	// Names are [a-z0-9_]{1,64}, hosts bare host names, the header a
-	// token and the format holds {value} (ErrInvalid).
+	// whole (version + 1, created kept); the tenant must exist
+	// (ErrNotFound). Names are [a-z0-9_]{1,64}; hosts 1 to 32 bare host
+	// names (lower-cased, each once; see agentfleet.Secret.Hosts), the
+	// header a token and the format holds {value} and no control
+	// character (ErrInvalid naming the field).
 	SecretPut(ctx context.Context, p SecretPutParams) (agentfleet.Secret, error)
 	// SecretGet and SecretList read secrets without their values
-	// (SecretList by name); SecretDelete removes one (ErrNotFound).
+	// (SecretList by name, bytewise; an unknown tenant is ErrNotFound);
+	// SecretDelete removes one. An unknown secret is ErrNotFound.
 	SecretGet(ctx context.Context, tenant, name string) (agentfleet.Secret, error)
 	SecretList(ctx context.Context, tenant string) ([]agentfleet.Secret, error)
 	SecretDelete(ctx context.Context, tenant, name string) error
 	// SecretSealedList reads a tenant's secrets with their sealed values,
-	// for the worker, which opens them.
+	// by name, for the worker, which opens them; none (or an unknown
+	// tenant) is empty.
 	SecretSealedList(ctx context.Context, tenant string) ([]SealedSecret, error)
 	// SealedList pages through every sealed value the store keeps (the
 	// tenants' secrets, the triggers' current and previous secrets, the
 	// callback secrets), and SealedReplace swaps one for its resealing:
-	// together, a rekey.
+	// together, a rekey. A reseal changes the value (and a secret's key
+	// id), nothing else: no version, no updated time. SealedReplace of a
+	// value gone is ErrNotFound, of one changed ErrConflict.
 	SealedList(ctx context.Context, p SealedListParams) ([]Sealed, error)
 	SealedReplace(ctx context.Context, p SealedReplaceParams) error
 

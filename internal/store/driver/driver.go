@@ -52,4 +52,5 @@ type Executor interface {
 	ApprovalExecutor
 	BatchExecutor
 	BudgetExecutor
+	SecretExecutor
 }

@@ -145,6 +145,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"TriggerDelivery", testTriggerDelivery},
 		{"RunCallback", testRunCallback},
 		{"Skill", testSkill},
+		{"Secret", testSecret},
 		{"Retention", testRetention},
 		{"Text", testText},
 		{"Children", testChildren},

@@ -47,6 +47,7 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"TurnCommit": exerciseTurnCommit,
 		"Reserve":    exerciseReserve,
 		"Admit":      exerciseAdmit,
+		"Secrets":    exerciseSecrets,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -12,7 +12,8 @@ import "github.com/agentfleet/agentfleet/internal/store/driver"
 //
 // One file per noun: tenants, API keys and skills (tenant.go), agents
 // (agent.go), callbacks (callback.go), triggers (trigger.go), approvals
-// (approval.go), batches (batch.go, the admission in admit.go), run
+// (approval.go), batches (batch.go, the admission in admit.go), secrets
+// and the rekey's walk over every sealed value (secret.go), run
 // creation (runcreate.go), turn loads (turnload.go), turn commits
 // (turncommit.go), run transitions and cancels (run.go), reads and
 // EventAppend (runread.go), a run's end and its children (children.go),
