@@ -1,7 +1,7 @@
 // Package client is the Go client of the dispatcher's HTTP API: what a Go
 // service needs to submit and follow runs, and what agentctl, the bench
 // command and the end-to-end tests use. It speaks only
-// HTTP: runs, tenants and their API keys, webhook triggers (and sending
+// HTTP: runs, tenants and their API keys, secrets, webhook triggers (and sending
 // signed deliveries to their hooks), and events over Server-Sent Events
 // (a run's, or every run's of a tenant), resuming with Last-Event-ID when
 // a stream breaks. Request and answer bodies are package wire's types.

@@ -164,11 +164,15 @@ func (e cliEnv) secretsSet(ctx context.Context, c *client.Client, args []string)
 	if len(hosts) == 0 {
 		return usagef("secrets set needs --host: a host whose HTTPS requests get the secret (api.github.com)")
 	}
+	name := pos[0]
+	if f, ok := secretStdin.(*os.File); ok && *fromFile == "" && isTerminal(f) {
+		// Else it would wait in silence; a terminal echoes what is typed.
+		fmt.Fprintf(e.stderr, "the value of %s, then Ctrl-D (better: pipe it in, or --from-file):\n", name)
+	}
 	value, err := readSecretValue(*fromFile)
 	if err != nil {
 		return err
 	}
-	name := pos[0]
 	s, err := c.PutSecret(ctx, *tenant, name, wire.SecretRequest{Value: value, Hosts: hosts, Header: *header, Format: *format, Expose: *expose})
 	if err != nil {
 		return err

@@ -142,7 +142,8 @@ func secretView(sec agentfleet.Secret) agentfleet.Secret {
 func quietDecodeError(err error) error {
 	var ae *apiError
 	if errors.As(err, &ae) && strings.HasPrefix(ae.msg, "malformed JSON") {
-		return errBadRequest("malformed JSON: send {\"value\", \"hosts\", \"header\", \"format\", \"expose\"} (what the parser said is left out: it may quote the value)")
+		where, _, _ := strings.Cut(ae.msg, ":")
+		return errBadRequest("%s: send {\"value\", \"hosts\", \"header\", \"format\", \"expose\"} (what the parser said is left out: it may quote the value)", where)
 	}
 	return err
 }

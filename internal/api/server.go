@@ -265,7 +265,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/secrets", s.authed(s.withSecretTenant(s.handleSecretList)))
 	s.mux.HandleFunc("GET /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretGet)))
 	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretDelete)))
-	s.mux.HandleFunc("POST /v1/secrets/rekey", s.adminOnly(s.handleSecretsRekey))
+	// A rekey walks every sealed value: the deadlines of a long body.
+	s.mux.HandleFunc("POST /v1/secrets/rekey", s.longBody(s.adminOnly(s.handleSecretsRekey)))
 	// Approvals (approvals.go).
 	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
 	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))

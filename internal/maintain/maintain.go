@@ -6,6 +6,7 @@
 // sweeps that change runs) checks Leading, the scheduler's lease, before
 // each pass; the ones whose work is claimed in the store (callbacks,
 // notifications, requeues deduplicated by message id) run everywhere.
+// Rekey (rekey.go) is no service: internal/api runs it on request.
 //
 // What a sweep's store change owes the bus is published through
 // internal/outbox. The package knows nothing of HTTP: internal/api
