@@ -577,11 +577,28 @@ func BenchmarkTurn(b *testing.B) {
   return out;
 }`), carried},
 	}
+	// A worker's turn passes its provider key, and a tenant with
+	// secrets has them all opened and redacted; its agent names two.
+	tenant := make([]agentfleet.OpenSecret, 8)
+	for i := range tenant {
+		tenant[i] = agentfleet.OpenSecret{Secret: agentfleet.Secret{Name: fmt.Sprintf("s%d", i), Hosts: []string{"api.example.com"}, Expose: i == 0},
+			Value: fmt.Sprintf("value-%d-4f8e2a1c9b7d6e5f3a2b1c0d", i)}
+	}
+	cases = append(cases, struct {
+		name  string
+		reply string
+		args  json.RawMessage
+	}{"reprice200-secrets", cases[2].reply, cases[2].args})
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			eng, err := loop.New(loop.Config{Model: instantModel{tc.reply}, Sandbox: pool(b)})
 			require.NoError(b, err)
 			in := loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", Message: "reprice the items", Turn: 1, Args: tc.args, Status: agentfleet.StatusRunning}, Steps: history}
+			if strings.HasSuffix(tc.name, "-secrets") {
+				in.Secrets = []string{"sk-proj-4f8e2a1c9b7d6e5f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d"}
+				in.TenantSecrets = tenant
+				in.Agent.Secrets = []string{"s0", "s1"}
+			}
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()

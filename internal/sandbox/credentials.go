@@ -15,7 +15,9 @@ import (
 // hosts get it; a header of the same name the script set is replaced.
 // On a redirect the header follows only to one of the credential's hosts
 // over HTTPS: Go's client strips only Authorization and Cookie (and only
-// across domains), never a header of another name.
+// across domains), never a header of another name. A redirect never adds
+// a credential the request did not carry: the policy and the approvals
+// saw the first URL only.
 
 // credHeader is the header c is sent in.
 func credHeader(c *agentfleet.OpenSecret) string {
