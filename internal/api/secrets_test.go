@@ -54,7 +54,7 @@ func TestSecretsNeedTheSecretsKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	key := e.tenant("acme")
-	r := e.do("PUT", "/v1/secrets/gh", key, map[string]any{"value": "ghp_x", "hosts": []string{"api.github.com"}})
+	r := e.do("PUT", "/v1/secrets/gh", key, map[string]any{"value": "ghp_x1234", "hosts": []string{"api.github.com"}})
 	requireError(t, r, http.StatusServiceUnavailable, "secrets_key_missing", "AGENTFLEET_SECRETS_KEY", "openssl rand -base64 32")
 	requireError(t, e.do("POST", "/v1/secrets/rekey", adminToken, nil), http.StatusServiceUnavailable, "secrets_key_missing", "AGENTFLEET_SECRETS_KEY")
 }
@@ -105,7 +105,7 @@ func TestSecretCRUD(t *testing.T) {
 	require.Equal(t, value2, got)
 
 	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/signing_key", key, map[string]any{"value": "-----BEGIN KEY-----\nabc\n-----END KEY-----", "hosts": []string{"*.example.com"}, "expose": true}), http.StatusCreated)
-	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/a_first", key, map[string]any{"value": "v", "hosts": []string{"10.0.0.7"}}), http.StatusCreated)
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/a_first", key, map[string]any{"value": "v-first-1", "hosts": []string{"10.0.0.7"}}), http.StatusCreated)
 
 	list := decode[wire.SecretList](t, e.do("GET", "/v1/secrets", key, nil), http.StatusOK)
 	require.Equal(t, []string{"a_first", "github_token", "signing_key"}, secretNames(list.Secrets), "by name")
@@ -144,7 +144,7 @@ func TestSecretsAdminToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withBox(newBox(t, secrets.NewKey()), nil))
 	key := e.tenant("acme")
-	body := map[string]any{"value": "sk-abc", "hosts": []string{"api.openai.com"}}
+	body := map[string]any{"value": "sk-abc-123", "hosts": []string{"api.openai.com"}}
 	requireError(t, e.do("PUT", "/v1/secrets/openai", adminToken, body), http.StatusUnprocessableEntity, "unprocessable", "?tenant=")
 	requireError(t, e.do("GET", "/v1/secrets", adminToken, nil), http.StatusUnprocessableEntity, "unprocessable", "?tenant=")
 	requireError(t, e.do("PUT", "/v1/secrets/openai?tenant=ghost", adminToken, body), http.StatusNotFound, "not_found", `no tenant "ghost"`)
@@ -180,6 +180,7 @@ func TestSecretValidation(t *testing.T) {
 		{"Bad-Name", map[string]any{"value": v, "hosts": hosts}, "secret name"},
 		{"ok", map[string]any{"hosts": hosts}, "value is required"},
 		{"ok", map[string]any{"value": "", "hosts": hosts}, "value is required"},
+		{"ok", map[string]any{"value": "short", "hosts": hosts}, "at least 8"},
 		{"ok", map[string]any{"value": strings.Repeat("x", api.SecretValueMax+1), "hosts": hosts}, "the limit is 8192"},
 		{"ok", map[string]any{"value": v}, "hosts is required"},
 		{"ok", map[string]any{"value": v, "expose": true}, "hosts is required"},
@@ -220,8 +221,8 @@ func TestSecretsRekey(t *testing.T) {
 	oldKey, newKey := secrets.NewKey(), secrets.NewKey()
 	e := newEnv(t, withBox(newBox(t, oldKey), nil))
 	key := e.tenant("acme") // with a callback secret
-	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/one", key, map[string]any{"value": "v-one", "hosts": []string{"a.example.com"}}), http.StatusCreated)
-	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/two", key, map[string]any{"value": "v-two", "hosts": []string{"b.example.com"}, "expose": true}), http.StatusCreated)
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/one", key, map[string]any{"value": "v-one-111", "hosts": []string{"a.example.com"}}), http.StatusCreated)
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/two", key, map[string]any{"value": "v-two-222", "hosts": []string{"b.example.com"}, "expose": true}), http.StatusCreated)
 	tv := e.createTrigger(key, map[string]any{"name": "gh", "scheme": "github"})
 	rot := decode[wire.TriggerView](t, e.do("PATCH", "/v1/triggers/"+tv.ID, key, map[string]any{"rotate_secret": true}), http.StatusOK)
 	// One more, sealed under a key nobody holds any more.
@@ -247,7 +248,7 @@ func TestSecretsRekey(t *testing.T) {
 
 	// The old key dropped: everything still opens.
 	only := newBox(t, newKey)
-	for name, want := range map[string]string{"one": "v-one", "two": "v-two"} {
+	for name, want := range map[string]string{"one": "v-one-111", "two": "v-two-222"} {
 		got, err := only.Open(e.sealedSecret("acme", name), secrets.SecretAD("acme", name))
 		require.NoError(t, err)
 		require.Equal(t, want, got)
