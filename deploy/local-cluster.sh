@@ -76,6 +76,10 @@ AGENTFLEET_NATS_URL=$(IFS=,; echo "${nats_urls[*]}")
 export AGENTFLEET_NATS_REPLICAS=3
 export AGENTFLEET_NATS_CREDS=$dir/nats-auth/fleet.creds
 export AGENTFLEET_ADMIN_TOKEN=${AGENTFLEET_ADMIN_TOKEN:-change-me-admin}
+# Dispatchers seal secrets under it, workers open tenants' secrets with it.
+[ -s "$dir/secrets-key" ] || (umask 077; head -c 32 /dev/urandom | base64 > "$dir/secrets-key")
+AGENTFLEET_SECRETS_KEY=${AGENTFLEET_SECRETS_KEY:-$(cat "$dir/secrets-key")}
+export AGENTFLEET_SECRETS_KEY
 for i in 1 2; do
   AGENTFLEET_LISTEN=127.0.0.1:$((base + i - 1)) AGENTFLEET_METRICS_LISTEN=127.0.0.1:$((base + i + 1)) \
     AGENTFLEET_NATS_SIGNING_KEY="$dir/nats-auth/signing.nk" AGENTFLEET_DATA_DIR="$dir/dispatcher-$i" start "dispatcher-$i" "$dir/bin/dispatcher"

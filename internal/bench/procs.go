@@ -31,7 +31,7 @@ type procFleet struct {
 	st       *postgres.Store
 	dbURL    string
 	token    string
-	// secretsKey is every dispatcher's AGENTFLEET_SECRETS_KEY.
+	// secretsKey is every process's AGENTFLEET_SECRETS_KEY.
 	secretsKey string
 
 	// nats are the NATS server's nodes: one, or Config.NATSCluster.
@@ -113,6 +113,7 @@ func (f *procFleet) commonEnv(name string) []string {
 		"AGENTFLEET_NATS_URL=" + f.natsURL(),
 		"AGENTFLEET_DATABASE_URL=" + f.dbURL,
 		"AGENTFLEET_DATA_DIR=" + filepath.Join(f.dir, name),
+		secrets.EnvKey + "=" + f.secretsKey,
 	}
 	if len(f.nats) > 1 {
 		env = append(env, "AGENTFLEET_NATS_REPLICAS="+strconv.Itoa(ClusterReplicas))
@@ -218,7 +219,7 @@ func (f *procFleet) schedulerLeading(ctx context.Context) (bool, error) {
 func (f *procFleet) startDispatcher(ctx context.Context) error {
 	name := f.name("dispatcher")
 	env := append(f.commonEnv(name), "AGENTFLEET_LISTEN=127.0.0.1:"+strconv.Itoa(f.apiPort),
-		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN="+f.token, secrets.EnvKey+"="+f.secretsKey)
+		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0", "AGENTFLEET_ADMIN_TOKEN="+f.token)
 	p, err := startProc(f.exe, name, filepath.Join(f.dir, name+".log"), dispatcherReadyLine, []string{RoleCommand, "dispatcher"}, env)
 	if err != nil {
 		return err
