@@ -10,8 +10,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const approvalCols = rules.ApprovalCols
-
 func (t exec) approval(ctx context.Context, what, q string, args ...any) (store.Approval, error) {
 	a, err := one(ctx, t, q, scans.Approval, args...)
 	if err != nil {
@@ -21,16 +19,16 @@ func (t exec) approval(ctx context.Context, what, q string, args ...any) (store.
 }
 
 func (t exec) ApprovalGet(ctx context.Context, id string) (store.Approval, error) {
-	return t.approval(ctx, id, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, id)
+	return t.approval(ctx, id, `SELECT `+rules.ApprovalCols+` FROM approvals WHERE id = $1`, id)
 }
 
 func (t exec) ApprovalLock(ctx context.Context, id string) (store.Approval, error) {
-	return t.approval(ctx, id, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id)
+	return t.approval(ctx, id, `SELECT `+rules.ApprovalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id)
 }
 
 func (t exec) ApprovalLockAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
 	return t.approval(ctx, fmt.Sprintf("of run %s turn %d call %d", runID, turn, index),
-		`SELECT `+approvalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $4 FOR UPDATE`,
+		`SELECT `+rules.ApprovalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $4 FOR UPDATE`,
 		runID, turn, index, digest)
 }
 
@@ -53,7 +51,7 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 	c := p.Call
 	// The call's own approval first (the same digest), then a grant of
 	// the session (the same method and URL; fetch and http alike).
-	return one(ctx, t, `SELECT `+approvalCols+` FROM (
+	return one(ctx, t, `SELECT `+rules.ApprovalCols+` FROM (
 			(SELECT *, 0 AS pri FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $9)
 			UNION ALL
 			(SELECT *, 1 AS pri FROM approvals
@@ -65,7 +63,7 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
-	return all(ctx, t, `SELECT `+approvalCols+` FROM approvals
+	return all(ctx, t, `SELECT `+rules.ApprovalCols+` FROM approvals
 		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR run_id = $3) AND ($4 = 0 OR seq < $4)
 		ORDER BY seq DESC LIMIT $5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
@@ -85,7 +83,7 @@ func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, lim
 	return all(ctx, t, `UPDATE approvals SET notify_next_at = $1
 		WHERE id IN (SELECT id FROM approvals WHERE notify_state = 'pending' AND notify_next_at <= $2
 			ORDER BY notify_next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING `+approvalCols, scans.Approval, until, now, limit)
+		RETURNING `+rules.ApprovalCols, scans.Approval, until, now, limit)
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {

@@ -11,7 +11,7 @@ import (
 
 // RunGet reads a run without locking it.
 func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
-	return t.runByID(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id)
+	return t.runByID(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE id = $1`, id)
 }
 
 // RunStatuses reads the statuses of the runs ids names.

@@ -141,10 +141,9 @@ type Store struct {
 	// (see its doc) over this package's driver (driver.go); the methods
 	// below implement the rest.
 	*rules.Store
-	cfg   Config
-	pool  *pgxpool.Pool
-	pairs []string // legal "from>to" status transitions
-	pipe  pipeline
+	cfg  Config
+	pool *pgxpool.Pool
+	pipe pipeline
 }
 
 var _ store.Store = (*Store)(nil)
@@ -166,7 +165,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	s := &Store{cfg: cfg, pool: pool}
 	s.Store = rules.NewStore(s.Driver())
 	s.pipe.calls.Linger = pipelineLinger
 	if err := s.migrate(ctx); err != nil {
@@ -373,17 +372,6 @@ func (t *pgTime) ScanTimestamptz(v pgtype.Timestamptz) error {
 // scans reads the store's rows (rules.Scans) from this schema.
 var scans = rules.Scans{Time: func(t *time.Time) any { return (*pgTime)(t) }}
 
-// queryOne runs a query on a pooled connection and scans its one row,
-// retried as withTx is.
-func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
-	return one(ctx, exec{s: s}, sql, scan, args...)
-}
-
-// queryAll runs a query on a pooled connection and scans every row.
-func queryAll[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
-	return all(ctx, exec{s: s}, sql, scan, args...)
-}
-
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
@@ -405,19 +393,10 @@ func collectBatch[T any](br pgx.BatchResults, scan func(scanner) (T, error)) ([]
 	return collectRows(rows, scan)
 }
 
-// collectRows scans every row and closes rows. No rows is a nil slice,
-// as in the SQLite backend.
+// collectRows scans every row and closes rows.
 func collectRows[T any](rows pgx.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return rules.Collect(rows, scan)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -25,7 +25,7 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+rules.OpenChildren("")+` ORDER BY seq`, scanString, parent)
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+rules.OpenChildren("")+` ORDER BY seq`, rules.ScanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
@@ -40,11 +40,11 @@ var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.pare
 	WHERE ` + rules.OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT ?`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	return all(ctx, e, waitersDueSQL, scanString, now.UnixMicro(), limit)
+	return all(ctx, e, waitersDueSQL, rules.ScanString, now.UnixMicro(), limit)
 }
 
 func (e exec) RunListOrphaning(ctx context.Context, limit int) ([]string, error) {
-	return all(ctx, e, orphanedSQL, scanString, limit)
+	return all(ctx, e, orphanedSQL, rules.ScanString, limit)
 }
 
 func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {

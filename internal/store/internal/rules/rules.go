@@ -154,7 +154,7 @@ func SQLList(ss []agentfleet.RunStatus) string {
 // TransitionPairs lists every legal "from>to" pair per
 // agentfleet.RunStatus.CanTransition, so SQL can check a transition with
 // one array membership test and the domain stays the only definition.
-func TransitionPairs() []string {
+var TransitionPairs = func() []string {
 	var out []string
 	for _, from := range Statuses {
 		for _, to := range Statuses {
@@ -164,7 +164,24 @@ func TransitionPairs() []string {
 		}
 	}
 	return out
-}
+}()
+
+// CommitFrom lists, per status a commit moves a run to, the statuses the
+// run may be in (",a,b,", for a membership test by instr): not ended,
+// and allowed to make that move.
+var CommitFrom = func() map[agentfleet.RunStatus]string {
+	m := map[agentfleet.RunStatus]string{}
+	for _, to := range Statuses {
+		list := ","
+		for _, from := range Statuses {
+			if !from.Terminal() && from.CanTransition(to) {
+				list += string(from) + ","
+			}
+		}
+		m[to] = list
+	}
+	return m
+}()
 
 // CheckCommitFence decides, from a run as it is now, why a fenced write for
 // turn failed or whether it may proceed: ErrConflict when the run already
