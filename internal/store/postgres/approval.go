@@ -33,9 +33,7 @@ func (t exec) ApprovalLockAt(ctx context.Context, runID string, turn, index int,
 }
 
 func (t exec) ApprovalInsert(ctx context.Context, a store.Approval) error {
-	_, err := t.run(ctx, `INSERT INTO approvals (id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview,
-			digest, status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+	_, err := t.run(ctx, rules.ApprovalInsertSQL,
 		a.ID, a.Tenant, a.RunID, a.SessionID, a.Turn, a.Index, a.Primitive, a.Method, a.URL, a.Preview,
 		a.Digest, string(a.Status), string(a.Scope), a.CreatedAt, a.ExpiresAt, a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
 	return err
@@ -63,16 +61,11 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
-	return all(ctx, t, `SELECT `+rules.ApprovalCols+` FROM approvals
-		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR run_id = $3) AND ($4 = 0 OR seq < $4)
-		ORDER BY seq DESC LIMIT $5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
+	return all(ctx, t, rules.ApprovalListSQL, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
 
 func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]driver.ApprovalDue, error) {
-	return all(ctx, t, `SELECT a.id, r.status IN (`+terminalList+`)
-		FROM approvals a JOIN runs r ON r.id = a.run_id
-		WHERE a.status = 'pending' AND (a.expires_at <= $1 OR r.status IN (`+terminalList+`)) ORDER BY a.expires_at LIMIT $2`,
-		rules.ScanApprovalDue, now, limit)
+	return all(ctx, t, rules.ApprovalListDueSQL, rules.ScanApprovalDue, now, limit)
 }
 
 func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
@@ -87,7 +80,6 @@ func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, lim
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {
-	n, err := t.run(ctx, `UPDATE approvals SET notify_state = $2, notify_attempts = notify_attempts + 1, notify_next_at = $3,
-		notify_error = $4 WHERE id = $1`, p.ID, string(p.State), tsArg(p.NextAt), p.Error)
+	n, err := t.run(ctx, rules.ApprovalNotifyUpdateSQL, p.ID, string(p.State), tsArg(p.NextAt), p.Error)
 	return n > 0, err
 }

@@ -19,8 +19,6 @@ import (
 // a chunk at a time, and no other transaction sees any of them until the
 // commit (an abort rolls them all back).
 
-const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
-
 // BatchAdmissionBegin opens the admission's transaction.
 func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitParams, now time.Time) (driver.Admission, error) {
 	tx, err := d.s.pool.Begin(ctx)
@@ -33,9 +31,7 @@ func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitPar
 		err = store.ErrUnknownAgent
 	}
 	if err == nil {
-		_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
-				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+		_, err = tx.Exec(ctx, rules.BatchInsertSQL, p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			rules.EncodeMetadata(p.Metadata), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now)
 	}
 	if err != nil {
@@ -101,8 +97,7 @@ func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func
 }
 
 func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Batch, error) {
-	b, err := scans.Batch(a.tx.QueryRow(ctx, `UPDATE batches SET status = $2, total = $3, released = $4, max_concurrent = $5,
-			metadata = $6, callback_url = $7, finished_at = $8 WHERE id = $1 RETURNING `+rules.BatchCols,
+	b, err := scans.Batch(a.tx.QueryRow(ctx, rules.BatchCommitSQL,
 		a.id, string(c.Status), c.Total, c.Released, c.MaxConcurrent, rules.EncodeMetadata(c.Metadata), c.CallbackURL, tsArg(c.FinishedAt)))
 	if err == nil {
 		err = a.tx.Commit(ctx)
@@ -120,23 +115,19 @@ func (a *admission) Abort(ctx context.Context, _ int) error {
 }
 
 func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE tenant = $1 AND idempotency_key = $2
-		AND idempotency_key <> '' AND `+visibleBatch, scans.Batch, tenant, key)
+	return one(ctx, e, rules.BatchGetByKeySQL, scans.Batch, tenant, key)
 }
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch,
-		scans.Batch, id, tenant)
+	return one(ctx, e, rules.BatchGetSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
-	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = $1 AND batch_id <> '' GROUP BY status`, rules.ScanBatchStatusCount, id)
+	return all(ctx, e, rules.BatchCountRunsSQL, rules.ScanBatchStatusCount, id)
 }
 
 func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE tenant = $1 AND `+visibleBatch+`
-		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scans.Batch, tenant, afterID, limit)
+	return all(ctx, e, rules.BatchListSQL, scans.Batch, tenant, afterID, limit)
 }
 
 func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
@@ -150,23 +141,19 @@ func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]s
 }
 
 func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-		WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch+` RETURNING `+rules.BatchCols, scans.Batch, id, tenant)
+	return one(ctx, e, rules.BatchCancelMarkSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
-	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-		AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, rules.ScanString, id, limit)
+	return all(ctx, e, rules.BatchRunListCancellableSQL, rules.ScanString, id, limit)
 }
 
 func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
-	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
-		WHERE r.id = $1 AND r.batch_id <> ''`, rules.ScanBool, runID)
+	return one(ctx, e, rules.BatchRunIsHeldSQL, rules.ScanBool, runID)
 }
 
 func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT $1`,
-		scans.Batch, limit)
+	return all(ctx, e, rules.BatchListUnfinishedSQL, scans.Batch, limit)
 }
 
 // BatchAdmissionDropAbandoned has nothing to do: an admission here is one
@@ -180,15 +167,11 @@ func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
-	var n int
-	err := t.q().QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
-		id, released).Scan(&n)
-	return n, err
+	return one(ctx, t, rules.BatchCountInFlightSQL, rules.ScanInt, id, released)
 }
 
 func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
-	return collect(ctx, t.tx, `SELECT batch_index, custom_id, `+rules.RunCols+` FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-		AND batch_index >= $2 ORDER BY batch_index LIMIT $3`, scans.BatchRun, id, from, limit)
+	return all(ctx, t, rules.BatchListOpenSQL, scans.BatchRun, id, from, limit)
 }
 
 func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
@@ -207,12 +190,9 @@ func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) 
 }
 
 func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
-	var open bool
-	err := t.q().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
-	return open, err
+	return one(ctx, t, rules.BatchHasOpenSQL, rules.ScanBool, id)
 }
 
 func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return scans.Batch(t.q().QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+rules.BatchCols,
-		id, string(status), at))
+	return one(ctx, t, rules.BatchFinishSQL, scans.Batch, id, string(status), at)
 }

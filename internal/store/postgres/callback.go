@@ -10,8 +10,7 @@ import (
 )
 
 func (e exec) CallbackSecretUpsert(ctx context.Context, tenant, secret string, now time.Time) error {
-	_, err := e.run(ctx, `INSERT INTO tenant_callback_secrets (tenant, secret, updated_at) VALUES ($1, $2, $3)
-		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at`, tenant, secret, now)
+	_, err := e.run(ctx, rules.CallbackSecretUpsertSQL, tenant, secret, now)
 	return err
 }
 
@@ -20,8 +19,7 @@ func (e exec) CallbackSecretGet(ctx context.Context, tenant string) (string, err
 }
 
 func (e exec) RunCallbackInsert(ctx context.Context, runID, tenant, url string, now time.Time) (store.RunCallback, error) {
-	return one(ctx, e, `INSERT INTO run_callbacks (run_id, tenant, url, state, next_at, created_at, updated_at)
-		VALUES ($1, $2, $3, 'pending', $4, $4, $4) RETURNING `+rules.CallbackCols, scans.Callback, runID, tenant, url, now)
+	return one(ctx, e, rules.RunCallbackInsertSQL, scans.Callback, runID, tenant, url, now)
 }
 
 func (e exec) RunCallbackGet(ctx context.Context, runID string) (store.RunCallback, error) {
@@ -42,9 +40,7 @@ func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, err
 }
 
 func (e exec) RunCallbackUpdate(ctx context.Context, p driver.RunCallbackUpdateParams) (store.RunCallback, error) {
-	return one(ctx, e, `UPDATE run_callbacks SET state = $2, attempts = attempts + 1, attempt_log = $3,
-			next_at = $4, first_at = COALESCE(first_at, $5), updated_at = $6
-		WHERE run_id = $1 RETURNING `+rules.CallbackCols, scans.Callback, p.RunID, string(p.State), p.Log, p.NextAt, p.FirstAt, p.Now)
+	return one(ctx, e, rules.RunCallbackUpdateSQL, scans.Callback, p.RunID, string(p.State), p.Log, p.NextAt, p.FirstAt, p.Now)
 }
 
 func (e exec) RunCallbackDeleteOrphans(ctx context.Context, before time.Time) (int, error) {

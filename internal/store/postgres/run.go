@@ -92,10 +92,7 @@ func (t exec) runByID(ctx context.Context, q, id string) (rules.RunRow, error) {
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
 func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return scans.Run(t.q().QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
-			cancel_requested = $7, cancel_reason = $8, updated_at = $9
-		WHERE id = $1 RETURNING `+rules.RunCols,
-		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
+	return scans.Run(t.q().QueryRow(ctx, rules.RunUpdateSQL, r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
 }
 
 // EventInsert appends events numbered after lastSeq, inside tx.
@@ -119,8 +116,7 @@ func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfle
 	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
 		return nil, err
 	}
-	head, err := scans.Run(t.q().QueryRow(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
-		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	head, err := scans.Run(t.q().QueryRow(ctx, rules.SessionHeadSQL, ended.Tenant, ended.SessionID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -375,11 +371,8 @@ func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.
 	return one(ctx, e, `SELECT `+rules.ReplyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scans.ReplyRow, runID, turn)
 }
 
-// stepsSQL lists a run's steps of turns [$2, $3) in order.
-const stepsSQL = `SELECT ` + rules.StepCols + ` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`
-
 func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
-	return all(ctx, e, stepsSQL, scans.Step, runID, from, to)
+	return all(ctx, e, rules.StepsSQL, scans.Step, runID, from, to)
 }
 
 // EventAppend is one statement: the run's seq moves on and the events
@@ -408,7 +401,5 @@ func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]ag
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	return all(ctx, e, `SELECT `+rules.EventCols+`
-		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scans.Event, p.RunID, p.AfterSeq, limit)
+	return all(ctx, e, rules.EventListSQL, scans.Event, p.RunID, p.AfterSeq, limit)
 }

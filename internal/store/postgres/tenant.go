@@ -37,8 +37,7 @@ func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (st
 }
 
 func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
-	return all(ctx, e, `SELECT `+rules.APIKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
-		ORDER BY seq DESC LIMIT $3`, scans.APIKeyRow, tenant, afterSeq, limit)
+	return all(ctx, e, rules.APIKeyListSQL, scans.APIKeyRow, tenant, afterSeq, limit)
 }
 
 func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
@@ -61,9 +60,7 @@ func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefo
 }
 
 func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	return one(ctx, e, `INSERT INTO skills (`+rules.SkillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
-		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+rules.SkillCols, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
+	return one(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
 }
 
 func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {

@@ -12,8 +12,7 @@ import (
 )
 
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
-	return one(ctx, e, `INSERT INTO triggers (`+rules.TriggerCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '', NULL, $10, $11, $12, $13, $14, $15, $15) RETURNING `+rules.TriggerCols, scans.Trigger,
+	return one(ctx, e, rules.TriggerInsertSQL, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, rules.EncodeStrings(p.Events), p.Secret,
 		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, p.Enabled, p.CallbackURL, now)
 }

@@ -53,7 +53,7 @@ const turnLoadResultSQL = `SELECT r.started,
 		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
 		` + rules.RunCols + ` FROM r`
 
-// stepsManySQL is stepsSQL for several runs: the steps of run $1[i] of
+// stepsManySQL is rules.StepsSQL for several runs: the steps of run $1[i] of
 // turns [$2[i], $3[i]), by run, turn and index.
 const stepsManySQL = `SELECT ` + rules.StepCols + ` FROM steps
 	JOIN unnest($1::text[], $2::int[], $3::int[]) AS p(p_id, p_from, p_to)
@@ -82,7 +82,7 @@ type turnLoadCall struct {
 func (c *turnLoadCall) queue(b *pgx.Batch) {
 	b.Queue(turnLoadSQL, c.p.RunID, c.p.Turn, c.now)
 	if c.p.Turn > 1 {
-		b.Queue(stepsSQL, c.p.RunID, c.p.HistoryFrom, c.p.Turn)
+		b.Queue(rules.StepsSQL, c.p.RunID, c.p.HistoryFrom, c.p.Turn)
 	}
 }
 

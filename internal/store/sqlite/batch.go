@@ -36,9 +36,7 @@ func (d liteDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitP
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
-				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+		_, err = tx.ExecContext(ctx, rules.BatchInsertSQL, p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			textArg(rules.EncodeMetadata(p.Metadata)), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now.UnixMicro())
 		return err
 	})
@@ -124,10 +122,8 @@ func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Bat
 		return err
 	}, func(tx *wtx) error {
 		var err error
-		b, err = scans.Batch(tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, total = ?, released = ?, max_concurrent = ?,
-				metadata = ?, callback_url = ?, finished_at = ? WHERE id = ? RETURNING `+rules.BatchCols,
-			string(c.Status), c.Total, c.Released, c.MaxConcurrent, textArg(rules.EncodeMetadata(c.Metadata)), c.CallbackURL,
-			tsArg(c.FinishedAt), a.id))
+		b, err = scans.Batch(tx.QueryRowContext(ctx, rules.BatchCommitSQL, a.id,
+			string(c.Status), c.Total, c.Released, c.MaxConcurrent, textArg(rules.EncodeMetadata(c.Metadata)), c.CallbackURL, tsArg(c.FinishedAt)))
 		return err
 	})
 	return b, err
@@ -145,26 +141,20 @@ func (a *admission) Abort(ctx context.Context, appended int) error {
 	})
 }
 
-const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
-
 func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''
-		AND `+visibleBatch, scans.Batch, tenant, key)
+	return one(ctx, e, rules.BatchGetByKeySQL, scans.Batch, tenant, key)
 }
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
-		scans.Batch, id, tenant, tenant)
+	return one(ctx, e, rules.BatchGetSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
-	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = ? AND batch_id <> '' GROUP BY status`, rules.ScanBatchStatusCount, id)
+	return all(ctx, e, rules.BatchCountRunsSQL, rules.ScanBatchStatusCount, id)
 }
 
 func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE tenant = ? AND `+visibleBatch+`
-		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scans.Batch, tenant, afterID, afterID, limit)
+	return all(ctx, e, rules.BatchListSQL, scans.Batch, tenant, afterID, limit)
 }
 
 func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
@@ -181,23 +171,19 @@ func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]s
 }
 
 func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return row(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-		WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch+` RETURNING `+rules.BatchCols, scans.Batch, id, tenant, tenant)
+	return row(ctx, e, rules.BatchCancelMarkSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
-	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-		AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, rules.ScanString, id, limit)
+	return all(ctx, e, rules.BatchRunListCancellableSQL, rules.ScanString, id, limit)
 }
 
 func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
-	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
-		WHERE r.id = ? AND r.batch_id <> ''`, rules.ScanBool, runID)
+	return one(ctx, e, rules.BatchRunIsHeldSQL, rules.ScanBool, runID)
 }
 
 func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+rules.BatchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT ?`,
-		scans.Batch, limit)
+	return all(ctx, e, rules.BatchListUnfinishedSQL, scans.Batch, limit)
 }
 
 // The BatchTx methods of runTx.
@@ -207,15 +193,11 @@ func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
-	var n int
-	err := t.q.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
-		id, released).Scan(&n)
-	return n, err
+	return one(ctx, t, rules.BatchCountInFlightSQL, rules.ScanInt, id, released)
 }
 
 func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
-	return all(ctx, t, `SELECT batch_index, custom_id, `+rules.RunCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, scans.BatchRun, id, from, limit)
+	return all(ctx, t, rules.BatchListOpenSQL, scans.BatchRun, id, from, limit)
 }
 
 func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
@@ -232,14 +214,11 @@ func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) 
 }
 
 func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
-	var open bool
-	err := t.q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
-	return open, err
+	return one(ctx, t, rules.BatchHasOpenSQL, rules.ScanBool, id)
 }
 
 func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return row(ctx, t, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+rules.BatchCols, scans.Batch,
-		string(status), at.UnixMicro(), id)
+	return row(ctx, t, rules.BatchFinishSQL, scans.Batch, id, string(status), at.UnixMicro())
 }
 
 // BatchAdmissionDropAbandoned drops an admission a chunk per

@@ -10,8 +10,7 @@ import (
 )
 
 func (e exec) CallbackSecretUpsert(ctx context.Context, tenant, secret string, now time.Time) error {
-	_, err := e.run(ctx, `INSERT INTO tenant_callback_secrets (tenant, secret, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at`, tenant, secret, now.UnixMicro())
+	_, err := e.run(ctx, rules.CallbackSecretUpsertSQL, tenant, secret, now.UnixMicro())
 	return err
 }
 
@@ -20,9 +19,7 @@ func (e exec) CallbackSecretGet(ctx context.Context, tenant string) (string, err
 }
 
 func (e exec) RunCallbackInsert(ctx context.Context, runID, tenant, url string, now time.Time) (store.RunCallback, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO run_callbacks (run_id, tenant, url, state, next_at, created_at, updated_at)
-		VALUES (?, ?, ?, 'pending', ?, ?, ?) RETURNING `+rules.CallbackCols, scans.Callback, runID, tenant, url, at, at, at)
+	return row(ctx, e, rules.RunCallbackInsertSQL, scans.Callback, runID, tenant, url, now.UnixMicro())
 }
 
 func (e exec) RunCallbackGet(ctx context.Context, runID string) (store.RunCallback, error) {
@@ -44,10 +41,8 @@ func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, err
 }
 
 func (e exec) RunCallbackUpdate(ctx context.Context, p driver.RunCallbackUpdateParams) (store.RunCallback, error) {
-	return row(ctx, e, `UPDATE run_callbacks SET state = ?, attempts = attempts + 1, attempt_log = ?,
-			next_at = ?, first_at = COALESCE(first_at, ?), updated_at = ?
-		WHERE run_id = ? RETURNING `+rules.CallbackCols,
-		scans.Callback, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro(), p.RunID)
+	return row(ctx, e, rules.RunCallbackUpdateSQL, scans.Callback,
+		p.RunID, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro())
 }
 
 func (e exec) RunCallbackDeleteOrphans(ctx context.Context, before time.Time) (int, error) {

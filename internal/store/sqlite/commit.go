@@ -167,7 +167,7 @@ func sessionHeads(ctx context.Context, tx *wtx, out []driver.TurnApplied) error 
 		k := [2]string{r.Tenant, r.SessionID}
 		h, ok := heads[k]
 		if !ok {
-			head, err := scans.Run(tx.QueryRowContext(ctx, sessionHeadSQL, r.Tenant, r.SessionID))
+			head, err := scans.Run(tx.QueryRowContext(ctx, rules.SessionHeadSQL, r.Tenant, r.SessionID))
 			switch {
 			case err == nil:
 				h = &head

@@ -36,11 +36,8 @@ func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
 func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return row(ctx, t, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
-			cancel_requested = ?, cancel_reason = ?, updated_at = ?
-		WHERE id = ? RETURNING `+rules.RunCols, scans.RunRow,
-		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
-		r.UpdatedAt.UnixMicro(), r.ID)
+	return row(ctx, t, rules.RunUpdateSQL, scans.RunRow, r.ID,
+		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt.UnixMicro())
 }
 
 // EventInsert stores evs as numbered: they carry their run and seq.
@@ -121,11 +118,8 @@ func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.
 		scans.ReplyRow, runID, turn)
 }
 
-// stepsSQL lists a run's steps of turns [?2, ?3) in order.
-const stepsSQL = `SELECT ` + rules.StepCols + ` FROM steps WHERE run_id = ? AND turn >= ? AND turn < ? ORDER BY turn, idx`
-
 func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
-	return all(ctx, e, stepsSQL, scans.Step, runID, from, to)
+	return all(ctx, e, rules.StepsSQL, scans.Step, runID, from, to)
 }
 
 func (e exec) EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error) {
@@ -149,7 +143,5 @@ func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]ag
 	if limit <= 0 {
 		limit = -1
 	}
-	return all(ctx, e, `SELECT `+rules.EventCols+`
-		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, scans.Event, p.RunID, p.AfterSeq, limit)
+	return all(ctx, e, rules.EventListSQL, scans.Event, p.RunID, p.AfterSeq, limit)
 }

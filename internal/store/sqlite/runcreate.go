@@ -78,18 +78,12 @@ func (d liteDriver) RunGetByIdempotency(ctx context.Context, tenant, key string)
 	return one(ctx, d.exec, runByIdempotencySQL, scans.RunRow, tenant, key)
 }
 
-// The session lookups repeat the session index's predicate (a non-empty
-// session), which is what lets SQLite use that partial index; without it
-// they walked all of the tenant's runs.
-var (
-	// sessionBlockedSQL: does the session have an unfinished run older
-	// than seq?
-	sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
+// sessionBlockedSQL: does the session have an unfinished run older than
+// seq? Like rules.SessionHeadSQL, it repeats the session index's
+// predicate (a non-empty session), which is what lets SQLite use that
+// partial index; without it the lookups walked all of the tenant's runs.
+var sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
 		AND status NOT IN (` + terminalList + `))`
-	// sessionHeadSQL: the session's oldest unfinished run.
-	sessionHeadSQL = `SELECT ` + rules.RunCols + ` FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> ''
-		AND status NOT IN (` + terminalList + `) ORDER BY seq LIMIT 1`
-)
 
 // startable reports whether a run may start now: it is queued and no
 // earlier run of its session is unfinished.
@@ -111,7 +105,7 @@ func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentflee
 	if ended.SessionID == "" || !ended.Status.Terminal() {
 		return nil, nil
 	}
-	head, err := scans.Run(q.QueryRowContext(ctx, sessionHeadSQL, ended.Tenant, ended.SessionID))
+	head, err := scans.Run(q.QueryRowContext(ctx, rules.SessionHeadSQL, ended.Tenant, ended.SessionID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}

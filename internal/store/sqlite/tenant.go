@@ -37,8 +37,7 @@ func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (st
 }
 
 func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
-	return all(ctx, e, `SELECT `+rules.APIKeyCols+`, seq FROM api_keys WHERE tenant = ? AND (? = 0 OR seq < ?)
-		ORDER BY seq DESC LIMIT ?`, scans.APIKeyRow, tenant, afterSeq, afterSeq, limit)
+	return all(ctx, e, rules.APIKeyListSQL, scans.APIKeyRow, tenant, afterSeq, limit)
 }
 
 func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
@@ -64,10 +63,7 @@ func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefo
 }
 
 func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO skills (`+rules.SkillCols+`) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+rules.SkillCols, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, at, at)
+	return row(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now.UnixMicro())
 }
 
 func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {

@@ -10,11 +10,9 @@ import (
 )
 
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO triggers (`+rules.TriggerCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?, ?, ?, ?, ?) RETURNING `+rules.TriggerCols, scans.Trigger,
+	return row(ctx, e, rules.TriggerInsertSQL, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, textArg(rules.EncodeStrings(p.Events)), p.Secret,
-		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, boolInt(p.Enabled), p.CallbackURL, at, at)
+		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, boolInt(p.Enabled), p.CallbackURL, now.UnixMicro())
 }
 
 func (e exec) TriggerGet(ctx context.Context, id, tenant string) (store.Trigger, error) {
