@@ -185,7 +185,7 @@ func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) 
 	}
 	var ok bool
 	err := t.q().QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
-		AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
+		AND o.status NOT IN (`+rules.TerminalSQL+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
 	return ok, err
 }
 

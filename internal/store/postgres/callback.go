@@ -30,7 +30,7 @@ func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit 
 	return all(ctx, e, `UPDATE run_callbacks SET next_at = $2, updated_at = $1
 		WHERE run_id IN (
 			SELECT c.run_id FROM run_callbacks c JOIN runs r ON r.id = c.run_id
-			WHERE c.state = 'pending' AND c.next_at <= $1 AND r.status IN (`+rules.SQLList(rules.Terminal)+`)
+			WHERE c.state = 'pending' AND c.next_at <= $1 AND r.status IN (`+rules.TerminalSQL+`)
 			ORDER BY c.next_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED)
 		RETURNING `+rules.CallbackCols, scans.Callback, now, until, limit)
 }

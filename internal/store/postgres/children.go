@@ -31,7 +31,7 @@ func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]strin
 // wait timed out, or none of the runs they wait for is unfinished.
 var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND (wait_until <= $1 OR NOT EXISTS (
 		SELECT 1 FROM jsonb_array_elements_text(r.wait_ids) w(id) JOIN runs k ON k.id = w.id
-		WHERE k.status NOT IN (` + terminalList + `)))
+		WHERE k.status NOT IN (` + rules.TerminalSQL + `)))
 	ORDER BY seq LIMIT $2`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {

@@ -37,7 +37,7 @@ var commitSQL = `WITH c AS (
 			turn = c.turn,
 			status = CASE WHEN c.status = 'waiting_children' AND NOT EXISTS (
 					SELECT 1 FROM jsonb_array_elements_text(NULLIF(c.wait_ids, '')::jsonb) w(id)
-					JOIN runs k ON k.id = w.id WHERE k.status NOT IN (` + terminalList + `))
+					JOIN runs k ON k.id = w.id WHERE k.status NOT IN (` + rules.TerminalSQL + `))
 				THEN 'running' ELSE c.status END,
 			children = r.children + c.spawned,
 			wait_ids = NULLIF(c.wait_ids, '')::jsonb,
@@ -109,7 +109,7 @@ var headsSQL = `SELECT h.* FROM (
 	) e CROSS JOIN LATERAL (
 		SELECT ` + rules.RunCols + ` FROM runs r
 		WHERE r.tenant = e.tenant AND r.session_id = e.session_id AND r.session_id <> ''
-			AND r.status NOT IN (` + terminalList + `)
+			AND r.status NOT IN (` + rules.TerminalSQL + `)
 		ORDER BY r.seq LIMIT 1
 	) h`
 
@@ -139,7 +139,7 @@ func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPara
 
 	out := make([]driver.TurnApplied, len(ps))
 	heads := map[[2]string]rules.RunRow{}
-	err := d.s.withBatch(ctx, func() *pgx.Batch {
+	err := d.batch(ctx, func() *pgx.Batch {
 		b := &pgx.Batch{}
 		b.Queue(keyPlansSQL)
 		if len(ids) > 1 {

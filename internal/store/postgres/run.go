@@ -16,11 +16,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-var (
-	terminalList   = rules.SQLList(rules.Terminal)
-	unfinishedList = rules.SQLList(rules.Unfinished)
-)
-
 // evUnnest turns the nine event arrays of evArgs, from parameter $first
 // on, into rows x(v, turn, type, ts, content, args, tp, tc, summary, k)
 // with k the 1-based position.
@@ -106,24 +101,17 @@ func (t exec) EventInsert(ctx context.Context, runID string, lastSeq int64, evs 
 	return err
 }
 
-// RunSessionNext returns what ended's end hands out, inside the ending
-// transaction and under the session lock: the session's next queued run,
-// when ended was the session's head.
-func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	if ended.SessionID == "" || !ended.Status.Terminal() {
-		return nil, nil
-	}
-	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+// RunSessionHead reads, inside the ending transaction and under the
+// session lock, the session's head.
+func (t exec) RunSessionHead(ctx context.Context, tenant, session string) (*rules.RunRow, error) {
+	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, tenant, session); err != nil {
 		return nil, err
 	}
-	head, err := scans.Run(t.q().QueryRow(ctx, rules.SessionHeadSQL, ended.Tenant, ended.SessionID))
+	head, err := scans.Run(t.q().QueryRow(ctx, rules.SessionHeadSQL, tenant, session))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+	return &head, err
 }
 
 func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
@@ -147,7 +135,7 @@ func fencedInsertCTE(table, cols, key string, n int) func(first int) string {
 		return `m AS (
 		INSERT INTO ` + table + ` (` + cols + `)
 		SELECT id, ` + strings.Join(ps[1:], ", ") + ` FROM runs
-		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + terminalList + `)
+		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + rules.TerminalSQL + `)
 		ON CONFLICT (` + key + `) DO NOTHING RETURNING ` + cols + `
 	)`
 	}
@@ -295,7 +283,7 @@ var recordUnlimitedManySQL = `WITH p AS (
 		INSERT INTO model_replies (` + rules.ReplyCols + `)
 		SELECT r.id, p.turn, p.content, p.model, p.prompt, p.completion, p.reported, p.created_at
 		FROM p JOIN k ON k.id = p.tenant
-			JOIN runs r ON r.id = p.run_id AND r.turn = p.turn - 1 AND r.status NOT IN (` + terminalList + `)
+			JOIN runs r ON r.id = p.run_id AND r.turn = p.turn - 1 AND r.status NOT IN (` + rules.TerminalSQL + `)
 		ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + rules.ReplyCols + `
 	), l AS (
 		INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)

@@ -20,7 +20,7 @@ const lockSessionSQL = `SELECT pg_advisory_xact_lock($1, hashtext(current_schema
 // and its unfinished runs, counted no further than one past it (an index
 // scan of runs_tenant_status).
 var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
-		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + unfinishedList + `) LIMIT t.max_queued_runs + 1) x)
+		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + rules.UnfinishedSQL + `) LIMIT t.max_queued_runs + 1) x)
 	FROM tenants t WHERE t.id = $1`
 
 func (d pgDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
@@ -60,7 +60,7 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 			SELECT `+rules.RunCols+` FROM r`, insertArgs...)
 		if run.SessionID != "" {
 			b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
-				AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
+				AND o.status NOT IN (`+rules.TerminalSQL+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
 				run.Tenant, run.SessionID, run.ID)
 		}
 	}
@@ -92,7 +92,7 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 	} else {
 		// Alone: a pipeline cannot order its session locks the way
 		// turn commits take them (by the server's hash of the key).
-		err = d.s.withBatch(ctx, func() *pgx.Batch {
+		err = d.batch(ctx, func() *pgx.Batch {
 			b := &pgx.Batch{}
 			queue(b)
 			return b

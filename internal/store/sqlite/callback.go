@@ -30,7 +30,7 @@ func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit 
 	return rows(ctx, e, `UPDATE run_callbacks SET next_at = ?, updated_at = ?
 		WHERE run_id IN (
 			SELECT c.run_id FROM run_callbacks c JOIN runs r ON r.id = c.run_id
-			WHERE c.state = 'pending' AND c.next_at <= ? AND r.status IN (`+rules.SQLList(rules.Terminal)+`)
+			WHERE c.state = 'pending' AND c.next_at <= ? AND r.status IN (`+rules.TerminalSQL+`)
 			ORDER BY c.next_at LIMIT ?)
 		RETURNING `+rules.CallbackCols, scans.Callback, until.UnixMicro(), now.UnixMicro(), now.UnixMicro(), limit)
 }

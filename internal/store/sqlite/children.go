@@ -32,7 +32,7 @@ func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]strin
 // wait timed out, or none of the runs they wait for is unfinished.
 var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND (wait_until <= ? OR NOT EXISTS (
 		SELECT 1 FROM json_each(r.wait_ids) w JOIN runs k ON k.id = w.value
-		WHERE k.status NOT IN (` + terminalList + `)))
+		WHERE k.status NOT IN (` + rules.TerminalSQL + `)))
 	ORDER BY seq LIMIT ?`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {

@@ -24,7 +24,7 @@ import (
 // it running instead when every child it waits for (?14) has ended.
 var commitRunSQL = `UPDATE runs SET turn = ?1,
 		status = CASE WHEN ?2 = 'waiting_children' AND NOT EXISTS (
-				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + terminalList + `))
+				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + rules.TerminalSQL + `))
 			THEN 'running' ELSE ?2 END,
 		args = COALESCE(?3, args), answer = COALESCE(?4, answer),
 		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
@@ -167,11 +167,8 @@ func sessionHeads(ctx context.Context, tx *wtx, out []driver.TurnApplied) error 
 		k := [2]string{r.Tenant, r.SessionID}
 		h, ok := heads[k]
 		if !ok {
-			head, err := scans.Run(tx.QueryRowContext(ctx, rules.SessionHeadSQL, r.Tenant, r.SessionID))
-			switch {
-			case err == nil:
-				h = &head
-			case !errors.Is(err, sql.ErrNoRows):
+			var err error
+			if h, err = sessionHead(ctx, tx, r.Tenant, r.SessionID); err != nil {
 				return err
 			}
 			heads[k] = h

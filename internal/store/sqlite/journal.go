@@ -10,7 +10,7 @@ import (
 
 // insertJournalSQL records an entry, fenced as insertReplySQL is.
 var insertJournalSQL = `INSERT INTO journal (` + rules.JournalCols + `)
-	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
+	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + rules.TerminalSQL + `)
 	ON CONFLICT (run_id, turn, idx) DO NOTHING RETURNING ` + rules.JournalCols
 
 // JournalInsert records the entry with one fenced insert in the group

@@ -12,11 +12,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-var (
-	terminalList   = rules.SQLList(rules.Terminal)
-	unfinishedList = rules.SQLList(rules.Unfinished)
-)
-
 func (s *Store) runByID(ctx context.Context, tx queryer, id string) (rules.RunRow, error) {
 	r, err := scans.Run(tx.QueryRowContext(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -45,8 +40,8 @@ func (t exec) EventInsert(ctx context.Context, _ string, _ int64, evs []agentfle
 	return t.write(ctx, func(tx *wtx) error { return t.s.insertEvents(ctx, tx, evs) })
 }
 
-func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	return sessionNext(ctx, t.q, ended)
+func (t exec) RunSessionHead(ctx context.Context, tenant, session string) (*rules.RunRow, error) {
+	return sessionHead(ctx, t.q, tenant, session)
 }
 
 func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
@@ -60,7 +55,7 @@ func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Cou
 // insertReplySQL records a reply, fenced: only for a run that has
 // committed exactly turn-1 turns and not ended, and only once per turn.
 var insertReplySQL = `INSERT INTO model_replies (` + rules.ReplyCols + `)
-	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
+	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + rules.TerminalSQL + `)
 	ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + rules.ReplyCols
 
 // ModelReplyInsert records the reply with one fenced insert and, with a

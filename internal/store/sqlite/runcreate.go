@@ -21,7 +21,7 @@ const runByIdempotencySQL = `SELECT ` + rules.RunCols + ` FROM runs
 // (SQLite's LIMIT cannot name an outer column, hence the second read of
 // the tenant.)
 var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
-		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + unfinishedList + `)
+		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + rules.UnfinishedSQL + `)
 		LIMIT (SELECT max_queued_runs + 1 FROM tenants WHERE id = ?1)))
 	FROM tenants t WHERE t.id = ?1`
 
@@ -83,7 +83,7 @@ func (d liteDriver) RunGetByIdempotency(ctx context.Context, tenant, key string)
 // predicate (a non-empty session), which is what lets SQLite use that
 // partial index; without it the lookups walked all of the tenant's runs.
 var sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
-		AND status NOT IN (` + terminalList + `))`
+		AND status NOT IN (` + rules.TerminalSQL + `))`
 
 // startable reports whether a run may start now: it is queued and no
 // earlier run of its session is unfinished.
@@ -99,18 +99,11 @@ func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
 	return !blocked, err
 }
 
-// sessionNext returns the run that ended's end hands out: the session's
-// next queued run, when ended was the session's head.
-func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentfleet.Run, error) {
-	if ended.SessionID == "" || !ended.Status.Terminal() {
-		return nil, nil
-	}
-	head, err := scans.Run(q.QueryRowContext(ctx, rules.SessionHeadSQL, ended.Tenant, ended.SessionID))
+// sessionHead reads the session's oldest unfinished run (nil: none).
+func sessionHead(ctx context.Context, q queryer, tenant, session string) (*rules.RunRow, error) {
+	head, err := scans.Run(q.QueryRowContext(ctx, rules.SessionHeadSQL, tenant, session))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+	return &head, err
 }

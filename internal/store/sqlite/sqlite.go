@@ -573,15 +573,6 @@ func tsArg(t time.Time) any {
 	return t.UnixMicro()
 }
 
-func tsVal(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(v.Int64).UTC()
-}
-
-func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
 // microTime is where a timestamp column scans to: a time.Time, in UTC,
 // the zero time for NULL.
 type microTime time.Time
@@ -591,7 +582,7 @@ func (t *microTime) Scan(src any) error {
 	case nil:
 		*t = microTime{}
 	case int64:
-		*t = microTime(fromMicros(v))
+		*t = microTime(time.UnixMicro(v).UTC())
 	default:
 		return fmt.Errorf("timestamp: got %T, want microseconds since the epoch", src)
 	}

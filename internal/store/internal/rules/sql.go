@@ -8,7 +8,12 @@ package rules
 // between the two (locking clauses, collations, arrays against JSON) stays
 // in each backend's SQL.
 
-var terminalSQL = SQLList(Terminal)
+// TerminalSQL and UnfinishedSQL are the lists (SQLList) of the Terminal
+// and the Unfinished statuses.
+var (
+	TerminalSQL   = SQLList(Terminal)
+	UnfinishedSQL = SQLList(Unfinished)
+)
 
 // Runs.
 
@@ -40,10 +45,10 @@ var (
 	// tenant $1. It repeats the session index's predicate (a non-empty
 	// session), which is what lets SQLite use that partial index.
 	SessionHeadSQL = `SELECT ` + RunCols + ` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
-		AND status NOT IN (` + terminalSQL + `) ORDER BY seq LIMIT 1`
+		AND status NOT IN (` + TerminalSQL + `) ORDER BY seq LIMIT 1`
 	// OrphanedSQL finds up to $1 ended runs with children not yet ended.
 	OrphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-	WHERE ` + OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalSQL + `) LIMIT $1`
+	WHERE ` + OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + TerminalSQL + `) LIMIT $1`
 )
 
 // Agents.
@@ -110,9 +115,9 @@ const (
 
 // ApprovalListDueSQL lists up to $2 pending approvals expired at $1 or
 // of runs that ended, and whether the run did.
-var ApprovalListDueSQL = `SELECT a.id, r.status IN (` + terminalSQL + `)
+var ApprovalListDueSQL = `SELECT a.id, r.status IN (` + TerminalSQL + `)
 		FROM approvals a JOIN runs r ON r.id = a.run_id
-		WHERE a.status = 'pending' AND (a.expires_at <= $1 OR r.status IN (` + terminalSQL + `)) ORDER BY a.expires_at LIMIT $2`
+		WHERE a.status = 'pending' AND (a.expires_at <= $1 OR r.status IN (` + TerminalSQL + `)) ORDER BY a.expires_at LIMIT $2`
 
 // Batches.
 
