@@ -5,7 +5,9 @@
 // parameter validation and defaults, identifiers and timestamps, the
 // legal status transitions, budget window arithmetic and the ledger
 // maths, cursors, API key hashing, and text hygiene (text.go: no NUL or
-// invalid UTF-8 reaches either backend).
+// invalid UTF-8 reaches either backend). What the backends' SQL shares is
+// here too: the column lists and row scans (scan.go) and the statements
+// alike in both schemas (sql.go).
 //
 // Keeping these in one place is what lets the SQLite and Postgres backends
 // agree to the bit on the values they return, which the contract suite
