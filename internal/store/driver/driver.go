@@ -6,7 +6,9 @@
 // The rules above it (internal/store/internal/rules: validation,
 // transitions, fences, paging, the order of writes) are written once and
 // implement store.Store; a backend (store/postgres, store/sqlite) holds
-// only connection setup, migrations and the SQL of these primitives. A
+// only connection setup, migrations and the SQL of these primitives (the
+// statements alike in both schemas, and the row scans, written once in
+// rules: sql.go, scan.go). A
 // primitive decides nothing: it reads or writes what it is told, maps its
 // backend's errors onto store's sentinels (a missing row is
 // store.ErrNotFound, a duplicate store.ErrConflict) and returns values

@@ -28,10 +28,10 @@ type RunExecutor interface {
 	// EventInsert stores numbered events of run runID that follow its
 	// event seq lastSeq.
 	EventInsert(ctx context.Context, runID string, lastSeq int64, evs []agentfleet.Event) error
-	// RunSessionNext is what the run ended's end hands out: its
-	// session's next queued run, when ended was the session's head
-	// (taking the session's lock first where the backend has one).
-	RunSessionNext(ctx context.Context, ended RunRow) (*agentfleet.Run, error)
+	// RunSessionHead reads the oldest unfinished run of tenant's
+	// session (nil: none), taking the session's lock first where the
+	// backend has one: what a run's end hands out (rules.SessionHead).
+	RunSessionHead(ctx context.Context, tenant, session string) (*RunRow, error)
 	// RunStartable reports whether a queued run may start now: no earlier
 	// run of its session is unfinished.
 	RunStartable(ctx context.Context, r agentfleet.Run) (bool, error)

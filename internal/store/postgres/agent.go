@@ -8,10 +8,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-// currentAgentSQL reads agents' current versions.
-const currentAgentSQL = `SELECT ` + rules.AgentCols + `, a.created_at FROM agents a
-	JOIN agent_versions v ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version`
-
 func (e exec) AgentLock(ctx context.Context, tenant, name string) error {
 	_, err := e.run(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema() || '/' || $2 || '/' || $3))`, lockAgent, tenant, name)
 	return err
@@ -19,12 +15,9 @@ func (e exec) AgentLock(ctx context.Context, tenant, name string) error {
 
 func (e exec) AgentGet(ctx context.Context, tenant, name string, version int) (agentfleet.Agent, error) {
 	if version == 0 {
-		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = $1 AND a.name = $2`, scans.Agent, tenant, name)
+		return one(ctx, e, rules.CurrentAgentSQL+` WHERE a.tenant = $1 AND a.name = $2`, scans.Agent, tenant, name)
 	}
-	// The agent's creation is its first version's.
-	return one(ctx, e, `SELECT `+rules.AgentCols+`, (SELECT MIN(created_at) FROM agent_versions f
-		WHERE f.tenant = v.tenant AND f.name = v.name) FROM agent_versions v WHERE v.tenant = $1 AND v.name = $2 AND v.version = $3`,
-		scans.Agent, tenant, name, version)
+	return one(ctx, e, rules.AgentVersionSQL, scans.Agent, tenant, name, version)
 }
 
 // AgentVersionInsert numbers, inserts and makes current the version in
@@ -44,7 +37,7 @@ func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInser
 }
 
 func (e exec) AgentList(ctx context.Context, p driver.AgentListParams) ([]agentfleet.Agent, error) {
-	q, args := currentAgentSQL+` WHERE a.tenant = $2`, []any{p.Limit, p.Tenant}
+	q, args := rules.CurrentAgentSQL+` WHERE a.tenant = $2`, []any{p.Limit, p.Tenant}
 	if p.After != nil {
 		q += ` AND (a.created_at, a.name COLLATE "C") < ($3, $4)`
 		args = append(args, p.After.CreatedAt, p.After.Name)

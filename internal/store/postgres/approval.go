@@ -10,8 +10,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const approvalCols = rules.ApprovalCols
-
 func (t exec) approval(ctx context.Context, what, q string, args ...any) (store.Approval, error) {
 	a, err := one(ctx, t, q, scans.Approval, args...)
 	if err != nil {
@@ -21,23 +19,21 @@ func (t exec) approval(ctx context.Context, what, q string, args ...any) (store.
 }
 
 func (t exec) ApprovalGet(ctx context.Context, id string) (store.Approval, error) {
-	return t.approval(ctx, id, `SELECT `+approvalCols+` FROM approvals WHERE id = $1`, id)
+	return t.approval(ctx, id, `SELECT `+rules.ApprovalCols+` FROM approvals WHERE id = $1`, id)
 }
 
 func (t exec) ApprovalLock(ctx context.Context, id string) (store.Approval, error) {
-	return t.approval(ctx, id, `SELECT `+approvalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id)
+	return t.approval(ctx, id, `SELECT `+rules.ApprovalCols+` FROM approvals WHERE id = $1 FOR UPDATE`, id)
 }
 
 func (t exec) ApprovalLockAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
 	return t.approval(ctx, fmt.Sprintf("of run %s turn %d call %d", runID, turn, index),
-		`SELECT `+approvalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $4 FOR UPDATE`,
+		`SELECT `+rules.ApprovalCols+` FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $4 FOR UPDATE`,
 		runID, turn, index, digest)
 }
 
 func (t exec) ApprovalInsert(ctx context.Context, a store.Approval) error {
-	_, err := t.run(ctx, `INSERT INTO approvals (id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview,
-			digest, status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
+	_, err := t.run(ctx, rules.ApprovalInsertSQL,
 		a.ID, a.Tenant, a.RunID, a.SessionID, a.Turn, a.Index, a.Primitive, a.Method, a.URL, a.Preview,
 		a.Digest, string(a.Status), string(a.Scope), a.CreatedAt, a.ExpiresAt, a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
 	return err
@@ -53,7 +49,7 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 	c := p.Call
 	// The call's own approval first (the same digest), then a grant of
 	// the session (the same method and URL; fetch and http alike).
-	return one(ctx, t, `SELECT `+approvalCols+` FROM (
+	return one(ctx, t, `SELECT `+rules.ApprovalCols+` FROM (
 			(SELECT *, 0 AS pri FROM approvals WHERE run_id = $1 AND turn = $2 AND call_index = $3 AND digest = $9)
 			UNION ALL
 			(SELECT *, 1 AS pri FROM approvals
@@ -65,16 +61,11 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
-	return all(ctx, t, `SELECT `+approvalCols+` FROM approvals
-		WHERE ($1 = '' OR tenant = $1) AND ($2 = '' OR status = $2) AND ($3 = '' OR run_id = $3) AND ($4 = 0 OR seq < $4)
-		ORDER BY seq DESC LIMIT $5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
+	return all(ctx, t, rules.ApprovalListSQL, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
 
 func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]driver.ApprovalDue, error) {
-	return all(ctx, t, `SELECT a.id, r.status IN (`+terminalList+`)
-		FROM approvals a JOIN runs r ON r.id = a.run_id
-		WHERE a.status = 'pending' AND (a.expires_at <= $1 OR r.status IN (`+terminalList+`)) ORDER BY a.expires_at LIMIT $2`,
-		rules.ScanApprovalDue, now, limit)
+	return all(ctx, t, rules.ApprovalListDueSQL, rules.ScanApprovalDue, now, limit)
 }
 
 func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
@@ -85,11 +76,10 @@ func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, lim
 	return all(ctx, t, `UPDATE approvals SET notify_next_at = $1
 		WHERE id IN (SELECT id FROM approvals WHERE notify_state = 'pending' AND notify_next_at <= $2
 			ORDER BY notify_next_at LIMIT $3 FOR UPDATE SKIP LOCKED)
-		RETURNING `+approvalCols, scans.Approval, until, now, limit)
+		RETURNING `+rules.ApprovalCols, scans.Approval, until, now, limit)
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {
-	n, err := t.run(ctx, `UPDATE approvals SET notify_state = $2, notify_attempts = notify_attempts + 1, notify_next_at = $3,
-		notify_error = $4 WHERE id = $1`, p.ID, string(p.State), tsArg(p.NextAt), p.Error)
+	n, err := t.run(ctx, rules.ApprovalNotifyUpdateSQL, p.ID, string(p.State), tsArg(p.NextAt), p.Error)
 	return n > 0, err
 }

@@ -19,25 +19,6 @@ import (
 // a chunk at a time, and no other transaction sees any of them until the
 // commit (an abort rolls them all back).
 
-const batchCols = `id, tenant, agent, status, total, max_concurrent, released, max_turns, max_tokens, metadata,
-	idempotency_key, callback_url, retry_of, created_at, finished_at`
-
-func scanBatch(sc scanner) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	var finished *time.Time
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Status, &b.Total, &b.MaxConcurrent, &b.Released, &b.MaxTurns, &b.MaxTokens,
-		&meta, &b.IdempotencyKey, &b.CallbackURL, &b.RetryOf, &b.CreatedAt, &finished); err != nil {
-		return b, err
-	}
-	b.CreatedAt, b.FinishedAt = b.CreatedAt.UTC(), tsVal(finished)
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
-const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
-
 // BatchAdmissionBegin opens the admission's transaction.
 func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitParams, now time.Time) (driver.Admission, error) {
 	tx, err := d.s.pool.Begin(ctx)
@@ -50,9 +31,7 @@ func (d pgDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitPar
 		err = store.ErrUnknownAgent
 	}
 	if err == nil {
-		_, err = tx.Exec(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
-				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+		_, err = tx.Exec(ctx, rules.BatchInsertSQL, p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			rules.EncodeMetadata(p.Metadata), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now)
 	}
 	if err != nil {
@@ -82,11 +61,7 @@ var (
 func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func([]driver.BatchKeyHolder) error) error {
 	if len(c.Keys) > 0 {
 		holders, err := collect(ctx, a.tx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
-			WHERE tenant = $1 AND idempotency_key <> '' AND idempotency_key = ANY($2)`, func(sc scanner) (driver.BatchKeyHolder, error) {
-			var h driver.BatchKeyHolder
-			err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
-			return h, err
-		}, a.tenant, c.Keys)
+			WHERE tenant = $1 AND idempotency_key <> '' AND idempotency_key = ANY($2)`, rules.ScanBatchKeyHolder, a.tenant, c.Keys)
 		if err != nil {
 			return fmt.Errorf("check the idempotency keys: %w", mapErr(err))
 		}
@@ -122,8 +97,7 @@ func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func
 }
 
 func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Batch, error) {
-	b, err := scanBatch(a.tx.QueryRow(ctx, `UPDATE batches SET status = $2, total = $3, released = $4, max_concurrent = $5,
-			metadata = $6, callback_url = $7, finished_at = $8 WHERE id = $1 RETURNING `+batchCols,
+	b, err := scans.Batch(a.tx.QueryRow(ctx, rules.BatchCommitSQL,
 		a.id, string(c.Status), c.Total, c.Released, c.MaxConcurrent, rules.EncodeMetadata(c.Metadata), c.CallbackURL, tsArg(c.FinishedAt)))
 	if err == nil {
 		err = a.tx.Commit(ctx)
@@ -141,33 +115,19 @@ func (a *admission) Abort(ctx context.Context, _ int) error {
 }
 
 func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND idempotency_key = $2
-		AND idempotency_key <> '' AND `+visibleBatch, scanBatch, tenant, key)
+	return one(ctx, e, rules.BatchGetByKeySQL, scans.Batch, tenant, key)
 }
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch,
-		scanBatch, id, tenant)
+	return one(ctx, e, rules.BatchGetSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
-	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = $1 AND batch_id <> '' GROUP BY status`, func(sc scanner) (driver.BatchStatusCount, error) {
-		var c driver.BatchStatusCount
-		return c, sc.Scan(&c.Status, &c.N, &c.Usage.PromptTokens, &c.Usage.CompletionTokens)
-	}, id)
+	return all(ctx, e, rules.BatchCountRunsSQL, rules.ScanBatchStatusCount, id)
 }
 
 func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = $1 AND `+visibleBatch+`
-		AND ($2 = '' OR id < $2) ORDER BY id DESC LIMIT $3`, scanBatch, tenant, afterID, limit)
-}
-
-func scanBatchRun(sc scanner) (store.BatchRun, error) {
-	var br store.BatchRun
-	row, err := scanRun(sc, &br.Index, &br.CustomID)
-	br.Run = row.Run
-	return br, err
+	return all(ctx, e, rules.BatchListSQL, scans.Batch, tenant, afterID, limit)
 }
 
 func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
@@ -175,32 +135,25 @@ func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]s
 	for _, st := range p.Status {
 		statuses = append(statuses, string(st))
 	}
-	return all(ctx, e, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND batch_id <> ''
+	return all(ctx, e, `SELECT batch_index, custom_id, `+rules.RunCols+` FROM runs WHERE batch_id = $1 AND batch_id <> ''
 		AND batch_index > $2 AND (coalesce(cardinality($3::text[]), 0) = 0 OR status = ANY($3)) ORDER BY batch_index LIMIT $4`,
-		scanBatchRun, p.ID, p.AfterIndex, statuses, p.Limit)
+		scans.BatchRun, p.ID, p.AfterIndex, statuses, p.Limit)
 }
 
 func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-		WHERE id = $1 AND ($2 = '' OR tenant = $2) AND `+visibleBatch+` RETURNING `+batchCols, scanBatch, id, tenant)
+	return one(ctx, e, rules.BatchCancelMarkSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
-	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-		AND NOT cancel_requested ORDER BY batch_index LIMIT $2`, rules.ScanString, id, limit)
+	return all(ctx, e, rules.BatchRunListCancellableSQL, rules.ScanString, id, limit)
 }
 
 func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
-	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
-		WHERE r.id = $1 AND r.batch_id <> ''`, func(sc scanner) (bool, error) {
-		var v bool
-		return v, sc.Scan(&v)
-	}, runID)
+	return one(ctx, e, rules.BatchRunIsHeldSQL, rules.ScanBool, runID)
 }
 
 func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT $1`,
-		scanBatch, limit)
+	return all(ctx, e, rules.BatchListUnfinishedSQL, scans.Batch, limit)
 }
 
 // BatchAdmissionDropAbandoned has nothing to do: an admission here is one
@@ -210,19 +163,15 @@ func (e exec) BatchAdmissionDropAbandoned(context.Context, time.Time) error { re
 // The BatchTx methods of runTx.
 
 func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
-	return one(ctx, t, `SELECT `+batchCols+` FROM batches WHERE id = $1 FOR UPDATE`, scanBatch, id)
+	return one(ctx, t, `SELECT `+rules.BatchCols+` FROM batches WHERE id = $1 FOR UPDATE`, scans.Batch, id)
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
-	var n int
-	err := t.q().QueryRow(ctx, `SELECT count(*) FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+` AND batch_index < $2`,
-		id, released).Scan(&n)
-	return n, err
+	return one(ctx, t, rules.BatchCountInFlightSQL, rules.ScanInt, id, released)
 }
 
 func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
-	return collect(ctx, t.tx, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`
-		AND batch_index >= $2 ORDER BY batch_index LIMIT $3`, scanBatchRun, id, from, limit)
+	return all(ctx, t, rules.BatchListOpenSQL, scans.BatchRun, id, from, limit)
 }
 
 func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
@@ -236,17 +185,14 @@ func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) 
 	}
 	var ok bool
 	err := t.q().QueryRow(ctx, `SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
-		AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
+		AND o.status NOT IN (`+rules.TerminalSQL+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`, r.Tenant, r.SessionID, r.ID).Scan(&ok)
 	return ok, err
 }
 
 func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
-	var open bool
-	err := t.q().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = $1 AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
-	return open, err
+	return one(ctx, t, rules.BatchHasOpenSQL, rules.ScanBool, id)
 }
 
 func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return scanBatch(t.q().QueryRow(ctx, `UPDATE batches SET status = $2, finished_at = $3 WHERE id = $1 RETURNING `+batchCols,
-		id, string(status), at))
+	return one(ctx, t, rules.BatchFinishSQL, scans.Batch, id, string(status), at)
 }

@@ -84,7 +84,7 @@ var reserveSQL = `WITH cfg AS (
 		INSERT INTO reservations (id, tenant, run_id, tokens, lease_until, created_at)
 		SELECT $9, u.id, $10, $2::bigint, $11, $3::timestamptz FROM u
 	)
-	SELECT EXISTS (SELECT 1 FROM u), ` + ledgerCols + ` FROM tenants, cfg WHERE id = $1`
+	SELECT EXISTS (SELECT 1 FROM u), ` + rules.LedgerCols + ` FROM tenants, cfg WHERE id = $1`
 
 // Settling. The parameters (settleArgs) are: $1 the reservation id, or
 // without one the tenant; $2 model, $3 now, $4 reported total, $5..$8 the
@@ -135,7 +135,7 @@ func settleReservedCTEs(gate string) string {
 // Only in the moment a tenant is given a limit can two of these deadlock:
 // a k whose statement began before the change waits for it, then locks
 // the new row version before rechecking it (and finding it limited), and
-// o upgrades that lock. Postgres aborts one; queryOne runs it again.
+// o upgrades that lock. Postgres aborts one; one runs it again.
 func settleUnreservedCTEs(gate string) string {
 	return `k AS MATERIALIZED (
 		SELECT t.id FROM tenants t WHERE t.id = $1 AND t.token_limit = 0 AND t.tokens_per_minute = 0 AND ` + gate + `
@@ -194,8 +194,6 @@ func settleNotFound(p store.BudgetSettleParams) error {
 	return fmt.Errorf("reservation %s (settled, released or expired): %w", p.ReservationID, store.ErrNotFound)
 }
 
-const ledgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
-
 // windowArgs are the calendar bounds at now, for windowStartSQL and
 // windowEndSQL.
 func windowArgs(now time.Time) (dayStart, dayEnd, monthStart, monthEnd time.Time) {
@@ -207,17 +205,10 @@ func windowArgs(now time.Time) (dayStart, dayEnd, monthStart, monthEnd time.Time
 // LedgerReserve is one statement, reserveSQL.
 func (d pgDriver) LedgerReserve(ctx context.Context, r agentfleet.Reservation, now time.Time) (bool, driver.Ledger, error) {
 	ds, de, ms, me := windowArgs(now)
-	type outcome struct {
-		reserved bool
-		l        driver.Ledger
-	}
-	o, err := queryOne(ctx, d.s, reserveSQL, func(sc scanner) (outcome, error) {
-		var o outcome
-		var err error
-		o.l, err = scanLedgerRow(sc, &o.reserved)
-		return o, err
-	}, r.Tenant, r.Tokens, now, rules.MinuteOf(now), ds, de, ms, me, r.ID, r.RunID, r.LeaseUntil)
-	return o.reserved, o.l, err
+	var reserved bool
+	l, err := one(ctx, d.exec, reserveSQL, func(sc scanner) (driver.Ledger, error) { return scans.Ledger(sc, &reserved) },
+		r.Tenant, r.Tokens, now, rules.MinuteOf(now), ds, de, ms, me, r.ID, r.RunID, r.LeaseUntil)
+	return reserved, l, err
 }
 
 // LedgerSettle is one statement: settleReservedSQL or settleUnreservedSQL.
@@ -226,11 +217,7 @@ func (d pgDriver) LedgerSettle(ctx context.Context, p store.BudgetSettleParams) 
 	if p.ReservationID == "" {
 		q = settleUnreservedSQL
 	}
-	charged, err := queryOne(ctx, d.s, q, func(sc scanner) (int64, error) {
-		var c int64
-		err := sc.Scan(&c)
-		return c, err
-	}, settleArgs(p)...)
+	charged, err := one(ctx, d.exec, q, rules.ScanInt64, settleArgs(p)...)
 	if isNotFound(err) {
 		err = settleNotFound(p)
 	}
@@ -277,58 +264,31 @@ func (e exec) UsageList(ctx context.Context, p store.UsageListParams) ([]store.U
 	}
 	return all(ctx, e, `SELECT `+key+`, sum(prompt_tokens)::bigint, sum(completion_tokens)::bigint, count(*) FROM usage_ledger
 		WHERE tenant = $1 AND ($2 = '' OR run_id = $2) AND ($3::timestamptz IS NULL OR created_at >= $3)
-		GROUP BY `+key+` ORDER BY `+key+` COLLATE "C"`, func(sc scanner) (store.UsageRow, error) {
-		var u store.UsageRow
-		err := sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
-		return u, err
-	}, p.Tenant, p.RunID, tsArg(p.Since))
-}
-
-func scanLedgerRow(sc scanner, extra ...any) (driver.Ledger, error) {
-	var l driver.Ledger
-	var ws, we, ms *time.Time
-	err := sc.Scan(append(extra, &l.Tenant, &l.Limit, &l.Window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)...)
-	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
-	return l, err
+		GROUP BY `+key+` ORDER BY `+key+` COLLATE "C"`, rules.ScanUsageRow, p.Tenant, p.RunID, tsArg(p.Since))
 }
 
 func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
-	return one(ctx, e, `SELECT `+ledgerCols+` FROM tenants WHERE id = $1`, func(sc scanner) (driver.Ledger, error) { return scanLedgerRow(sc) }, tenant)
+	return one(ctx, e, `SELECT `+rules.LedgerCols+` FROM tenants WHERE id = $1`, scans.LedgerRow, tenant)
 }
 
 // LedgerLock locks the row FOR UPDATE: that waits out every settle still
 // inserting into the usage ledger under its share lock.
 func (e exec) LedgerLock(ctx context.Context, tenant string) (agentfleet.Tenant, driver.Ledger, error) {
-	type both struct {
-		t agentfleet.Tenant
-		l driver.Ledger
-	}
-	b, err := one(ctx, e, `SELECT `+tenantCols+`, `+ledgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`, func(sc scanner) (both, error) {
-		var b both
-		var ws, we, ms *time.Time
-		var err error
-		b.t, err = scanTenantThen(sc, &b.l.Tenant, &b.l.Limit, &b.l.Window, &b.l.Used, &b.l.Reserved, &ws, &we, &b.l.TokensPerMinute, &ms, &b.l.MinuteUsed)
-		b.l.WindowStart, b.l.WindowEnd, b.l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
-		return b, err
-	}, tenant)
-	return b.t, b.l, err
+	var l driver.Ledger
+	t, err := one(ctx, e, `SELECT `+rules.TenantCols+`, `+rules.LedgerCols+` FROM tenants WHERE id = $1 FOR UPDATE`,
+		func(sc scanner) (agentfleet.Tenant, error) { return scans.Tenant(sc, scans.LedgerDest(&l)...) }, tenant)
+	return t, l, err
 }
 
 func (e exec) UsageFirst(ctx context.Context, tenant string, t time.Time) (time.Time, bool, error) {
 	next, err := one(ctx, e, `SELECT min(created_at) FROM usage_ledger WHERE tenant = $1 AND created_at >= COALESCE($2::timestamptz, '-infinity')`,
-		func(sc scanner) (*time.Time, error) {
-			var next *time.Time
-			return next, sc.Scan(&next)
-		}, tenant, tsArg(t))
-	return tsVal(next), next != nil, err
+		scans.Timestamp, tenant, tsArg(t))
+	return next, !next.IsZero(), err
 }
 
 func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (int64, error) {
 	return one(ctx, e, `SELECT COALESCE(sum(charged), 0)::bigint FROM usage_ledger WHERE tenant = $1 AND created_at >= $2 AND created_at < $3`,
-		func(sc scanner) (int64, error) {
-			var n int64
-			return n, sc.Scan(&n)
-		}, tenant, from, to)
+		rules.ScanInt64, tenant, from, to)
 }
 
 func (e exec) TenantUpdate(ctx context.Context, t agentfleet.Tenant, windowEvery *time.Duration, l driver.Ledger, now time.Time) (agentfleet.Tenant, error) {
@@ -340,7 +300,7 @@ func (e exec) TenantUpdate(ctx context.Context, t agentfleet.Tenant, windowEvery
 	return one(ctx, e, `UPDATE tenants SET token_limit = $2, budget_window = $3, window_us = COALESCE($4::bigint, window_us),
 			tokens_per_minute = $5, max_concurrent_runs = $6, weight = $7, exhausted = $8, max_queued_runs = $9, updated_at = $10,
 			used = $11, window_start = $12, window_end = $13, minute_start = $14, minute_used = $15
-		WHERE id = $1 RETURNING `+tenantCols, scanTenant,
+		WHERE id = $1 RETURNING `+rules.TenantCols, scans.TenantRow,
 		t.ID, t.TokenLimit, string(t.Window), windowUS, t.TokensPerMinute, t.MaxConcurrentRuns, t.Weight, string(t.Exhausted), t.MaxQueuedRuns, now,
 		l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed)
 }

@@ -10,8 +10,7 @@ import (
 )
 
 func (e exec) CallbackSecretUpsert(ctx context.Context, tenant, secret string, now time.Time) error {
-	_, err := e.run(ctx, `INSERT INTO tenant_callback_secrets (tenant, secret, updated_at) VALUES ($1, $2, $3)
-		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at`, tenant, secret, now)
+	_, err := e.run(ctx, rules.CallbackSecretUpsertSQL, tenant, secret, now)
 	return err
 }
 
@@ -19,24 +18,21 @@ func (e exec) CallbackSecretGet(ctx context.Context, tenant string) (string, err
 	return one(ctx, e, `SELECT secret FROM tenant_callback_secrets WHERE tenant = $1`, rules.ScanString, tenant)
 }
 
-const callbackCols = rules.CallbackCols
-
 func (e exec) RunCallbackInsert(ctx context.Context, runID, tenant, url string, now time.Time) (store.RunCallback, error) {
-	return one(ctx, e, `INSERT INTO run_callbacks (run_id, tenant, url, state, next_at, created_at, updated_at)
-		VALUES ($1, $2, $3, 'pending', $4, $4, $4) RETURNING `+callbackCols, scans.Callback, runID, tenant, url, now)
+	return one(ctx, e, rules.RunCallbackInsertSQL, scans.Callback, runID, tenant, url, now)
 }
 
 func (e exec) RunCallbackGet(ctx context.Context, runID string) (store.RunCallback, error) {
-	return one(ctx, e, `SELECT `+callbackCols+` FROM run_callbacks WHERE run_id = $1`, scans.Callback, runID)
+	return one(ctx, e, `SELECT `+rules.CallbackCols+` FROM run_callbacks WHERE run_id = $1`, scans.Callback, runID)
 }
 
 func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit int) ([]store.RunCallback, error) {
 	return all(ctx, e, `UPDATE run_callbacks SET next_at = $2, updated_at = $1
 		WHERE run_id IN (
 			SELECT c.run_id FROM run_callbacks c JOIN runs r ON r.id = c.run_id
-			WHERE c.state = 'pending' AND c.next_at <= $1 AND r.status IN (`+rules.SQLList(rules.Terminal)+`)
+			WHERE c.state = 'pending' AND c.next_at <= $1 AND r.status IN (`+rules.TerminalSQL+`)
 			ORDER BY c.next_at LIMIT $3 FOR UPDATE OF c SKIP LOCKED)
-		RETURNING `+callbackCols, scans.Callback, now, until, limit)
+		RETURNING `+rules.CallbackCols, scans.Callback, now, until, limit)
 }
 
 func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, error) {
@@ -44,9 +40,7 @@ func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, err
 }
 
 func (e exec) RunCallbackUpdate(ctx context.Context, p driver.RunCallbackUpdateParams) (store.RunCallback, error) {
-	return one(ctx, e, `UPDATE run_callbacks SET state = $2, attempts = attempts + 1, attempt_log = $3,
-			next_at = $4, first_at = COALESCE(first_at, $5), updated_at = $6
-		WHERE run_id = $1 RETURNING `+callbackCols, scans.Callback, p.RunID, string(p.State), p.Log, p.NextAt, p.FirstAt, p.Now)
+	return one(ctx, e, rules.RunCallbackUpdateSQL, scans.Callback, p.RunID, string(p.State), p.Log, p.NextAt, p.FirstAt, p.Now)
 }
 
 func (e exec) RunCallbackDeleteOrphans(ctx context.Context, before time.Time) (int, error) {

@@ -11,7 +11,7 @@ import (
 
 // RunGet reads a run without locking it.
 func (t exec) RunGet(ctx context.Context, id string) (rules.RunRow, error) {
-	return t.runByID(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1`, id)
+	return t.runByID(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE id = $1`, id)
 }
 
 // RunStatuses reads the statuses of the runs ids names.
@@ -31,27 +31,17 @@ func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]strin
 // wait timed out, or none of the runs they wait for is unfinished.
 var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND (wait_until <= $1 OR NOT EXISTS (
 		SELECT 1 FROM jsonb_array_elements_text(r.wait_ids) w(id) JOIN runs k ON k.id = w.id
-		WHERE k.status NOT IN (` + terminalList + `)))
+		WHERE k.status NOT IN (` + rules.TerminalSQL + `)))
 	ORDER BY seq LIMIT $2`
-
-// orphanedSQL finds ended runs with children not yet ended.
-var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-	WHERE ` + rules.OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT $1`
 
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return all(ctx, e, waitersDueSQL, rules.ScanString, now, limit)
 }
 
 func (e exec) RunListOrphaning(ctx context.Context, limit int) ([]string, error) {
-	return all(ctx, e, orphanedSQL, rules.ScanString, limit)
+	return all(ctx, e, rules.OrphanedSQL, rules.ScanString, limit)
 }
 
 func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {
-	return one(ctx, e, `WITH RECURSIVE d(id) AS (
-			SELECT id FROM runs WHERE parent_run_id = $1 AND parent_run_id <> ''
-			UNION ALL
-			SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id WHERE r.parent_run_id <> ''
-		)
-		SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0) FROM runs WHERE id IN (SELECT id FROM d)`,
-		rules.ScanUsage, id)
+	return one(ctx, e, rules.RunChildrenUsageSQL, rules.ScanUsage, id)
 }

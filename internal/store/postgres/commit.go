@@ -37,7 +37,7 @@ var commitSQL = `WITH c AS (
 			turn = c.turn,
 			status = CASE WHEN c.status = 'waiting_children' AND NOT EXISTS (
 					SELECT 1 FROM jsonb_array_elements_text(NULLIF(c.wait_ids, '')::jsonb) w(id)
-					JOIN runs k ON k.id = w.id WHERE k.status NOT IN (` + terminalList + `))
+					JOIN runs k ON k.id = w.id WHERE k.status NOT IN (` + rules.TerminalSQL + `))
 				THEN 'running' ELSE c.status END,
 			children = r.children + c.spawned,
 			wait_ids = NULLIF(c.wait_ids, '')::jsonb,
@@ -54,7 +54,7 @@ var commitSQL = `WITH c AS (
 			updated_at = $11
 		FROM c
 		WHERE r.id = c.run_id AND r.turn = c.turn - 1 AND (r.status || '>' || c.status) = ANY($12::text[])
-		RETURNING c.ord, r.event_seq - c.n_events AS last_seq, ` + prefixCols("r.", runCols) + `
+		RETURNING c.ord, r.event_seq - c.n_events AS last_seq, ` + rules.PrefixCols("r.", rules.RunCols) + `
 	), s AS (
 		INSERT INTO steps (run_id, turn, idx, kind, content, model, prompt_tokens, completion_tokens, created_at)
 		SELECT u.id, u.turn, x.idx, x.kind, x.content, x.model, x.prompt, x.completion, x.created_at
@@ -69,7 +69,7 @@ var commitSQL = `WITH c AS (
 			AS x(ord, k, v, turn, type, ts, content, args, tp, tc, summary)
 		JOIN u ON u.ord = x.ord
 	)
-	SELECT ord, last_seq, ` + runCols + ` FROM u`
+	SELECT ord, last_seq, ` + rules.RunCols + ` FROM u`
 
 // keyPlansSQL tells the planner, for the rest of a transaction, to find
 // rows by key and to plan each statement once. Every statement of a
@@ -107,9 +107,9 @@ const lockSessionsSQL = `SELECT pg_advisory_xact_lock($1, k) FROM (
 var headsSQL = `SELECT h.* FROM (
 		SELECT DISTINCT tenant, session_id FROM runs WHERE id = ANY($1) AND session_id <> ''
 	) e CROSS JOIN LATERAL (
-		SELECT ` + runCols + ` FROM runs r
+		SELECT ` + rules.RunCols + ` FROM runs r
 		WHERE r.tenant = e.tenant AND r.session_id = e.session_id AND r.session_id <> ''
-			AND r.status NOT IN (` + terminalList + `)
+			AND r.status NOT IN (` + rules.TerminalSQL + `)
 		ORDER BY r.seq LIMIT 1
 	) h`
 
@@ -139,14 +139,14 @@ func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPara
 
 	out := make([]driver.TurnApplied, len(ps))
 	heads := map[[2]string]rules.RunRow{}
-	err := d.s.withBatch(ctx, func() *pgx.Batch {
+	err := d.batch(ctx, func() *pgx.Batch {
 		b := &pgx.Batch{}
 		b.Queue(keyPlansSQL)
 		if len(ids) > 1 {
 			b.Queue(lockRunsSQL, ids)
 		}
 		for _, w := range waves {
-			b.Queue(commitSQL, d.s.commitArgs(ps, w, now)...)
+			b.Queue(commitSQL, commitArgs(ps, w, now)...)
 		}
 		if len(ending) > 0 {
 			b.Queue(lockSessionsSQL, lockSession, ending)
@@ -172,7 +172,7 @@ func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPara
 			for rows.Next() {
 				var ord int64
 				a := driver.TurnApplied{Applied: true}
-				if a.Run, err = scanRun(rows, &ord, &a.LastSeq); err != nil {
+				if a.Run, err = scans.Run(rows, &ord, &a.LastSeq); err != nil {
 					rows.Close()
 					return err
 				}
@@ -187,7 +187,7 @@ func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPara
 			if _, err := br.Exec(); err != nil {
 				return err
 			}
-			hs, err := collectBatch(br, scanRunRow)
+			hs, err := collectBatch(br, scans.RunRow)
 			if err != nil {
 				return err
 			}
@@ -215,12 +215,12 @@ func (d pgDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPara
 // TurnCommitRunsGet is one statement on the pool, after the commit's
 // transaction.
 func (d pgDriver) TurnCommitRunsGet(ctx context.Context, ids []string) ([]driver.RunRow, error) {
-	return queryAll(ctx, d.s, `SELECT `+runCols+` FROM runs WHERE id = ANY($1)`, scanRunRow, ids)
+	return all(ctx, d.exec, `SELECT `+rules.RunCols+` FROM runs WHERE id = ANY($1)`, scans.RunRow, ids)
 }
 
 // commitArgs is the parameter list of commitSQL for the commits of one
 // wave, in wave order (ord is the 1-based position in the wave).
-func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Time) []any {
+func commitArgs(ps []store.TurnCommitParams, wave []int, now time.Time) []any {
 	n := len(wave)
 	var (
 		runID                       = make([]string, 0, n)
@@ -277,7 +277,7 @@ func (s *Store) commitArgs(ps []store.TurnCommitParams, wave []int, now time.Tim
 		}
 	}
 	return []any{
-		runID, turn, status, args, answer, errMsg, prompt, completion, carried, nEvents, now, s.pairs,
+		runID, turn, status, args, answer, errMsg, prompt, completion, carried, nEvents, now, rules.TransitionPairs,
 		sOrd, sIdx, sKind, sText, sModel, sPrompt, sCompletion, sCreated,
 		eOrd, eK, ev.v, ev.turn, ev.typ, ev.ts, ev.content, ev.args, ev.tp, ev.tc, ev.summary,
 		spawned, waitIDs, waitUntil,

@@ -86,8 +86,9 @@ func all[T any](ctx context.Context, e exec, sql string, scan func(scanner) (T, 
 	return out, err
 }
 
-// batch sends a pipeline: on the pool as one implicit transaction
-// (withBatch), inside a transaction as part of it.
+// batch sends a pipeline, read consumes its results in order: on the pool
+// as one implicit transaction (any error rolls back every statement of
+// it; retried as retried is), inside a transaction as part of it.
 func (e exec) batch(ctx context.Context, build func() *pgx.Batch, read func(br pgx.BatchResults) error) error {
 	return e.do(ctx, true, func(q pgq) error { return sendBatch(ctx, q, build(), read) })
 }

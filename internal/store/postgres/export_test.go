@@ -70,7 +70,7 @@ func InsertQueuedRunsForTest(ctx context.Context, s *Store, tenant string, n int
 
 // CountQueuedForTest is the queue gate's count of a tenant.
 func CountQueuedForTest(ctx context.Context, s *Store, tenant string) (limit, unfinished int, err error) {
-	return s.countQueued(ctx, tenant)
+	return s.Driver().QueueCount(ctx, tenant)
 }
 
 // AnalyzeForTest vacuums and analyzes runs, as autovacuum would after a

@@ -11,11 +11,9 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const journalCols = rules.JournalCols
-
-// journalStatements record an entry of 11 parameters (in journalCols'
+// journalStatements record an entry of 11 parameters (in rules.JournalCols'
 // order), fenced as a reply is.
-var journalStatements = recordStatementsOf(fencedInsertCTE("journal", journalCols, "run_id, turn, idx", 11), journalCols)
+var journalStatements = recordStatementsOf(fencedInsertCTE("journal", rules.JournalCols, "run_id, turn, idx", 11), rules.JournalCols)
 
 // JournalInsert is one statement through the shared pipeline, so the
 // records of concurrent turns share a round trip and a commit. An entry
@@ -54,14 +52,14 @@ func (d pgDriver) JournalInsert(ctx context.Context, p store.JournalRecordParams
 }
 
 func (e exec) JournalList(ctx context.Context, runID string, turn int) ([]agentfleet.JournalEntry, error) {
-	scan := func(sc scanner) (agentfleet.JournalEntry, error) { return scans.Journal(sc) }
+	scan := scans.JournalRow
 	if turn > 0 {
-		return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 ORDER BY idx`, scan, runID, turn)
+		return all(ctx, e, `SELECT `+rules.JournalCols+` FROM journal WHERE run_id = $1 AND turn = $2 ORDER BY idx`, scan, runID, turn)
 	}
-	return all(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 ORDER BY turn, idx`, scan, runID)
+	return all(ctx, e, `SELECT `+rules.JournalCols+` FROM journal WHERE run_id = $1 ORDER BY turn, idx`, scan, runID)
 }
 
 func (e exec) JournalGet(ctx context.Context, runID string, turn, index int) (agentfleet.JournalEntry, error) {
-	return one(ctx, e, `SELECT `+journalCols+` FROM journal WHERE run_id = $1 AND turn = $2 AND idx = $3`,
-		func(sc scanner) (agentfleet.JournalEntry, error) { return scans.Journal(sc) }, runID, turn, index)
+	return one(ctx, e, `SELECT `+rules.JournalCols+` FROM journal WHERE run_id = $1 AND turn = $2 AND idx = $3`,
+		scans.JournalRow, runID, turn, index)
 }

@@ -23,7 +23,7 @@ import (
 // results; one failing statement or reader rolls it all back, and then
 // each call is run again on its own, so one call's error is never
 // another's. A call's queue and read functions must therefore be safe to
-// run more than once (as for withBatch). The calls of a pipeline are
+// run more than once (as for exec.batch). The calls of a pipeline are
 // sorted by their order key: run rows are locked before tenant rows, and
 // tenant rows by id, so two pipelines cannot deadlock.
 type pipeline struct {
@@ -127,7 +127,7 @@ const pipelineMax = 64
 const pipelineTimeout = 30 * time.Second
 
 // pipelined runs one call through the shared pipeline and returns its
-// error, mapped like withBatch's. The call's caller may wait for the
+// error, mapped like exec.batch's. The call's caller may wait for the
 // pipeline ahead of it to finish, even past its ctx: the pipeline it is
 // in may already have landed, and its caller must know.
 func (s *Store) pipelined(ctx context.Context, order string, queue func(b *pgx.Batch), read func(br pgx.BatchResults) error) error {
@@ -154,7 +154,7 @@ func (s *Store) runPipeline(calls []*pipeCall) {
 		live = append(live, c)
 	}
 	alone := func(c *pipeCall) {
-		c.err = s.withBatch(c.ctx, func() *pgx.Batch {
+		c.err = exec{s: s}.batch(c.ctx, func() *pgx.Batch {
 			b := &pgx.Batch{}
 			c.queue(b)
 			return b

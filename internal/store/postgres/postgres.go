@@ -141,10 +141,9 @@ type Store struct {
 	// (see its doc) over this package's driver (driver.go); the methods
 	// below implement the rest.
 	*rules.Store
-	cfg   Config
-	pool  *pgxpool.Pool
-	pairs []string // legal "from>to" status transitions
-	pipe  pipeline
+	cfg  Config
+	pool *pgxpool.Pool
+	pipe pipeline
 }
 
 var _ store.Store = (*Store)(nil)
@@ -166,7 +165,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: create pool: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, pairs: rules.TransitionPairs()}
+	s := &Store{cfg: cfg, pool: pool}
 	s.Store = rules.NewStore(s.Driver())
 	s.pipe.calls.Linger = pipelineLinger
 	if err := s.migrate(ctx); err != nil {
@@ -262,7 +261,7 @@ func (s *Store) withConn(ctx context.Context, fn func(c *pgx.Conn) error) error 
 
 // maxAttempts bounds retries of a transaction Postgres aborted as a
 // deadlock victim or a serialization failure: both leave nothing behind,
-// so running it again is safe. Functions passed to withTx, withBatch and
+// so running it again is safe. Functions passed to withTx, exec.batch and
 // retried must therefore be safe to run more than once.
 const maxAttempts = 3
 
@@ -282,13 +281,6 @@ func (s *Store) retried(ctx context.Context, fn func(c *pgx.Conn) error) error {
 // withTx runs fn in a transaction and maps errors to store's sentinels.
 func (s *Store) withTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return s.retried(ctx, func(c *pgx.Conn) error { return pgx.BeginFunc(ctx, c, fn) })
-}
-
-// withBatch sends b as one pipeline, which Postgres runs as one implicit
-// transaction: any error rolls back every statement of the batch. read
-// consumes the results in order.
-func (s *Store) withBatch(ctx context.Context, build func() *pgx.Batch, read func(br pgx.BatchResults) error) error {
-	return s.retried(ctx, func(c *pgx.Conn) error { return sendBatch(ctx, c, build(), read) })
 }
 
 // sendBatch sends b on q and reads its results with read.
@@ -341,13 +333,6 @@ func tsArg(t time.Time) *time.Time {
 	return &t
 }
 
-func tsVal(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return t.UTC()
-}
-
 func bytesArg(b []byte) []byte {
 	if len(b) == 0 {
 		return nil
@@ -373,22 +358,8 @@ func (t *pgTime) ScanTimestamptz(v pgtype.Timestamptz) error {
 // scans reads the store's rows (rules.Scans) from this schema.
 var scans = rules.Scans{Time: func(t *time.Time) any { return (*pgTime)(t) }}
 
-// queryOne runs a query on a pooled connection and scans its one row,
-// retried as withTx is.
-func queryOne[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) (T, error) {
-	return one(ctx, exec{s: s}, sql, scan, args...)
-}
-
-// queryAll runs a query on a pooled connection and scans every row.
-func queryAll[T any](ctx context.Context, s *Store, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
-	return all(ctx, exec{s: s}, sql, scan, args...)
-}
-
-type querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-func collect[T any](ctx context.Context, q querier, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
+// collect runs sql on q and scans every row.
+func collect[T any](ctx context.Context, q pgq, sql string, scan func(scanner) (T, error), args ...any) ([]T, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -405,19 +376,10 @@ func collectBatch[T any](br pgx.BatchResults, scan func(scanner) (T, error)) ([]
 	return collectRows(rows, scan)
 }
 
-// collectRows scans every row and closes rows. No rows is a nil slice,
-// as in the SQLite backend.
+// collectRows scans every row and closes rows.
 func collectRows[T any](rows pgx.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return rules.Collect(rows, scan)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

@@ -16,18 +16,6 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const runCols = rules.RunCols
-
-var (
-	terminalList   = rules.SQLList(rules.Terminal)
-	unfinishedList = rules.SQLList(rules.Unfinished)
-)
-
-// scanRun scans runCols, after any extra leading columns.
-func scanRun(sc scanner, extra ...any) (rules.RunRow, error) { return scans.Run(sc, extra...) }
-
-func scanRunRow(sc scanner) (rules.RunRow, error) { return scans.Run(sc) }
-
 // evUnnest turns the nine event arrays of evArgs, from parameter $first
 // on, into rows x(v, turn, type, ts, content, args, tp, tc, summary, k)
 // with k the 1-based position.
@@ -79,18 +67,18 @@ func (a *eventArrays) add(e agentfleet.Event) {
 }
 
 func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
-	q, args := rules.RunListQuery(runCols, p, after, true)
-	return all(ctx, e, rules.NumberParams(q), scanRunRow, args...)
+	q, args := rules.RunListQuery(rules.RunCols, p, after, true)
+	return all(ctx, e, rules.NumberParams(q), scans.RunRow, args...)
 }
 
 // RunLock reads a run and locks its row for the transaction.
 func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
-	return t.runByID(ctx, `SELECT `+runCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id)
+	return t.runByID(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id)
 }
 
 // runByID reads run id with q.
 func (t exec) runByID(ctx context.Context, q, id string) (rules.RunRow, error) {
-	r, err := scanRun(t.q().QueryRow(ctx, q, id))
+	r, err := scans.Run(t.q().QueryRow(ctx, q, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -99,10 +87,7 @@ func (t exec) runByID(ctx context.Context, q, id string) (rules.RunRow, error) {
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
 func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return scanRun(t.q().QueryRow(ctx, `UPDATE runs SET status = $2, error = $3, answer = $4, wake = $5, event_seq = $6,
-			cancel_requested = $7, cancel_reason = $8, updated_at = $9
-		WHERE id = $1 RETURNING `+runCols,
-		r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
+	return scans.Run(t.q().QueryRow(ctx, rules.RunUpdateSQL, r.ID, string(r.Status), r.Error, bytesArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt))
 }
 
 // EventInsert appends events numbered after lastSeq, inside tx.
@@ -116,25 +101,17 @@ func (t exec) EventInsert(ctx context.Context, runID string, lastSeq int64, evs 
 	return err
 }
 
-// RunSessionNext returns what ended's end hands out, inside the ending
-// transaction and under the session lock: the session's next queued run,
-// when ended was the session's head.
-func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	if ended.SessionID == "" || !ended.Status.Terminal() {
-		return nil, nil
-	}
-	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, ended.Tenant, ended.SessionID); err != nil {
+// RunSessionHead reads, inside the ending transaction and under the
+// session lock, the session's head.
+func (t exec) RunSessionHead(ctx context.Context, tenant, session string) (*rules.RunRow, error) {
+	if _, err := t.q().Exec(ctx, lockSessionSQL, lockSession, tenant, session); err != nil {
 		return nil, err
 	}
-	head, err := scanRun(t.q().QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> ''
-		AND status NOT IN (`+terminalList+`) ORDER BY seq LIMIT 1`, ended.Tenant, ended.SessionID))
+	head, err := scans.Run(t.q().QueryRow(ctx, rules.SessionHeadSQL, tenant, session))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+	return &head, err
 }
 
 func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
@@ -144,8 +121,6 @@ func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
 func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Count, error) {
 	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = $1 GROUP BY status`, rules.ScanCount, tenant)
 }
-
-const replyCols = rules.ReplyCols
 
 // fencedInsertCTE is the CTE m that inserts a row of table (n parameters
 // from $first, in cols' order, the run's id and turn first), fenced: only
@@ -160,7 +135,7 @@ func fencedInsertCTE(table, cols, key string, n int) func(first int) string {
 		return `m AS (
 		INSERT INTO ` + table + ` (` + cols + `)
 		SELECT id, ` + strings.Join(ps[1:], ", ") + ` FROM runs
-		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + terminalList + `)
+		WHERE id = ` + ps[0] + ` AND turn = ` + ps[1] + ` - 1 AND status NOT IN (` + rules.TerminalSQL + `)
 		ON CONFLICT (` + key + `) DO NOTHING RETURNING ` + cols + `
 	)`
 	}
@@ -168,7 +143,7 @@ func fencedInsertCTE(table, cols, key string, n int) func(first int) string {
 
 // insertReplyCTE inserts the reply of 8 parameters (run, turn, content,
 // model, prompt, completion, reported, created).
-var insertReplyCTE = fencedInsertCTE("model_replies", replyCols, "run_id, turn", 8)
+var insertReplyCTE = fencedInsertCTE("model_replies", rules.ReplyCols, "run_id, turn", 8)
 
 // recordChargeSQL records a reply (or a journal entry: insert is its
 // CTE m, cols its columns) and, only if it did, settles its charge, in
@@ -209,7 +184,7 @@ func (r recordStatements) pick(charge *store.BudgetSettleParams, runID string) (
 	return q, settleArgs(*charge), pipeOrderTenant + charge.Tenant
 }
 
-var replyStatements = recordStatementsOf(insertReplyCTE, replyCols)
+var replyStatements = recordStatementsOf(insertReplyCTE, rules.ReplyCols)
 
 // ModelReplyInsert is one statement in the common case: the fenced insert
 // and, with a Charge, the settle (gated on the insert). Anything else (a
@@ -305,17 +280,17 @@ var recordUnlimitedManySQL = `WITH p AS (
 		WHERE t.id = ANY($1::text[]) AND t.token_limit = 0 AND t.tokens_per_minute = 0
 		ORDER BY t.id FOR KEY SHARE
 	), m AS (
-		INSERT INTO model_replies (` + replyCols + `)
+		INSERT INTO model_replies (` + rules.ReplyCols + `)
 		SELECT r.id, p.turn, p.content, p.model, p.prompt, p.completion, p.reported, p.created_at
 		FROM p JOIN k ON k.id = p.tenant
-			JOIN runs r ON r.id = p.run_id AND r.turn = p.turn - 1 AND r.status NOT IN (` + terminalList + `)
-		ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols + `
+			JOIN runs r ON r.id = p.run_id AND r.turn = p.turn - 1 AND r.status NOT IN (` + rules.TerminalSQL + `)
+		ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + rules.ReplyCols + `
 	), l AS (
 		INSERT INTO usage_ledger (tenant, run_id, model, prompt_tokens, completion_tokens, charged, overage, created_at)
 		SELECT p.tenant, p.c_run, p.c_model, p.c_prompt, p.c_completion, p.c_total, 0, p.c_now
 		FROM m JOIN p ON p.run_id = m.run_id AND p.turn = m.turn
 	)
-	SELECT ` + prefixCols("m.", replyCols) + `, p.c_total FROM m JOIN p ON p.run_id = m.run_id AND p.turn = m.turn`
+	SELECT ` + rules.PrefixCols("m.", rules.ReplyCols) + `, p.c_total FROM m JOIN p ON p.run_id = m.run_id AND p.turn = m.turn`
 
 // unlimitedRecordMerger runs the reply records of unlimited tenants in a
 // pipeline as one statement. Production bench: the single statements
@@ -381,20 +356,11 @@ var unlimitedRecordMerger = pipeMerger{
 }
 
 func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scanReply, runID, turn)
+	return one(ctx, e, `SELECT `+rules.ReplyCols+` FROM model_replies WHERE run_id = $1 AND turn = $2`, scans.ReplyRow, runID, turn)
 }
 
-const stepCols = rules.StepCols
-
-// stepsSQL lists a run's steps of turns [$2, $3) in order.
-const stepsSQL = `SELECT ` + stepCols + ` FROM steps WHERE run_id = $1 AND turn >= $2 AND turn < $3 ORDER BY turn, idx`
-
-func scanStep(sc scanner) (agentfleet.Step, error) { return scans.Step(sc) }
-
-func scanReply(sc scanner) (store.ModelReply, error) { return scans.Reply(sc) }
-
 func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
-	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
+	return all(ctx, e, rules.StepsSQL, scans.Step, runID, from, to)
 }
 
 // EventAppend is one statement: the run's seq moves on and the events
@@ -423,7 +389,5 @@ func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]ag
 	if p.Limit > 0 {
 		limit = &p.Limit
 	}
-	return all(ctx, e, `SELECT `+rules.EventCols+`
-		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3`, scans.Event, p.RunID, p.AfterSeq, limit)
+	return all(ctx, e, rules.EventListSQL, scans.Event, p.RunID, p.AfterSeq, limit)
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,24 +20,12 @@ const lockSessionSQL = `SELECT pg_advisory_xact_lock($1, hashtext(current_schema
 // and its unfinished runs, counted no further than one past it (an index
 // scan of runs_tenant_status).
 var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
-		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + unfinishedList + `) LIMIT t.max_queued_runs + 1) x)
+		SELECT 1 FROM runs r WHERE r.tenant = t.id AND r.status IN (` + rules.UnfinishedSQL + `) LIMIT t.max_queued_runs + 1) x)
 	FROM tenants t WHERE t.id = $1`
 
-func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	type counted struct{ limit, unfinished int }
-	c, err := queryOne(ctx, s, queueCountSQL, func(sc scanner) (counted, error) {
-		var c counted
-		err := sc.Scan(&c.limit, &c.unfinished)
-		return c, err
-	}, tenant)
-	if err != nil {
-		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, err)
-	}
-	return c.limit, c.unfinished, nil
-}
-
 func (d pgDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	return d.s.countQueued(ctx, tenant)
+	err = d.do(ctx, true, func(q pgq) error { return q.QueryRow(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished) })
+	return limit, unfinished, err
 }
 
 // RunInsert is one round trip, one transaction: the session lock, the
@@ -63,17 +50,17 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 					$10::text, $11::integer, $12::bigint, $13::timestamptz, $14::bigint, $15::timestamptz, $15::timestamptz, $16::text, $17::integer, a.version
 				FROM agents a WHERE a.tenant = $2::text AND a.name = $3::text
 				ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key <> '' DO NOTHING
-				RETURNING `+runCols+`
+				RETURNING `+rules.RunCols+`
 			), s AS (
 				INSERT INTO steps (run_id, turn, idx, kind, content, created_at) SELECT id, 0, 0, $18, message, created_at FROM r
 			), e AS (
 				`+insertEventsInto+` SELECT r.id, x.k, x.v, x.turn, x.type, x.ts, x.content, x.args, x.tp, x.tc, x.summary
 				FROM r, `+evUnnest(19)+`
 			)
-			SELECT `+runCols+` FROM r`, insertArgs...)
+			SELECT `+rules.RunCols+` FROM r`, insertArgs...)
 		if run.SessionID != "" {
 			b.Queue(`SELECT NOT EXISTS (SELECT 1 FROM runs o WHERE o.tenant = $1 AND o.session_id = $2 AND o.session_id <> ''
-				AND o.status NOT IN (`+terminalList+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
+				AND o.status NOT IN (`+rules.TerminalSQL+`) AND o.seq < (SELECT seq FROM runs WHERE id = $3))`,
 				run.Tenant, run.SessionID, run.ID)
 		}
 	}
@@ -84,7 +71,7 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 				return err
 			}
 		}
-		row, err := scanRun(br.QueryRow())
+		row, err := scans.Run(br.QueryRow())
 		switch {
 		case err == nil:
 			created, startable, inserted = row.Run, true, true
@@ -105,7 +92,7 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 	} else {
 		// Alone: a pipeline cannot order its session locks the way
 		// turn commits take them (by the server's hash of the key).
-		err = d.s.withBatch(ctx, func() *pgx.Batch {
+		err = d.batch(ctx, func() *pgx.Batch {
 			b := &pgx.Batch{}
 			queue(b)
 			return b
@@ -117,6 +104,6 @@ func (d pgDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []agent
 // RunGetByIdempotency repeats the partial unique index's predicate (a
 // non-empty key), so a generic plan can use the index too.
 func (d pgDriver) RunGetByIdempotency(ctx context.Context, tenant, key string) (rules.RunRow, error) {
-	return queryOne(ctx, d.s, `SELECT `+runCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
-		scanRunRow, tenant, key)
+	return one(ctx, d.exec, `SELECT `+rules.RunCols+` FROM runs WHERE tenant = $1 AND idempotency_key = $2 AND idempotency_key <> ''`,
+		scans.RunRow, tenant, key)
 }

@@ -10,49 +10,34 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const tenantCols = rules.TenantCols
-
-func scanTenant(sc scanner) (agentfleet.Tenant, error) { return scans.Tenant(sc) }
-
-// scanTenantThen scans tenantCols, then any extra trailing columns.
-func scanTenantThen(sc scanner, extra ...any) (agentfleet.Tenant, error) {
-	return scans.Tenant(sc, extra...)
-}
-
-// prefixCols qualifies a column list with a table alias.
-func prefixCols(prefix, cols string) string { return rules.PrefixCols(prefix, cols) }
-
 func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (agentfleet.Tenant, error) {
 	return one(ctx, e, `INSERT INTO tenants (id, token_limit, budget_window, window_us, tokens_per_minute, max_concurrent_runs, weight, exhausted, created_at, updated_at, max_queued_runs)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10) RETURNING `+tenantCols, scanTenant,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10) RETURNING `+rules.TenantCols, scans.TenantRow,
 		p.ID, p.TokenLimit, string(p.Window), p.WindowEvery.Microseconds(), p.TokensPerMinute, p.MaxConcurrentRuns, p.Weight,
 		string(p.Exhausted), p.Now, p.MaxQueuedRuns)
 }
 
 func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
-	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = $1`, scanTenant, id)
+	return one(ctx, e, `SELECT `+rules.TenantCols+` FROM tenants WHERE id = $1`, scans.TenantRow, id)
 }
 
 func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {
-	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{limit}
+	q, args := `SELECT `+rules.TenantCols+` FROM tenants`, []any{limit}
 	if after != nil {
 		q += ` WHERE (created_at, id COLLATE "C") < ($2, $3)`
 		args = append(args, after.CreatedAt, after.ID)
 	}
-	return all(ctx, e, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scanTenant, args...)
+	return all(ctx, e, q+` ORDER BY created_at DESC, id COLLATE "C" DESC LIMIT $1`, scans.TenantRow, args...)
 }
-
-const apiKeyCols = rules.APIKeyCols
 
 func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (store.APIKey, error) {
 	return one(ctx, e, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING `+apiKeyCols, scans.APIKey,
+		RETURNING `+rules.APIKeyCols, scans.APIKey,
 		p.ID, p.Hash, p.Tenant, p.Name, p.Scopes, p.Now)
 }
 
 func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
-	return all(ctx, e, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
-		ORDER BY seq DESC LIMIT $3`, scans.APIKeyRow, tenant, afterSeq, limit)
+	return all(ctx, e, rules.APIKeyListSQL, scans.APIKeyRow, tenant, afterSeq, limit)
 }
 
 func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
@@ -64,28 +49,24 @@ func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error)
 // statement, writes the key's last use when it is older than $3 (an
 // UPDATE whose WHERE fails writes nothing).
 var tenantByAPIKeySQL = `WITH k AS (
-		SELECT ` + apiKeyCols + ` FROM api_keys WHERE hash = $1
+		SELECT ` + rules.APIKeyCols + ` FROM api_keys WHERE hash = $1
 	), u AS (
 		UPDATE api_keys SET last_used_at = $2 WHERE hash = $1 AND (last_used_at IS NULL OR last_used_at <= $3)
 	)
-	SELECT ` + prefixCols("t.", tenantCols) + `, ` + prefixCols("k.", apiKeyCols) + ` FROM k JOIN tenants t ON t.id = k.tenant`
+	SELECT ` + rules.PrefixCols("t.", rules.TenantCols) + `, ` + rules.PrefixCols("k.", rules.APIKeyCols) + ` FROM k JOIN tenants t ON t.id = k.tenant`
 
 func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
 	return one(ctx, e, tenantByAPIKeySQL, scans.TenantByAPIKey, hash, now, touchBefore)
 }
 
-const skillCols = rules.SkillCols
-
 func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	return one(ctx, e, `INSERT INTO skills (`+skillCols+`) VALUES ($1, $2, $3, $4, $5, $5)
-		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+skillCols, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
+	return one(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
 }
 
 func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
-	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scans.Skill, tenant, name)
+	return one(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scans.Skill, tenant, name)
 }
 
 func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scans.Skill, tenant)
+	return all(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scans.Skill, tenant)
 }

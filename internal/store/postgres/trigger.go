@@ -11,21 +11,18 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const triggerCols = rules.TriggerCols
-
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
-	return one(ctx, e, `INSERT INTO triggers (`+triggerCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, '', NULL, $10, $11, $12, $13, $14, $15, $15) RETURNING `+triggerCols, scans.Trigger,
+	return one(ctx, e, rules.TriggerInsertSQL, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, rules.EncodeStrings(p.Events), p.Secret,
 		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, p.Enabled, p.CallbackURL, now)
 }
 
 func (e exec) TriggerGet(ctx context.Context, id, tenant string) (store.Trigger, error) {
-	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scans.Trigger, id, tenant)
+	return one(ctx, e, `SELECT `+rules.TriggerCols+` FROM triggers WHERE id = $1 AND ($2 = '' OR tenant = $2)`, scans.Trigger, id, tenant)
 }
 
 func (e exec) TriggerList(ctx context.Context, tenant, afterID string, limit int) ([]store.Trigger, error) {
-	return all(ctx, e, `SELECT `+triggerCols+` FROM triggers
+	return all(ctx, e, `SELECT `+rules.TriggerCols+` FROM triggers
 		WHERE tenant = $1 AND ($2 = '' OR id COLLATE "C" < $2) ORDER BY id COLLATE "C" DESC LIMIT $3`, scans.Trigger, tenant, afterID, limit)
 }
 
@@ -52,7 +49,7 @@ func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, pr
 			prev_secret_until = CASE WHEN $13::text IS NULL THEN prev_secret_until ELSE $14::timestamptz END,
 			secret = COALESCE($13::text, secret),
 			updated_at = $15
-		WHERE id = $1 AND tenant = $2 RETURNING `+triggerCols, scans.Trigger,
+		WHERE id = $1 AND tenant = $2 RETURNING `+rules.TriggerCols, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Message, p.SessionID, events, p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, p.Enabled,
 		p.CallbackURL, p.Secret, tsArg(prevUntil), now)
 }
@@ -61,8 +58,6 @@ func (e exec) TriggerDelete(ctx context.Context, tenant, id string) (bool, error
 	n, err := e.run(ctx, `DELETE FROM triggers WHERE id = $1 AND tenant = $2`, id, tenant)
 	return n > 0, err
 }
-
-const deliveryCols = rules.DeliveryCols
 
 // TriggerDeliveryInsert is one pipeline: the first statement takes each
 // trigger's log lock (an advisory lock, in trigger order), so the
@@ -101,7 +96,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 			), del AS (
 				DELETE FROM trigger_deliveries d USING tops WHERE d.trigger_id = tops.trigger_id AND d.n <= tops.top - $11
 			)
-			SELECT `+deliveryCols+`, NULL::bytea FROM numbered ORDER BY ord`,
+			SELECT `+rules.DeliveryCols+`, NULL::bytea FROM numbered ORDER BY ord`,
 			ids, trig, dlv, at, evt, act, out, why, run, payload, keep)
 		return b
 	}, func(br pgx.BatchResults) error {
@@ -119,7 +114,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 }
 
 func (e exec) TriggerDeliveryList(ctx context.Context, p driver.TriggerDeliveryListParams) ([]driver.DeliveryRow, error) {
-	return all(ctx, e, `SELECT `+deliveryCols+`, CASE WHEN $2 = '' THEN NULL ELSE payload END FROM trigger_deliveries
+	return all(ctx, e, `SELECT `+rules.DeliveryCols+`, CASE WHEN $2 = '' THEN NULL ELSE payload END FROM trigger_deliveries
 		WHERE trigger_id = $1 AND ($2 = '' OR delivery = $2) AND ($3 < 0 OR (n, id COLLATE "C") < ($3, $4 COLLATE "C"))
 		ORDER BY n DESC, id COLLATE "C" DESC LIMIT $5`, scans.Delivery, p.TriggerID, p.Delivery, p.AfterN, p.AfterID, p.Limit)
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 // turnLoadSQL reads a run for the execution of turn $2 and starts it when
@@ -21,11 +21,11 @@ import (
 var turnLoadSQL = `WITH s AS (
 		UPDATE runs SET status = 'running', updated_at = $3
 		WHERE id = $1 AND status || '' = 'queued' AND turn = $2 - 1 AND NOT cancel_requested
-		RETURNING ` + runCols + `
+		RETURNING ` + rules.RunCols + `
 	), r AS (
-		SELECT true AS started, ` + runCols + ` FROM s
+		SELECT true AS started, ` + rules.RunCols + ` FROM s
 		UNION ALL
-		SELECT false, ` + runCols + ` FROM runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM s)
+		SELECT false, ` + rules.RunCols + ` FROM runs WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM s)
 	)
 	` + turnLoadResultSQL
 
@@ -37,11 +37,11 @@ var turnLoadManySQL = `WITH p AS (
 		UPDATE runs SET status = 'running', updated_at = $3
 		FROM p
 		WHERE runs.id = p.p_id AND runs.status || '' = 'queued' AND runs.turn = p.p_turn - 1 AND NOT runs.cancel_requested
-		RETURNING ` + qualified("runs", runCols) + `
+		RETURNING ` + rules.PrefixCols("runs.", rules.RunCols) + `
 	), r AS (
-		SELECT true AS started, ` + runCols + ` FROM s
+		SELECT true AS started, ` + rules.RunCols + ` FROM s
 		UNION ALL
-		SELECT false, ` + qualified("runs", runCols) + ` FROM runs JOIN p ON runs.id = p.p_id
+		SELECT false, ` + rules.PrefixCols("runs.", rules.RunCols) + ` FROM runs JOIN p ON runs.id = p.p_id
 		WHERE NOT EXISTS (SELECT 1 FROM s WHERE s.id = runs.id)
 	)
 	` + turnLoadResultSQL
@@ -51,23 +51,14 @@ var turnLoadManySQL = `WITH p AS (
 // started and whether the run's tenant is unlimited.
 const turnLoadResultSQL = `SELECT r.started,
 		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
-		` + runCols + ` FROM r`
+		` + rules.RunCols + ` FROM r`
 
-// stepsManySQL is stepsSQL for several runs: the steps of run $1[i] of
+// stepsManySQL is rules.StepsSQL for several runs: the steps of run $1[i] of
 // turns [$2[i], $3[i]), by run, turn and index.
-const stepsManySQL = `SELECT ` + stepCols + ` FROM steps
+const stepsManySQL = `SELECT ` + rules.StepCols + ` FROM steps
 	JOIN unnest($1::text[], $2::int[], $3::int[]) AS p(p_id, p_from, p_to)
 		ON steps.run_id = p.p_id AND steps.turn >= p.p_from AND steps.turn < p.p_to
 	ORDER BY run_id, turn, idx`
-
-// qualified prefixes every column of the list cols with table.
-func qualified(table, cols string) string {
-	parts := strings.Split(cols, ",")
-	for i, c := range parts {
-		parts[i] = table + "." + strings.TrimSpace(c)
-	}
-	return strings.Join(parts, ", ")
-}
 
 // RunLoad is one round trip, shared with other calls in flight, and
 // with other turn loads one statement for the runs and one for their
@@ -91,13 +82,13 @@ type turnLoadCall struct {
 func (c *turnLoadCall) queue(b *pgx.Batch) {
 	b.Queue(turnLoadSQL, c.p.RunID, c.p.Turn, c.now)
 	if c.p.Turn > 1 {
-		b.Queue(stepsSQL, c.p.RunID, c.p.HistoryFrom, c.p.Turn)
+		b.Queue(rules.StepsSQL, c.p.RunID, c.p.HistoryFrom, c.p.Turn)
 	}
 }
 
 func (c *turnLoadCall) read(br pgx.BatchResults) error {
 	c.res = store.TurnLoadResult{}
-	row, err := scanRun(br.QueryRow(), &c.res.Started, &c.res.TenantUnlimited)
+	row, err := scans.Run(br.QueryRow(), &c.res.Started, &c.res.TenantUnlimited)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("run %s: %w", c.p.RunID, store.ErrNotFound)
 	}
@@ -108,7 +99,7 @@ func (c *turnLoadCall) read(br pgx.BatchResults) error {
 	if c.p.Turn == 1 {
 		return nil
 	}
-	c.res.Steps, err = collectBatch(br, scanStep)
+	c.res.Steps, err = collectBatch(br, scans.Step)
 	c.res.HistoryLoaded = err == nil
 	return err
 }
@@ -158,7 +149,7 @@ var turnLoadMerger = pipeMerger{
 		found := 0
 		for rows.Next() {
 			var res store.TurnLoadResult
-			row, err := scanRun(rows, &res.Started, &res.TenantUnlimited)
+			row, err := scans.Run(rows, &res.Started, &res.TenantUnlimited)
 			if err != nil {
 				rows.Close()
 				return err
@@ -183,7 +174,7 @@ var turnLoadMerger = pipeMerger{
 		if !history {
 			return nil
 		}
-		steps, err := collectBatch(br, scanStep)
+		steps, err := collectBatch(br, scans.Step)
 		if err != nil {
 			return err
 		}

@@ -8,23 +8,15 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-// currentAgentSQL reads agents' current versions (a version kept past
-// its agent's delete is read from agent_versions v alone).
-const currentAgentSQL = `SELECT ` + rules.AgentCols + `, a.created_at FROM agents a
-	JOIN agent_versions v ON v.tenant = a.tenant AND v.name = a.name AND v.version = a.version`
-
 // AgentLock does nothing: the one writer connection already serialises
 // upserts.
 func (e exec) AgentLock(context.Context, string, string) error { return nil }
 
 func (e exec) AgentGet(ctx context.Context, tenant, name string, version int) (agentfleet.Agent, error) {
 	if version == 0 {
-		return one(ctx, e, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, scans.Agent, tenant, name)
+		return one(ctx, e, rules.CurrentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, scans.Agent, tenant, name)
 	}
-	// The agent's creation is its first version's.
-	return one(ctx, e, `SELECT `+rules.AgentCols+`, (SELECT MIN(created_at) FROM agent_versions f
-		WHERE f.tenant = v.tenant AND f.name = v.name) FROM agent_versions v WHERE v.tenant = ? AND v.name = ? AND v.version = ?`,
-		scans.Agent, tenant, name, version)
+	return one(ctx, e, rules.AgentVersionSQL, scans.Agent, tenant, name, version)
 }
 
 func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInsertParams) (agentfleet.Agent, error) {
@@ -48,14 +40,14 @@ func (e exec) AgentVersionInsert(ctx context.Context, p driver.AgentVersionInser
 			return err
 		}
 		var err error
-		a, err = scans.Agent(tx.QueryRowContext(ctx, currentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, p.Tenant, p.Name))
+		a, err = scans.Agent(tx.QueryRowContext(ctx, rules.CurrentAgentSQL+` WHERE a.tenant = ? AND a.name = ?`, p.Tenant, p.Name))
 		return err
 	})
 	return a, err
 }
 
 func (e exec) AgentList(ctx context.Context, p driver.AgentListParams) ([]agentfleet.Agent, error) {
-	q, args := currentAgentSQL+` WHERE a.tenant = ?`, []any{p.Tenant}
+	q, args := rules.CurrentAgentSQL+` WHERE a.tenant = ?`, []any{p.Tenant}
 	if p.After != nil {
 		at := p.After.CreatedAt.UnixMicro()
 		q += ` AND (a.created_at < ? OR (a.created_at = ? AND a.name < ?))`

@@ -10,14 +10,12 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const approvalCols = rules.ApprovalCols
-
 // sameCallSQL matches a grant's primitive to the call's (given twice):
 // the same, or fetch and http, which make the same HTTP requests.
 const sameCallSQL = `(primitive = ? OR (primitive IN ('fetch', 'http') AND ? IN ('fetch', 'http')))`
 
 func (t exec) ApprovalGet(ctx context.Context, id string) (store.Approval, error) {
-	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals WHERE id = ?`, id))
+	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+rules.ApprovalCols+` FROM approvals WHERE id = ?`, id))
 	if err != nil {
 		return a, fmt.Errorf("approval %s: %w", id, mapErr(err))
 	}
@@ -29,15 +27,13 @@ func (t exec) ApprovalLock(ctx context.Context, id string) (store.Approval, erro
 }
 
 func (t exec) ApprovalLockAt(ctx context.Context, runID string, turn, index int, digest string) (store.Approval, error) {
-	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM approvals
+	a, err := scans.Approval(t.q.QueryRowContext(ctx, `SELECT `+rules.ApprovalCols+` FROM approvals
 		WHERE run_id = ? AND turn = ? AND call_index = ? AND digest = ?`, runID, turn, index, digest))
 	return a, mapErr(err)
 }
 
 func (t exec) ApprovalInsert(ctx context.Context, a store.Approval) error {
-	_, err := t.run(ctx, `INSERT INTO approvals (id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview,
-			digest, status, scope, created_at, expires_at, notify_url, notify_state, notify_next_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.run(ctx, rules.ApprovalInsertSQL,
 		a.ID, a.Tenant, a.RunID, a.SessionID, a.Turn, a.Index, a.Primitive, a.Method, a.URL, a.Preview,
 		a.Digest, string(a.Status), string(a.Scope), a.CreatedAt.UnixMicro(), a.ExpiresAt.UnixMicro(), a.NotifyURL, string(a.NotifyState), tsArg(a.NotifyNextAt))
 	return err
@@ -53,7 +49,7 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 	c := p.Call
 	// The call's own approval first (the same digest), then a grant of
 	// the session (the same method and URL; fetch and http alike).
-	return one(ctx, t, `SELECT `+approvalCols+` FROM (
+	return one(ctx, t, `SELECT `+rules.ApprovalCols+` FROM (
 			SELECT 0 AS pri, * FROM approvals WHERE run_id = ? AND turn = ? AND call_index = ? AND digest = ?
 			UNION ALL
 			SELECT * FROM (SELECT 1 AS pri, * FROM approvals
@@ -64,16 +60,11 @@ func (t exec) ApprovalGetForCall(ctx context.Context, p store.ApprovalGetForCall
 }
 
 func (t exec) ApprovalList(ctx context.Context, p driver.ApprovalListParams) ([]driver.ApprovalRow, error) {
-	return all(ctx, t, `SELECT `+approvalCols+` FROM approvals
-		WHERE (?1 = '' OR tenant = ?1) AND (?2 = '' OR status = ?2) AND (?3 = '' OR run_id = ?3) AND (?4 = 0 OR seq < ?4)
-		ORDER BY seq DESC LIMIT ?5`, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
+	return all(ctx, t, rules.ApprovalListSQL, scans.ApprovalRow, p.Tenant, string(p.Status), p.RunID, p.AfterSeq, p.Limit)
 }
 
 func (t exec) ApprovalListDue(ctx context.Context, now time.Time, limit int) ([]driver.ApprovalDue, error) {
-	return all(ctx, t, `SELECT a.id, r.status IN (`+terminalList+`)
-		FROM approvals a JOIN runs r ON r.id = a.run_id
-		WHERE a.status = 'pending' AND (a.expires_at <= ? OR r.status IN (`+terminalList+`)) ORDER BY a.expires_at LIMIT ?`,
-		rules.ScanApprovalDue, now.UnixMicro(), limit)
+	return all(ctx, t, rules.ApprovalListDueSQL, rules.ScanApprovalDue, now.UnixMicro(), limit)
 }
 
 func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) {
@@ -83,11 +74,10 @@ func (t exec) ApprovalCountPending(ctx context.Context) ([]driver.Count, error) 
 func (t exec) ApprovalNotifyClaim(ctx context.Context, now, until time.Time, limit int) ([]store.Approval, error) {
 	return rows(ctx, t, `UPDATE approvals SET notify_next_at = ?
 		WHERE id IN (SELECT id FROM approvals WHERE notify_state = 'pending' AND notify_next_at <= ? ORDER BY notify_next_at LIMIT ?)
-		RETURNING `+approvalCols, scans.Approval, until.UnixMicro(), now.UnixMicro(), limit)
+		RETURNING `+rules.ApprovalCols, scans.Approval, until.UnixMicro(), now.UnixMicro(), limit)
 }
 
 func (t exec) ApprovalNotifyUpdate(ctx context.Context, p store.ApprovalNotifyRecordParams) (bool, error) {
-	n, err := t.run(ctx, `UPDATE approvals SET notify_state = ?, notify_attempts = notify_attempts + 1, notify_next_at = ?,
-		notify_error = ? WHERE id = ?`, string(p.State), tsArg(p.NextAt), p.Error, p.ID)
+	n, err := t.run(ctx, rules.ApprovalNotifyUpdateSQL, p.ID, string(p.State), tsArg(p.NextAt), p.Error)
 	return n > 0, err
 }

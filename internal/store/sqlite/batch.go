@@ -20,24 +20,6 @@ import (
 // 'admitting', which no reader lists, and become queued at the commit,
 // again chunk by chunk; an abort deletes them the same way.
 
-const batchCols = `id, tenant, agent, status, total, max_concurrent, released, max_turns, max_tokens, metadata,
-	idempotency_key, callback_url, retry_of, created_at, finished_at`
-
-func scanBatch(sc interface{ Scan(...any) error }) (store.Batch, error) {
-	var b store.Batch
-	var meta []byte
-	var created int64
-	var finished sql.NullInt64
-	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Status, &b.Total, &b.MaxConcurrent, &b.Released, &b.MaxTurns, &b.MaxTokens,
-		&meta, &b.IdempotencyKey, &b.CallbackURL, &b.RetryOf, &created, &finished); err != nil {
-		return b, err
-	}
-	b.CreatedAt, b.FinishedAt = fromMicros(created), tsVal(finished)
-	var err error
-	b.Metadata, err = rules.DecodeMetadata(meta)
-	return b, err
-}
-
 const insertBatchRunHead = `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata, idempotency_key,
 	batch_id, max_turns, max_tokens, event_seq, created_at, updated_at, batch_index, custom_id, agent_version) VALUES `
 
@@ -54,9 +36,7 @@ func (d liteDriver) BatchAdmissionBegin(ctx context.Context, p store.BatchAdmitP
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO batches (id, tenant, agent, status, total, max_concurrent, max_turns, max_tokens,
-				metadata, idempotency_key, callback_url, retry_of, created_at) VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
+		_, err = tx.ExecContext(ctx, rules.BatchInsertSQL, p.ID, p.Tenant, p.Agent, rules.BatchAdmitting, p.MaxConcurrent, p.MaxTurns, p.MaxTokens,
 			textArg(rules.EncodeMetadata(p.Metadata)), p.IdempotencyKey, p.CallbackURL, p.RetryOf, now.UnixMicro())
 		return err
 	})
@@ -79,17 +59,9 @@ type admission struct {
 func (a *admission) Append(ctx context.Context, c driver.BatchChunk, refuse func([]driver.BatchKeyHolder) error) error {
 	err := a.s.write(ctx, func(tx *wtx) error {
 		if len(c.Keys) > 0 {
-			q, err := tx.QueryContext(ctx, `SELECT idempotency_key, id, batch_id, batch_index FROM runs
+			holders, err := all(ctx, exec{s: a.s}.inWrite(tx), `SELECT idempotency_key, id, batch_id, batch_index FROM runs
 				WHERE tenant = ? AND idempotency_key <> '' AND idempotency_key IN (SELECT value FROM json_each(?))`,
-				a.tenant, string(rules.EncodeStrings(c.Keys)))
-			if err != nil {
-				return err
-			}
-			holders, err := collect(q, func(sc interface{ Scan(...any) error }) (driver.BatchKeyHolder, error) {
-				var h driver.BatchKeyHolder
-				err := sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
-				return h, err
-			})
+				rules.ScanBatchKeyHolder, a.tenant, string(rules.EncodeStrings(c.Keys)))
 			if err != nil {
 				return err
 			}
@@ -150,10 +122,8 @@ func (a *admission) Commit(ctx context.Context, c driver.BatchCommit) (store.Bat
 		return err
 	}, func(tx *wtx) error {
 		var err error
-		b, err = scanBatch(tx.QueryRowContext(ctx, `UPDATE batches SET status = ?, total = ?, released = ?, max_concurrent = ?,
-				metadata = ?, callback_url = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols,
-			string(c.Status), c.Total, c.Released, c.MaxConcurrent, textArg(rules.EncodeMetadata(c.Metadata)), c.CallbackURL,
-			tsArg(c.FinishedAt), a.id))
+		b, err = scans.Batch(tx.QueryRowContext(ctx, rules.BatchCommitSQL, a.id,
+			string(c.Status), c.Total, c.Released, c.MaxConcurrent, textArg(rules.EncodeMetadata(c.Metadata)), c.CallbackURL, tsArg(c.FinishedAt)))
 		return err
 	})
 	return b, err
@@ -171,40 +141,24 @@ func (a *admission) Abort(ctx context.Context, appended int) error {
 	})
 }
 
-const visibleBatch = `status <> '` + rules.BatchAdmitting + `'`
-
 func (e exec) BatchGetByKey(ctx context.Context, tenant, key string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''
-		AND `+visibleBatch, scanBatch, tenant, key)
+	return one(ctx, e, rules.BatchGetByKeySQL, scans.Batch, tenant, key)
 }
 
 func (e exec) BatchGet(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return one(ctx, e, `SELECT `+batchCols+` FROM batches WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch,
-		scanBatch, id, tenant, tenant)
+	return one(ctx, e, rules.BatchGetSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchCountRuns(ctx context.Context, id string) ([]driver.BatchStatusCount, error) {
-	return all(ctx, e, `SELECT status, count(*), COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0)
-		FROM runs WHERE batch_id = ? AND batch_id <> '' GROUP BY status`, func(sc interface{ Scan(...any) error }) (driver.BatchStatusCount, error) {
-		var c driver.BatchStatusCount
-		return c, sc.Scan(&c.Status, &c.N, &c.Usage.PromptTokens, &c.Usage.CompletionTokens)
-	}, id)
+	return all(ctx, e, rules.BatchCountRunsSQL, rules.ScanBatchStatusCount, id)
 }
 
 func (e exec) BatchList(ctx context.Context, tenant, afterID string, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE tenant = ? AND `+visibleBatch+`
-		AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scanBatch, tenant, afterID, afterID, limit)
-}
-
-func scanBatchRun(sc interface{ Scan(...any) error }) (store.BatchRun, error) {
-	var br store.BatchRun
-	row, err := scanRun(sc, &br.Index, &br.CustomID)
-	br.Run = row.Run
-	return br, err
+	return all(ctx, e, rules.BatchListSQL, scans.Batch, tenant, afterID, limit)
 }
 
 func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]store.BatchRun, error) {
-	query := `SELECT batch_index, custom_id, ` + runCols + ` FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index > ?
+	query := `SELECT batch_index, custom_id, ` + rules.RunCols + ` FROM runs WHERE batch_id = ? AND batch_id <> '' AND batch_index > ?
 		AND status <> '` + rules.BatchAdmitting + `'`
 	args := []any{p.ID, p.AfterIndex}
 	if len(p.Status) > 0 {
@@ -213,48 +167,37 @@ func (e exec) BatchRunList(ctx context.Context, p store.BatchRunListParams) ([]s
 			args = append(args, string(st))
 		}
 	}
-	return all(ctx, e, query+` ORDER BY batch_index LIMIT ?`, scanBatchRun, append(args, p.Limit)...)
+	return all(ctx, e, query+` ORDER BY batch_index LIMIT ?`, scans.BatchRun, append(args, p.Limit)...)
 }
 
 func (e exec) BatchCancelMark(ctx context.Context, id, tenant string) (store.Batch, error) {
-	return row(ctx, e, `UPDATE batches SET status = CASE WHEN status = 'running' THEN 'cancelled' ELSE status END
-		WHERE id = ? AND (? = '' OR tenant = ?) AND `+visibleBatch+` RETURNING `+batchCols, scanBatch, id, tenant, tenant)
+	return row(ctx, e, rules.BatchCancelMarkSQL, scans.Batch, id, tenant)
 }
 
 func (e exec) BatchRunListCancellable(ctx context.Context, id string, limit int) ([]string, error) {
-	return all(ctx, e, `SELECT id FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-		AND NOT cancel_requested ORDER BY batch_index LIMIT ?`, scanString, id, limit)
+	return all(ctx, e, rules.BatchRunListCancellableSQL, rules.ScanString, id, limit)
 }
 
 func (e exec) BatchRunIsHeld(ctx context.Context, runID string) (bool, error) {
-	return one(ctx, e, `SELECT r.status = 'queued' AND r.batch_index >= b.released FROM runs r JOIN batches b ON b.id = r.batch_id
-		WHERE r.id = ? AND r.batch_id <> ''`, func(sc interface{ Scan(...any) error }) (bool, error) {
-		var v bool
-		return v, sc.Scan(&v)
-	}, runID)
+	return one(ctx, e, rules.BatchRunIsHeldSQL, rules.ScanBool, runID)
 }
 
 func (e exec) BatchListUnfinished(ctx context.Context, limit int) ([]store.Batch, error) {
-	return all(ctx, e, `SELECT `+batchCols+` FROM batches WHERE finished_at IS NULL AND `+visibleBatch+` ORDER BY id LIMIT ?`,
-		scanBatch, limit)
+	return all(ctx, e, rules.BatchListUnfinishedSQL, scans.Batch, limit)
 }
 
 // The BatchTx methods of runTx.
 
 func (t exec) BatchLock(ctx context.Context, id string) (store.Batch, error) {
-	return one(ctx, t, `SELECT `+batchCols+` FROM batches WHERE id = ?`, scanBatch, id)
+	return one(ctx, t, `SELECT `+rules.BatchCols+` FROM batches WHERE id = ?`, scans.Batch, id)
 }
 
 func (t exec) BatchCountInFlight(ctx context.Context, id string, released int) (int, error) {
-	var n int
-	err := t.q.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+` AND batch_index < ?`,
-		id, released).Scan(&n)
-	return n, err
+	return one(ctx, t, rules.BatchCountInFlightSQL, rules.ScanInt, id, released)
 }
 
 func (t exec) BatchListOpen(ctx context.Context, id string, from, limit int) ([]store.BatchRun, error) {
-	return all(ctx, t, `SELECT batch_index, custom_id, `+runCols+` FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`
-		AND batch_index >= ? ORDER BY batch_index LIMIT ?`, scanBatchRun, id, from, limit)
+	return all(ctx, t, rules.BatchListOpenSQL, scans.BatchRun, id, from, limit)
 }
 
 func (t exec) BatchSetReleased(ctx context.Context, id string, released int) error {
@@ -271,21 +214,18 @@ func (t exec) RunStartable(ctx context.Context, r agentfleet.Run) (bool, error) 
 }
 
 func (t exec) BatchHasOpen(ctx context.Context, id string) (bool, error) {
-	var open bool
-	err := t.q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE batch_id = ? AND `+rules.OpenBatchSQL("")+`)`, id).Scan(&open)
-	return open, err
+	return one(ctx, t, rules.BatchHasOpenSQL, rules.ScanBool, id)
 }
 
 func (t exec) BatchFinish(ctx context.Context, id string, status store.BatchStatus, at time.Time) (store.Batch, error) {
-	return row(ctx, t, `UPDATE batches SET status = ?, finished_at = ? WHERE id = ? RETURNING `+batchCols, scanBatch,
-		string(status), at.UnixMicro(), id)
+	return row(ctx, t, rules.BatchFinishSQL, scans.Batch, id, string(status), at.UnixMicro())
 }
 
 // BatchAdmissionDropAbandoned drops an admission a chunk per
 // transaction, so the writer is never held long.
 func (e exec) BatchAdmissionDropAbandoned(ctx context.Context, before time.Time) error {
 	ids, err := all(ctx, e, `SELECT id FROM batches WHERE status = '`+rules.BatchAdmitting+`' AND created_at < ? LIMIT 10`,
-		scanString, before.UnixMicro())
+		rules.ScanString, before.UnixMicro())
 	if err != nil {
 		return fmt.Errorf("find abandoned batch admissions: %w", err)
 	}

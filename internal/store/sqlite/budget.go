@@ -27,20 +27,12 @@ import (
 // TenantUpdate's ledger sum sees every settlement before it: a tenant
 // given a limit starts from exactly what the ledger charged.
 
-const ledgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
-
 func loadLedger(ctx context.Context, q queryer, tenant string) (rules.Ledger, error) {
-	var l rules.Ledger
-	var window string
-	var ws, we, ms sql.NullInt64
-	err := q.QueryRowContext(ctx, `SELECT `+ledgerCols+` FROM tenants WHERE id = ?`, tenant).
-		Scan(&l.Tenant, &l.Limit, &window, &l.Used, &l.Reserved, &ws, &we, &l.TokensPerMinute, &ms, &l.MinuteUsed)
+	r, err := one(ctx, exec{q: q}, `SELECT `+rules.LedgerCols+` FROM tenants WHERE id = ?`, scans.LedgerRow, tenant)
 	if err != nil {
-		return l, mapErr(err)
+		return rules.Ledger{}, err
 	}
-	l.WindowStart, l.WindowEnd, l.MinuteStart = tsVal(ws), tsVal(we), tsVal(ms)
-	l.Window, err = rules.ParseWindow(agentfleet.BudgetWindow(window))
-	return l, err
+	return rules.LedgerFrom(r)
 }
 
 func saveLedger(ctx context.Context, tx *wtx, l rules.Ledger) error {
@@ -178,20 +170,14 @@ func (e exec) ReservationExpire(ctx context.Context, now time.Time) (int, error)
 }
 
 func (e exec) UsageFirst(ctx context.Context, tenant string, t time.Time) (time.Time, bool, error) {
-	us, err := one(ctx, e, `SELECT min(created_at) FROM usage_ledger WHERE tenant = ? AND created_at >= ?`,
-		func(sc interface{ Scan(...any) error }) (sql.NullInt64, error) {
-			var us sql.NullInt64
-			return us, sc.Scan(&us)
-		}, tenant, t.UnixMicro())
-	return tsVal(us), us.Valid, err
+	first, err := one(ctx, e, `SELECT min(created_at) FROM usage_ledger WHERE tenant = ? AND created_at >= ?`,
+		scans.Timestamp, tenant, t.UnixMicro())
+	return first, !first.IsZero(), err
 }
 
 func (e exec) UsageSum(ctx context.Context, tenant string, from, to time.Time) (int64, error) {
 	return one(ctx, e, `SELECT coalesce(sum(charged), 0) FROM usage_ledger WHERE tenant = ? AND created_at >= ? AND created_at < ?`,
-		func(sc interface{ Scan(...any) error }) (int64, error) {
-			var n int64
-			return n, sc.Scan(&n)
-		}, tenant, from.UnixMicro(), to.UnixMicro())
+		rules.ScanInt64, tenant, from.UnixMicro(), to.UnixMicro())
 }
 
 func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, error) {
@@ -201,7 +187,7 @@ func (e exec) LedgerGet(ctx context.Context, tenant string) (driver.Ledger, erro
 
 // LedgerLock reads in the write transaction, which holds what it reads.
 func (e exec) LedgerLock(ctx context.Context, tenant string) (agentfleet.Tenant, driver.Ledger, error) {
-	t, err := one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, scanTenant, tenant)
+	t, err := one(ctx, e, `SELECT `+rules.TenantCols+` FROM tenants WHERE id = ?`, scans.TenantRow, tenant)
 	if err != nil {
 		return t, driver.Ledger{}, err
 	}
@@ -213,7 +199,7 @@ func (e exec) TenantUpdate(ctx context.Context, t agentfleet.Tenant, _ *time.Dur
 	return row(ctx, e, `UPDATE tenants SET token_limit = ?, budget_window = ?, tokens_per_minute = ?,
 			max_concurrent_runs = ?, max_queued_runs = ?, weight = ?, exhausted = ?, updated_at = ?,
 			used = ?, window_start = ?, window_end = ?, minute_start = ?, minute_used = ?
-		WHERE id = ? RETURNING `+tenantCols, scanTenant,
+		WHERE id = ? RETURNING `+rules.TenantCols, scans.TenantRow,
 		t.TokenLimit, string(t.Window), t.TokensPerMinute, t.MaxConcurrentRuns, t.MaxQueuedRuns, t.Weight, string(t.Exhausted), now.UnixMicro(),
 		l.Used, tsArg(l.WindowStart), tsArg(l.WindowEnd), tsArg(l.MinuteStart), l.MinuteUsed, t.ID)
 }
@@ -225,9 +211,5 @@ func (e exec) UsageList(ctx context.Context, p store.UsageListParams) ([]store.U
 	}
 	return all(ctx, e, `SELECT `+key+`, sum(prompt_tokens), sum(completion_tokens), count(*) FROM usage_ledger
 		WHERE tenant = ? AND (? = '' OR run_id = ?) AND created_at >= ? GROUP BY `+key+` ORDER BY `+key,
-		func(sc interface{ Scan(...any) error }) (store.UsageRow, error) {
-			var u store.UsageRow
-			err := sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
-			return u, err
-		}, p.Tenant, p.RunID, p.RunID, p.Since.UnixMicro())
+		rules.ScanUsageRow, p.Tenant, p.RunID, p.RunID, p.Since.UnixMicro())
 }

@@ -10,37 +10,29 @@ import (
 )
 
 func (e exec) CallbackSecretUpsert(ctx context.Context, tenant, secret string, now time.Time) error {
-	_, err := e.run(ctx, `INSERT INTO tenant_callback_secrets (tenant, secret, updated_at) VALUES (?, ?, ?)
-		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at`, tenant, secret, now.UnixMicro())
+	_, err := e.run(ctx, rules.CallbackSecretUpsertSQL, tenant, secret, now.UnixMicro())
 	return err
 }
 
 func (e exec) CallbackSecretGet(ctx context.Context, tenant string) (string, error) {
-	return one(ctx, e, `SELECT secret FROM tenant_callback_secrets WHERE tenant = ?`, scanString, tenant)
+	return one(ctx, e, `SELECT secret FROM tenant_callback_secrets WHERE tenant = ?`, rules.ScanString, tenant)
 }
 
-// scanString scans one text column.
-func scanString(sc scanner) (string, error) { return rules.ScanString(sc) }
-
-const callbackCols = rules.CallbackCols
-
 func (e exec) RunCallbackInsert(ctx context.Context, runID, tenant, url string, now time.Time) (store.RunCallback, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO run_callbacks (run_id, tenant, url, state, next_at, created_at, updated_at)
-		VALUES (?, ?, ?, 'pending', ?, ?, ?) RETURNING `+callbackCols, scans.Callback, runID, tenant, url, at, at, at)
+	return row(ctx, e, rules.RunCallbackInsertSQL, scans.Callback, runID, tenant, url, now.UnixMicro())
 }
 
 func (e exec) RunCallbackGet(ctx context.Context, runID string) (store.RunCallback, error) {
-	return one(ctx, e, `SELECT `+callbackCols+` FROM run_callbacks WHERE run_id = ?`, scans.Callback, runID)
+	return one(ctx, e, `SELECT `+rules.CallbackCols+` FROM run_callbacks WHERE run_id = ?`, scans.Callback, runID)
 }
 
 func (e exec) RunCallbackClaim(ctx context.Context, now, until time.Time, limit int) ([]store.RunCallback, error) {
 	return rows(ctx, e, `UPDATE run_callbacks SET next_at = ?, updated_at = ?
 		WHERE run_id IN (
 			SELECT c.run_id FROM run_callbacks c JOIN runs r ON r.id = c.run_id
-			WHERE c.state = 'pending' AND c.next_at <= ? AND r.status IN (`+rules.SQLList(rules.Terminal)+`)
+			WHERE c.state = 'pending' AND c.next_at <= ? AND r.status IN (`+rules.TerminalSQL+`)
 			ORDER BY c.next_at LIMIT ?)
-		RETURNING `+callbackCols, scans.Callback, until.UnixMicro(), now.UnixMicro(), now.UnixMicro(), limit)
+		RETURNING `+rules.CallbackCols, scans.Callback, until.UnixMicro(), now.UnixMicro(), now.UnixMicro(), limit)
 }
 
 // RunCallbackLogLock reads the log; the one writer is the lock.
@@ -49,10 +41,8 @@ func (e exec) RunCallbackLogLock(ctx context.Context, runID string) ([]byte, err
 }
 
 func (e exec) RunCallbackUpdate(ctx context.Context, p driver.RunCallbackUpdateParams) (store.RunCallback, error) {
-	return row(ctx, e, `UPDATE run_callbacks SET state = ?, attempts = attempts + 1, attempt_log = ?,
-			next_at = ?, first_at = COALESCE(first_at, ?), updated_at = ?
-		WHERE run_id = ? RETURNING `+callbackCols,
-		scans.Callback, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro(), p.RunID)
+	return row(ctx, e, rules.RunCallbackUpdateSQL, scans.Callback,
+		p.RunID, string(p.State), string(p.Log), p.NextAt.UnixMicro(), p.FirstAt.UnixMicro(), p.Now.UnixMicro())
 }
 
 func (e exec) RunCallbackDeleteOrphans(ctx context.Context, before time.Time) (int, error) {

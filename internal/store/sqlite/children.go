@@ -25,34 +25,24 @@ func (t exec) RunStatuses(ctx context.Context, ids []string) ([]driver.RunStatus
 
 // RunChildrenUnfinished lists parent's children that have not ended.
 func (t exec) RunChildrenUnfinished(ctx context.Context, parent string) ([]string, error) {
-	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+rules.OpenChildren("")+` ORDER BY seq`, scanString, parent)
+	return all(ctx, t, `SELECT id FROM runs WHERE parent_run_id = ? AND `+rules.OpenChildren("")+` ORDER BY seq`, rules.ScanString, parent)
 }
 
 // waitersDueSQL finds runs waiting for children that may resume: their
 // wait timed out, or none of the runs they wait for is unfinished.
 var waitersDueSQL = `SELECT id FROM runs r WHERE status = 'waiting_children' AND (wait_until <= ? OR NOT EXISTS (
 		SELECT 1 FROM json_each(r.wait_ids) w JOIN runs k ON k.id = w.value
-		WHERE k.status NOT IN (` + terminalList + `)))
+		WHERE k.status NOT IN (` + rules.TerminalSQL + `)))
 	ORDER BY seq LIMIT ?`
 
-// orphanedSQL finds ended runs with children not yet ended.
-var orphanedSQL = `SELECT DISTINCT p.id FROM runs c JOIN runs p ON p.id = c.parent_run_id
-	WHERE ` + rules.OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + terminalList + `) LIMIT ?`
-
 func (e exec) RunListWaitersDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	return all(ctx, e, waitersDueSQL, scanString, now.UnixMicro(), limit)
+	return all(ctx, e, waitersDueSQL, rules.ScanString, now.UnixMicro(), limit)
 }
 
 func (e exec) RunListOrphaning(ctx context.Context, limit int) ([]string, error) {
-	return all(ctx, e, orphanedSQL, scanString, limit)
+	return all(ctx, e, rules.OrphanedSQL, rules.ScanString, limit)
 }
 
 func (e exec) RunChildrenUsage(ctx context.Context, id string) (agentfleet.Usage, error) {
-	return one(ctx, e, `WITH RECURSIVE d(id) AS (
-			SELECT id FROM runs WHERE parent_run_id = ? AND parent_run_id <> ''
-			UNION ALL
-			SELECT r.id FROM runs r JOIN d ON r.parent_run_id = d.id WHERE r.parent_run_id <> ''
-		)
-		SELECT COALESCE(sum(prompt_tokens), 0), COALESCE(sum(completion_tokens), 0) FROM runs WHERE id IN (SELECT id FROM d)`,
-		rules.ScanUsage, id)
+	return one(ctx, e, rules.RunChildrenUsageSQL, rules.ScanUsage, id)
 }

@@ -16,7 +16,7 @@ import (
 
 // commitRunSQL advances a run past a turn, fenced in its WHERE: the run
 // must have committed exactly turn-1 turns and be in one of the statuses
-// ?12 lists (",a,b,": those that may move to the new status). A commit
+// ?12 lists (rules.CommitFrom: those that may move to the new status). A commit
 // without Args or Answer keeps the stored ones: a failed turn carries the
 // previous args on. A cancellation without an error takes the requested
 // cancel's reason.
@@ -24,30 +24,14 @@ import (
 // it running instead when every child it waits for (?14) has ended.
 var commitRunSQL = `UPDATE runs SET turn = ?1,
 		status = CASE WHEN ?2 = 'waiting_children' AND NOT EXISTS (
-				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + terminalList + `))
+				SELECT 1 FROM json_each(?14) w JOIN runs k ON k.id = w.value WHERE k.status NOT IN (` + rules.TerminalSQL + `))
 			THEN 'running' ELSE ?2 END,
 		args = COALESCE(?3, args), answer = COALESCE(?4, answer),
 		error = CASE WHEN ?5 <> '' THEN ?5 WHEN ?2 = 'cancelled' AND error = '' THEN cancel_reason ELSE error END,
 		prompt_tokens = prompt_tokens + ?6, completion_tokens = completion_tokens + ?7,
 		data_bytes_carried = data_bytes_carried + ?8, event_seq = event_seq + ?9, updated_at = ?10,
 		children = children + ?13, wait_ids = ?14, wait_until = ?15
-	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + runCols
-
-// commitFrom lists, per status a commit moves a run to, the statuses the
-// run may be in: not ended, and allowed to make that move.
-var commitFrom = func() map[agentfleet.RunStatus]string {
-	m := map[agentfleet.RunStatus]string{}
-	for _, to := range rules.Statuses {
-		list := ","
-		for _, from := range rules.Statuses {
-			if !from.Terminal() && from.CanTransition(to) {
-				list += string(from) + ","
-			}
-		}
-		m[to] = list
-	}
-	return m
-}()
+	WHERE id = ?11 AND turn = ?1 - 1 AND instr(?12, ',' || status || ',') > 0 RETURNING ` + rules.RunCols
 
 // Steps and events go in with multi-row INSERTs of at most insertChunk
 // rows (11 parameters a row at most: far below SQLite's variable limit).
@@ -137,14 +121,14 @@ func (d liteDriver) TurnCommitApply(ctx context.Context, ps []store.TurnCommitPa
 	err := d.s.write(ctx, func(tx *wtx) error {
 		clear(out)
 		steps, evs = steps[:0], evs[:0]
-		commitStmt, err := tx.stmt(ctx, commitRunSQL)
+		commitStmt, err := tx.stmts.stmt(tx.ctx(ctx), commitRunSQL)
 		if err != nil {
 			return err
 		}
 		for i, p := range ps {
 			n := len(p.Events)
-			row, err := scanRun(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
-				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, commitFrom[p.Status],
+			row, err := scans.Run(commitStmt.QueryRowContext(ctx, p.Turn, string(p.Status), blobArg(p.Args), blobArg(p.Answer), p.Error,
+				p.Usage.PromptTokens, p.Usage.CompletionTokens, p.DataBytesCarried, n, now.UnixMicro(), p.RunID, rules.CommitFrom[p.Status],
 				p.Spawned, textArg(rules.EncodeStrings(p.WaitIDs)), tsArg(p.WaitUntil)))
 			if errors.Is(err, sql.ErrNoRows) {
 				continue
@@ -183,11 +167,8 @@ func sessionHeads(ctx context.Context, tx *wtx, out []driver.TurnApplied) error 
 		k := [2]string{r.Tenant, r.SessionID}
 		h, ok := heads[k]
 		if !ok {
-			head, err := scanRun(tx.QueryRowContext(ctx, sessionHeadSQL, r.Tenant, r.SessionID))
-			switch {
-			case err == nil:
-				h = &head
-			case !errors.Is(err, sql.ErrNoRows):
+			var err error
+			if h, err = sessionHead(ctx, tx, r.Tenant, r.SessionID); err != nil {
 				return err
 			}
 			heads[k] = h
@@ -199,6 +180,6 @@ func sessionHeads(ctx context.Context, tx *wtx, out []driver.TurnApplied) error 
 
 // TurnCommitRunsGet reads on the read pool, after the commit's write.
 func (d liteDriver) TurnCommitRunsGet(ctx context.Context, ids []string) ([]driver.RunRow, error) {
-	return all(ctx, d.exec, `SELECT `+runCols+` FROM runs WHERE id IN (SELECT value FROM json_each(?))`, scanRunRow,
+	return all(ctx, d.exec, `SELECT `+rules.RunCols+` FROM runs WHERE id IN (SELECT value FROM json_each(?))`, scans.RunRow,
 		string(rules.EncodeStrings(ids)))
 }

@@ -2,10 +2,9 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 
 	"github.com/agentfleet/agentfleet/internal/store/driver"
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 // exec is the driver.Executor: outside a transaction (tx nil) reads go to
@@ -95,20 +94,10 @@ func all[T any](ctx context.Context, e exec, q string, scan func(scanner) (T, er
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	v, err := collect(rows, scan)
-	return v, mapErr(err)
-}
-
-// collect scans every row and closes rows.
-func collect[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
+	v, err := rules.Collect(rows, scan)
+	if err == nil {
+		err = rows.Close()
 	}
-	return out, errors.Join(rows.Err(), rows.Close())
+	return v, mapErr(err)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
 // The hot lookups must use an index, whatever the table's size: a scan
@@ -24,7 +26,7 @@ func TestHotQueriesUseIndexes(t *testing.T) {
 	}{
 		{"run by idempotency key", runByIdempotencySQL, "runs_idempotency", []any{"acme", "key-1"}},
 		{"session blocked", sessionBlockedSQL, "runs_session", []any{"acme", "s1", 10}},
-		{"session head", sessionHeadSQL, "runs_session", []any{"acme", "s1"}},
+		{"session head", rules.SessionHeadSQL, "runs_session", []any{"acme", "s1"}},
 		{"ended runs", endedRunsSQL, "runs_ended", []any{1, 1, 100}},
 	} {
 		rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+c.sql, c.args...)

@@ -12,20 +12,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const runCols = rules.RunCols
-
-var (
-	terminalList   = rules.SQLList(rules.Terminal)
-	unfinishedList = rules.SQLList(rules.Unfinished)
-)
-
-// scanRun scans runCols, after any extra leading columns.
-func scanRun(sc scanner, extra ...any) (rules.RunRow, error) { return scans.Run(sc, extra...) }
-
-func scanRunRow(sc scanner) (rules.RunRow, error) { return scans.Run(sc) }
-
 func (s *Store) runByID(ctx context.Context, tx queryer, id string) (rules.RunRow, error) {
-	r, err := scanRun(tx.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE id = ?`, id))
+	r, err := scans.Run(tx.QueryRowContext(ctx, `SELECT `+rules.RunCols+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("run %s: %w", id, store.ErrNotFound)
 	}
@@ -33,8 +21,8 @@ func (s *Store) runByID(ctx context.Context, tx queryer, id string) (rules.RunRo
 }
 
 func (e exec) RunList(ctx context.Context, p store.RunListParams, after int64) ([]rules.RunRow, error) {
-	q, args := rules.RunListQuery(runCols, p, after, false)
-	return all(ctx, e, q, scanRunRow, args...)
+	q, args := rules.RunListQuery(rules.RunCols, p, after, false)
+	return all(ctx, e, q, scans.RunRow, args...)
 }
 
 func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
@@ -43,11 +31,8 @@ func (t exec) RunLock(ctx context.Context, id string) (rules.RunRow, error) {
 
 // RunUpdate writes the mutable columns a transition or cancel changes.
 func (t exec) RunUpdate(ctx context.Context, r rules.RunRow) (rules.RunRow, error) {
-	return row(ctx, t, `UPDATE runs SET status = ?, error = ?, answer = ?, wake = ?, event_seq = ?,
-			cancel_requested = ?, cancel_reason = ?, updated_at = ?
-		WHERE id = ? RETURNING `+runCols, scanRunRow,
-		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason,
-		r.UpdatedAt.UnixMicro(), r.ID)
+	return row(ctx, t, rules.RunUpdateSQL, scans.RunRow, r.ID,
+		string(r.Status), r.Error, blobArg(r.Answer), r.Wake, r.EventSeq, r.CancelRequested, r.CancelReason, r.UpdatedAt.UnixMicro())
 }
 
 // EventInsert stores evs as numbered: they carry their run and seq.
@@ -55,8 +40,8 @@ func (t exec) EventInsert(ctx context.Context, _ string, _ int64, evs []agentfle
 	return t.write(ctx, func(tx *wtx) error { return t.s.insertEvents(ctx, tx, evs) })
 }
 
-func (t exec) RunSessionNext(ctx context.Context, ended rules.RunRow) (*agentfleet.Run, error) {
-	return sessionNext(ctx, t.q, ended)
+func (t exec) RunSessionHead(ctx context.Context, tenant, session string) (*rules.RunRow, error) {
+	return sessionHead(ctx, t.q, tenant, session)
 }
 
 func (e exec) RunCountActive(ctx context.Context, tenant string) (int, error) {
@@ -67,19 +52,17 @@ func (e exec) RunCountByStatus(ctx context.Context, tenant string) ([]driver.Cou
 	return all(ctx, e, `SELECT status, count(*) FROM runs WHERE tenant = ? GROUP BY status`, rules.ScanCount, tenant)
 }
 
-const replyCols = rules.ReplyCols
-
 // insertReplySQL records a reply, fenced: only for a run that has
 // committed exactly turn-1 turns and not ended, and only once per turn.
-var insertReplySQL = `INSERT INTO model_replies (` + replyCols + `)
-	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + terminalList + `)
-	ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + replyCols
+var insertReplySQL = `INSERT INTO model_replies (` + rules.ReplyCols + `)
+	SELECT id, ?2, ?3, ?4, ?5, ?6, ?7, ?8 FROM runs WHERE id = ?1 AND turn = ?2 - 1 AND status NOT IN (` + rules.TerminalSQL + `)
+	ON CONFLICT (run_id, turn) DO NOTHING RETURNING ` + rules.ReplyCols
 
 // ModelReplyInsert records the reply with one fenced insert and, with a
 // Charge, settles in the same write transaction.
 func (d liteDriver) ModelReplyInsert(ctx context.Context, p store.ModelReplyRecordParams) (store.ModelReplyRecordResult, bool, error) {
 	r := p.ModelReply
-	c, err := record(ctx, d.s, p.Charge, insertReplySQL, func(sc scanner) (store.ModelReply, error) { return scans.Reply(sc) },
+	c, err := record(ctx, d.s, p.Charge, insertReplySQL, scans.ReplyRow,
 		r.RunID, r.Turn, r.Content, r.Model, r.Usage.PromptTokens, r.Usage.CompletionTokens, r.UsageReported, r.CreatedAt.UnixMicro())
 	if !c.inserted || err != nil {
 		return store.ModelReplyRecordResult{}, false, err
@@ -126,19 +109,12 @@ func record[T any](ctx context.Context, s *Store, charge *store.BudgetSettlePara
 }
 
 func (e exec) ModelReplyGet(ctx context.Context, runID string, turn int) (store.ModelReply, error) {
-	return one(ctx, e, `SELECT `+replyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`,
-		func(sc scanner) (store.ModelReply, error) { return scans.Reply(sc) }, runID, turn)
+	return one(ctx, e, `SELECT `+rules.ReplyCols+` FROM model_replies WHERE run_id = ? AND turn = ?`,
+		scans.ReplyRow, runID, turn)
 }
 
-const stepCols = rules.StepCols
-
-// stepsSQL lists a run's steps of turns [?2, ?3) in order.
-const stepsSQL = `SELECT ` + stepCols + ` FROM steps WHERE run_id = ? AND turn >= ? AND turn < ? ORDER BY turn, idx`
-
-func scanStep(sc scanner) (agentfleet.Step, error) { return scans.Step(sc) }
-
 func (e exec) StepList(ctx context.Context, runID string, from, to int) ([]agentfleet.Step, error) {
-	return all(ctx, e, stepsSQL, scanStep, runID, from, to)
+	return all(ctx, e, rules.StepsSQL, scans.Step, runID, from, to)
 }
 
 func (e exec) EventAppend(ctx context.Context, runID string, evs []agentfleet.Event) (agentfleet.Run, int64, error) {
@@ -162,7 +138,5 @@ func (e exec) EventList(ctx context.Context, p store.EventListByRunParams) ([]ag
 	if limit <= 0 {
 		limit = -1
 	}
-	return all(ctx, e, `SELECT `+rules.EventCols+`
-		FROM events e JOIN runs r ON r.id = e.run_id
-		WHERE e.run_id = ? AND e.seq > ? ORDER BY e.seq LIMIT ?`, scans.Event, p.RunID, p.AfterSeq, limit)
+	return all(ctx, e, rules.EventListSQL, scans.Event, p.RunID, p.AfterSeq, limit)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
@@ -14,7 +13,7 @@ import (
 // the partial unique index's predicate (a non-empty key) lets SQLite use
 // the index: it cannot prove a bound parameter non-empty, and without it
 // every submission with a key scanned the tenant's runs.
-const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
+const runByIdempotencySQL = `SELECT ` + rules.RunCols + ` FROM runs
 	WHERE tenant = ? AND idempotency_key = ? AND idempotency_key <> ''`
 
 // queueCountSQL is rules.QueueGate's count: a tenant's max_queued_runs
@@ -22,21 +21,15 @@ const runByIdempotencySQL = `SELECT ` + runCols + ` FROM runs
 // (SQLite's LIMIT cannot name an outer column, hence the second read of
 // the tenant.)
 var queueCountSQL = `SELECT t.max_queued_runs, (SELECT count(*) FROM (
-		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + unfinishedList + `)
+		SELECT 1 FROM runs r WHERE r.tenant = ?1 AND r.status IN (` + rules.UnfinishedSQL + `)
 		LIMIT (SELECT max_queued_runs + 1 FROM tenants WHERE id = ?1)))
 	FROM tenants t WHERE t.id = ?1`
 
-// countQueued reads on the read pool: the gate's own accounting covers
+// QueueCount reads on the read pool: the gate's own accounting covers
 // what the writer has queued and not committed.
-func (s *Store) countQueued(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	if err := s.rd.QueryRowContext(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished); err != nil {
-		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, mapErr(err))
-	}
-	return limit, unfinished, nil
-}
-
 func (d liteDriver) QueueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
-	return d.s.countQueued(ctx, tenant)
+	err = d.s.rd.QueryRowContext(ctx, queueCountSQL, tenant).Scan(&limit, &unfinished)
+	return limit, unfinished, mapErr(err)
 }
 
 // RunInsert is one write: the idempotency key and the agent's version
@@ -59,9 +52,9 @@ func (d liteDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []age
 		if err != nil {
 			return err
 		}
-		row, err := scanRun(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
+		row, err := scans.Run(tx.QueryRowContext(ctx, `INSERT INTO runs (id, tenant, agent, session_id, status, message, context, metadata,
 				idempotency_key, batch_id, max_turns, max_tokens, deadline, event_seq, created_at, updated_at, parent_run_id, depth, agent_version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+runCols,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+rules.RunCols,
 			run.ID, run.Tenant, run.Agent, run.SessionID, string(run.Status), run.Message, blobArg(run.Context),
 			textArg(rules.EncodeMetadata(run.Metadata)), run.IdempotencyKey, run.BatchID, run.MaxTurns, run.MaxTokens,
 			tsArg(run.Deadline), run.EventSeq, run.CreatedAt.UnixMicro(), run.UpdatedAt.UnixMicro(), run.ParentRunID, run.Depth, run.AgentVersion))
@@ -82,21 +75,15 @@ func (d liteDriver) RunInsert(ctx context.Context, run agentfleet.Run, evs []age
 }
 
 func (d liteDriver) RunGetByIdempotency(ctx context.Context, tenant, key string) (rules.RunRow, error) {
-	return one(ctx, d.exec, runByIdempotencySQL, scanRunRow, tenant, key)
+	return one(ctx, d.exec, runByIdempotencySQL, scans.RunRow, tenant, key)
 }
 
-// The session lookups repeat the session index's predicate (a non-empty
-// session), which is what lets SQLite use that partial index; without it
-// they walked all of the tenant's runs.
-var (
-	// sessionBlockedSQL: does the session have an unfinished run older
-	// than seq?
-	sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
-		AND status NOT IN (` + terminalList + `))`
-	// sessionHeadSQL: the session's oldest unfinished run.
-	sessionHeadSQL = `SELECT ` + runCols + ` FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> ''
-		AND status NOT IN (` + terminalList + `) ORDER BY seq LIMIT 1`
-)
+// sessionBlockedSQL: does the session have an unfinished run older than
+// seq? Like rules.SessionHeadSQL, it repeats the session index's
+// predicate (a non-empty session), which is what lets SQLite use that
+// partial index; without it the lookups walked all of the tenant's runs.
+var sessionBlockedSQL = `SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ? AND session_id = ? AND session_id <> '' AND seq < ?
+		AND status NOT IN (` + rules.TerminalSQL + `))`
 
 // startable reports whether a run may start now: it is queued and no
 // earlier run of its session is unfinished.
@@ -112,18 +99,11 @@ func startable(ctx context.Context, q queryer, r rules.RunRow) (bool, error) {
 	return !blocked, err
 }
 
-// sessionNext returns the run that ended's end hands out: the session's
-// next queued run, when ended was the session's head.
-func sessionNext(ctx context.Context, q queryer, ended rules.RunRow) (*agentfleet.Run, error) {
-	if ended.SessionID == "" || !ended.Status.Terminal() {
-		return nil, nil
-	}
-	head, err := scanRun(q.QueryRowContext(ctx, sessionHeadSQL, ended.Tenant, ended.SessionID))
+// sessionHead reads the session's oldest unfinished run (nil: none).
+func sessionHead(ctx context.Context, q queryer, tenant, session string) (*rules.RunRow, error) {
+	head, err := scans.Run(q.QueryRowContext(ctx, rules.SessionHeadSQL, tenant, session))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return rules.SessionHead(ended.Seq, &head.Run, head.Seq), nil
+	return &head, err
 }

@@ -351,7 +351,7 @@ func (s *Store) flush(batch []*writeReq) {
 		return
 	}
 	tx := &wtx{Tx: sqltx, stmts: txStmts{tx: sqltx, cache: &s.wstmts}}
-	defer func() { s.prepareMissed(bctx, tx.stmts.missed) }()
+	defer func() { prepareMissed(bctx, s.w, &s.wstmts, tx.stmts.missed) }()
 	if len(batch) == 1 {
 		r := batch[0]
 		if err := r.fn(tx); err != nil {
@@ -390,19 +390,29 @@ func (s *Store) flush(batch []*writeReq) {
 	finish(mapErr(sqltx.Commit()))
 }
 
-// prepareMissed prepares, now that the writer's connection is free again,
-// the statements a transaction had to prepare for itself alone.
-func (s *Store) prepareMissed(ctx context.Context, missed []string) {
+// prepareMissed prepares on db and caches, now that the transaction's
+// connection is free again, the statements it had to prepare for itself
+// alone.
+func prepareMissed(ctx context.Context, db *sql.DB, cache *sync.Map, missed []string) {
 	for _, q := range missed {
-		if _, ok := s.wstmts.Load(q); ok {
-			continue
-		}
-		if st, err := s.w.PrepareContext(ctx, q); err == nil {
-			if _, loaded := s.wstmts.LoadOrStore(q, st); loaded {
-				_ = st.Close()
-			}
-		}
+		_, _ = prepared(ctx, db, cache, q)
 	}
+}
+
+// prepared is q's statement on db: cached, or prepared and cached.
+func prepared(ctx context.Context, db *sql.DB, cache *sync.Map, q string) (*sql.Stmt, error) {
+	if st, ok := cache.Load(q); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	if old, loaded := cache.LoadOrStore(q, st); loaded {
+		_ = st.Close()
+		return old.(*sql.Stmt), nil
+	}
+	return st, nil
 }
 
 // wtx is a write transaction whose statements come from the writer's
@@ -425,13 +435,9 @@ func (t *wtx) ctx(ctx context.Context) context.Context {
 	return ctx
 }
 
-func (t *wtx) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	return t.stmts.stmt(t.ctx(ctx), q)
-}
-
 func (t *wtx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.ctx(ctx)
-	st, err := t.stmt(ctx, q)
+	st, err := t.stmts.stmt(ctx, q)
 	if err != nil {
 		return nil, err
 	}
@@ -450,18 +456,7 @@ func (t *wtx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.R
 type reader struct{ s *Store }
 
 func (r reader) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
-	if st, ok := r.s.rstmts.Load(q); ok {
-		return st.(*sql.Stmt), nil
-	}
-	st, err := r.s.r.PrepareContext(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	if old, loaded := r.s.rstmts.LoadOrStore(q, st); loaded {
-		_ = st.Close()
-		return old.(*sql.Stmt), nil
-	}
-	return st, nil
+	return prepared(ctx, r.s.r, &r.s.rstmts, q)
 }
 
 func (r reader) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
@@ -482,11 +477,7 @@ func (s *Store) readTx(ctx context.Context, fn func(q queryer) error) error {
 	t := &txStmts{tx: sqltx, cache: &s.rstmts}
 	err = fn(t)
 	_ = sqltx.Rollback() // a read transaction has nothing to commit
-	// The connection is back in the pool: cache what the transaction
-	// had to prepare for itself.
-	for _, q := range t.missed {
-		_, _ = s.rd.stmt(ctx, q)
-	}
+	prepareMissed(ctx, s.r, &s.rstmts, t.missed)
 	return mapErr(err)
 }
 
@@ -582,15 +573,6 @@ func tsArg(t time.Time) any {
 	return t.UnixMicro()
 }
 
-func tsVal(v sql.NullInt64) time.Time {
-	if !v.Valid {
-		return time.Time{}
-	}
-	return time.UnixMicro(v.Int64).UTC()
-}
-
-func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
-
 // microTime is where a timestamp column scans to: a time.Time, in UTC,
 // the zero time for NULL.
 type microTime time.Time
@@ -600,7 +582,7 @@ func (t *microTime) Scan(src any) error {
 	case nil:
 		*t = microTime{}
 	case int64:
-		*t = microTime(fromMicros(v))
+		*t = microTime(time.UnixMicro(v).UTC())
 	default:
 		return fmt.Errorf("timestamp: got %T, want microseconds since the epoch", src)
 	}

@@ -10,41 +10,34 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const tenantCols = rules.TenantCols
-
-func scanTenant(sc scanner) (agentfleet.Tenant, error) { return scans.Tenant(sc) }
-
 func (e exec) TenantInsert(ctx context.Context, p driver.TenantInsertParams) (agentfleet.Tenant, error) {
 	now := p.Now.UnixMicro()
 	return row(ctx, e, `INSERT INTO tenants (id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+tenantCols, scanTenant,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING `+rules.TenantCols, scans.TenantRow,
 		p.ID, p.TokenLimit, string(p.Window), p.TokensPerMinute, p.MaxConcurrentRuns, p.MaxQueuedRuns, p.Weight, string(p.Exhausted), now, now)
 }
 
 func (e exec) TenantGet(ctx context.Context, id string) (agentfleet.Tenant, error) {
-	return one(ctx, e, `SELECT `+tenantCols+` FROM tenants WHERE id = ?`, scanTenant, id)
+	return one(ctx, e, `SELECT `+rules.TenantCols+` FROM tenants WHERE id = ?`, scans.TenantRow, id)
 }
 
 func (e exec) TenantList(ctx context.Context, limit int, after *driver.TenantPos) ([]agentfleet.Tenant, error) {
-	q, args := `SELECT `+tenantCols+` FROM tenants`, []any{}
+	q, args := `SELECT `+rules.TenantCols+` FROM tenants`, []any{}
 	if after != nil {
 		at := after.CreatedAt.UnixMicro()
 		q += ` WHERE created_at < ? OR (created_at = ? AND id < ?)`
 		args = append(args, at, at, after.ID)
 	}
-	return all(ctx, e, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, scanTenant, append(args, limit)...)
+	return all(ctx, e, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, scans.TenantRow, append(args, limit)...)
 }
 
-const apiKeyCols = rules.APIKeyCols
-
 func (e exec) APIKeyInsert(ctx context.Context, p driver.APIKeyInsertParams) (store.APIKey, error) {
-	return row(ctx, e, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+apiKeyCols,
+	return row(ctx, e, `INSERT INTO api_keys (id, hash, tenant, name, scopes, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING `+rules.APIKeyCols,
 		scans.APIKey, p.ID, p.Hash, p.Tenant, p.Name, p.Scopes, p.Now.UnixMicro())
 }
 
 func (e exec) APIKeyList(ctx context.Context, tenant string, afterSeq int64, limit int) ([]driver.APIKeyRow, error) {
-	return all(ctx, e, `SELECT `+apiKeyCols+`, seq FROM api_keys WHERE tenant = ? AND (? = 0 OR seq < ?)
-		ORDER BY seq DESC LIMIT ?`, scans.APIKeyRow, tenant, afterSeq, afterSeq, limit)
+	return all(ctx, e, rules.APIKeyListSQL, scans.APIKeyRow, tenant, afterSeq, limit)
 }
 
 func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error) {
@@ -55,7 +48,7 @@ func (e exec) APIKeyDelete(ctx context.Context, tenant, id string) (bool, error)
 // TenantGetByAPIKey reads on the read pool; only a due last-use write
 // goes to the writer.
 func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
-	res, err := one(ctx, e, `SELECT `+rules.PrefixCols("t.", tenantCols)+`, `+rules.PrefixCols("k.", apiKeyCols)+`
+	res, err := one(ctx, e, `SELECT `+rules.PrefixCols("t.", rules.TenantCols)+`, `+rules.PrefixCols("k.", rules.APIKeyCols)+`
 		FROM api_keys k JOIN tenants t ON t.id = k.tenant WHERE k.hash = ?`, scans.TenantByAPIKey, hash)
 	if err != nil {
 		return store.TenantGetByAPIKeyResult{}, err
@@ -69,21 +62,16 @@ func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefo
 	return res, nil
 }
 
-const skillCols = rules.SkillCols
-
 func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO skills (`+skillCols+`) VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING `+skillCols, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, at, at)
+	return row(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now.UnixMicro())
 }
 
 func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
-	return one(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = ? AND name = ?`, scans.Skill, tenant, name)
+	return one(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = ? AND name = ?`, scans.Skill, tenant, name)
 }
 
 func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	return all(ctx, e, `SELECT `+skillCols+` FROM skills WHERE tenant = ? ORDER BY name`, scans.Skill, tenant)
+	return all(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = ? ORDER BY name`, scans.Skill, tenant)
 }
 
 // textArg stores JSON text as TEXT (not BLOB), NULL when absent.

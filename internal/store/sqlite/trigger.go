@@ -9,22 +9,18 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store/internal/rules"
 )
 
-const triggerCols = rules.TriggerCols
-
 func (e exec) TriggerInsert(ctx context.Context, p store.TriggerCreateParams, now time.Time) (store.Trigger, error) {
-	at := now.UnixMicro()
-	return row(ctx, e, `INSERT INTO triggers (`+triggerCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '', NULL, ?, ?, ?, ?, ?, ?, ?) RETURNING `+triggerCols, scans.Trigger,
+	return row(ctx, e, rules.TriggerInsertSQL, scans.Trigger,
 		p.ID, p.Tenant, p.Name, p.Agent, p.Scheme, p.Message, p.SessionID, textArg(rules.EncodeStrings(p.Events)), p.Secret,
-		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, boolInt(p.Enabled), p.CallbackURL, at, at)
+		p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, boolInt(p.Enabled), p.CallbackURL, now.UnixMicro())
 }
 
 func (e exec) TriggerGet(ctx context.Context, id, tenant string) (store.Trigger, error) {
-	return one(ctx, e, `SELECT `+triggerCols+` FROM triggers WHERE id = ? AND (? = '' OR tenant = ?)`, scans.Trigger, id, tenant, tenant)
+	return one(ctx, e, `SELECT `+rules.TriggerCols+` FROM triggers WHERE id = ? AND (? = '' OR tenant = ?)`, scans.Trigger, id, tenant, tenant)
 }
 
 func (e exec) TriggerList(ctx context.Context, tenant, afterID string, limit int) ([]store.Trigger, error) {
-	return all(ctx, e, `SELECT `+triggerCols+` FROM triggers
+	return all(ctx, e, `SELECT `+rules.TriggerCols+` FROM triggers
 		WHERE tenant = ? AND (? = '' OR id < ?) ORDER BY id DESC LIMIT ?`, scans.Trigger, tenant, afterID, afterID, limit)
 }
 
@@ -53,7 +49,7 @@ func (e exec) TriggerUpdate(ctx context.Context, p store.TriggerUpdateParams, pr
 			prev_secret_until = CASE WHEN ? IS NULL THEN prev_secret_until ELSE ? END,
 			secret = COALESCE(?, secret),
 			updated_at = ?
-		WHERE id = ? AND tenant = ? RETURNING `+triggerCols, scans.Trigger,
+		WHERE id = ? AND tenant = ? RETURNING `+rules.TriggerCols, scans.Trigger,
 		p.Name, p.Agent, p.Message, p.SessionID, boolInt(setEvents), events, p.MaxTurns, p.MaxTokens, p.MaxBodyBytes, enabled,
 		p.CallbackURL, p.Secret, p.Secret, tsArg(prevUntil), p.Secret, now.UnixMicro(), p.ID, p.Tenant)
 }
@@ -62,8 +58,6 @@ func (e exec) TriggerDelete(ctx context.Context, tenant, id string) (bool, error
 	n, err := e.run(ctx, `DELETE FROM triggers WHERE id = ? AND tenant = ?`, id, tenant)
 	return n > 0, err
 }
-
-const deliveryCols = rules.DeliveryCols
 
 // TriggerDeliveryInsert numbers on the one writer connection, so the
 // numbers are exact.
@@ -75,7 +69,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 			row, err := scans.Delivery(tx.QueryRowContext(ctx, `INSERT INTO trigger_deliveries
 					(id, trigger_id, n, delivery, received_at, event, action, outcome, reason, run_id, payload)
 				SELECT ?, ?, COALESCE((SELECT n FROM trigger_deliveries WHERE trigger_id = ? ORDER BY n DESC LIMIT 1), 0) + 1, ?, ?, ?, ?, ?, ?, ?, ?
-				RETURNING `+deliveryCols+`, NULL`,
+				RETURNING `+rules.DeliveryCols+`, NULL`,
 				l.ID, l.TriggerID, l.TriggerID, l.Delivery, l.ReceivedAt.UnixMicro(), l.Event, l.Action, string(l.Outcome), l.Reason, l.RunID,
 				blobArg(l.Payload)))
 			if err != nil {
@@ -92,7 +86,7 @@ func (e exec) TriggerDeliveryInsert(ctx context.Context, lines []store.TriggerDe
 }
 
 func (e exec) TriggerDeliveryList(ctx context.Context, p driver.TriggerDeliveryListParams) ([]driver.DeliveryRow, error) {
-	return all(ctx, e, `SELECT `+deliveryCols+`, CASE WHEN ? = '' THEN NULL ELSE payload END FROM trigger_deliveries
+	return all(ctx, e, `SELECT `+rules.DeliveryCols+`, CASE WHEN ? = '' THEN NULL ELSE payload END FROM trigger_deliveries
 		WHERE trigger_id = ? AND (? = '' OR delivery = ?) AND (? < 0 OR n < ? OR (n = ? AND id < ?))
 		ORDER BY n DESC, id DESC LIMIT ?`, scans.Delivery,
 		p.Delivery, p.TriggerID, p.Delivery, p.Delivery, p.AfterN, p.AfterN, p.AfterN, p.AfterID, p.Limit)

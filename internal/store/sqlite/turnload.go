@@ -17,8 +17,8 @@ import (
 func (d liteDriver) RunLoad(ctx context.Context, p store.TurnLoadParams, now time.Time) (store.TurnLoadResult, error) {
 	var res store.TurnLoadResult
 	var unlimited sql.NullBool
-	row, err := scanRun(d.s.rd.QueryRowContext(ctx, `SELECT
-		(SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = runs.tenant), `+runCols+`
+	row, err := scans.Run(d.s.rd.QueryRowContext(ctx, `SELECT
+		(SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = runs.tenant), `+rules.RunCols+`
 		FROM runs WHERE id = ?`, p.RunID), &unlimited)
 	if err != nil {
 		return res, mapErr(err)
@@ -26,8 +26,8 @@ func (d liteDriver) RunLoad(ctx context.Context, p store.TurnLoadParams, now tim
 	res.TenantUnlimited = unlimited.Valid && unlimited.Bool
 	if rules.TurnStarts(row.Run, p.Turn) {
 		err = d.s.write(ctx, func(tx *wtx) error {
-			started, err := scanRun(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, updated_at = ?
-				WHERE id = ? AND status = ? AND turn = ? AND cancel_requested = 0 RETURNING `+runCols,
+			started, err := scans.Run(tx.QueryRowContext(ctx, `UPDATE runs SET status = ?, updated_at = ?
+				WHERE id = ? AND status = ? AND turn = ? AND cancel_requested = 0 RETURNING `+rules.RunCols,
 				string(agentfleet.StatusRunning), now.UnixMicro(), p.RunID, string(agentfleet.StatusQueued), p.Turn-1))
 			if errors.Is(err, sql.ErrNoRows) {
 				res.Started = false

@@ -55,7 +55,7 @@ func (a *admission) Append(ctx context.Context, inputs []store.BatchInput) error
 	if err != nil || len(rows) == 0 {
 		return err
 	}
-	done, err := a.s.Queue.Admit(ctx, a.p.Tenant, len(rows), a.s.d.QueueCount)
+	done, err := a.s.Queue.Admit(ctx, a.p.Tenant, len(rows), a.s.queueCount)
 	if err != nil {
 		return fmt.Errorf("admit batch %s: %w", a.p.ID, err)
 	}

@@ -5,7 +5,9 @@
 // parameter validation and defaults, identifiers and timestamps, the
 // legal status transitions, budget window arithmetic and the ledger
 // maths, cursors, API key hashing, and text hygiene (text.go: no NUL or
-// invalid UTF-8 reaches either backend).
+// invalid UTF-8 reaches either backend). What the backends' SQL shares is
+// here too: the column lists and row scans (scan.go) and the statements
+// alike in both schemas (sql.go).
 //
 // Keeping these in one place is what lets the SQLite and Postgres backends
 // agree to the bit on the values they return, which the contract suite
@@ -154,7 +156,7 @@ func SQLList(ss []agentfleet.RunStatus) string {
 // TransitionPairs lists every legal "from>to" pair per
 // agentfleet.RunStatus.CanTransition, so SQL can check a transition with
 // one array membership test and the domain stays the only definition.
-func TransitionPairs() []string {
+var TransitionPairs = func() []string {
 	var out []string
 	for _, from := range Statuses {
 		for _, to := range Statuses {
@@ -164,7 +166,24 @@ func TransitionPairs() []string {
 		}
 	}
 	return out
-}
+}()
+
+// CommitFrom lists, per status a commit moves a run to, the statuses the
+// run may be in (",a,b,", for a membership test by instr): not ended,
+// and allowed to make that move.
+var CommitFrom = func() map[agentfleet.RunStatus]string {
+	m := map[agentfleet.RunStatus]string{}
+	for _, to := range Statuses {
+		list := ","
+		for _, from := range Statuses {
+			if !from.Terminal() && from.CanTransition(to) {
+				list += string(from) + ","
+			}
+		}
+		m[to] = list
+	}
+	return m
+}()
 
 // CheckCommitFence decides, from a run as it is now, why a fenced write for
 // turn failed or whether it may proceed: ErrConflict when the run already

@@ -186,7 +186,7 @@ func TestTenantCursor(t *testing.T) {
 
 func TestTransitionPairs(t *testing.T) {
 	pairs := map[string]bool{}
-	for _, p := range TransitionPairs() {
+	for _, p := range TransitionPairs {
 		pairs[p] = true
 	}
 	for _, from := range Statuses {

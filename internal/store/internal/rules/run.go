@@ -94,7 +94,7 @@ func ApplyTransition(ctx context.Context, tx driver.Executor, p store.RunTransit
 	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, p.Events); err != nil {
 		return store.RunChangeResult{}, err
 	}
-	next, err := tx.RunSessionNext(ctx, row)
+	next, err := sessionNext(ctx, tx, row)
 	if err != nil {
 		return store.RunChangeResult{}, err
 	}
@@ -130,7 +130,7 @@ func ApplyCancel(ctx context.Context, tx driver.Executor, p store.RunCancelParam
 	if err := tx.EventInsert(ctx, row.ID, cur.EventSeq, evs); err != nil {
 		return store.RunCancelResult{}, err
 	}
-	sessionNext, err := tx.RunSessionNext(ctx, row)
+	sessionNext, err := sessionNext(ctx, tx, row)
 	if err != nil {
 		return store.RunCancelResult{}, err
 	}

@@ -18,7 +18,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	if err != nil {
 		return store.RunCreateResult{}, err
 	}
-	done, err := s.Queue.Admit(ctx, p.Tenant, 1, s.d.QueueCount)
+	done, err := s.Queue.Admit(ctx, p.Tenant, 1, s.queueCount)
 	var full *store.QueueFullError
 	if errors.As(err, &full) && p.IdempotencyKey != "" {
 		// A repeat of a run already admitted is never refused.
@@ -84,4 +84,13 @@ func startable(ctx context.Context, x driver.Executor, r agentfleet.Run) (bool, 
 		return true, nil
 	}
 	return x.RunStartable(ctx, r)
+}
+
+// queueCount is the driver's QueueCount, its error saying what it
+// counted.
+func (s *Store) queueCount(ctx context.Context, tenant string) (limit, unfinished int, err error) {
+	if limit, unfinished, err = s.d.QueueCount(ctx, tenant); err != nil {
+		return 0, 0, fmt.Errorf("count unfinished runs of tenant %s: %w", tenant, err)
+	}
+	return limit, unfinished, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/store"
+	"github.com/agentfleet/agentfleet/internal/store/driver"
 )
 
 // The reads of runs and of what a run holds (steps, events, replies,
@@ -133,6 +134,19 @@ func RunList(p store.RunListParams) (store.RunListParams, int64, error) {
 	}
 	after, err := DecodeCursor(p.Cursor, p.Oldest)
 	return p, after, err
+}
+
+// sessionNext is what ended's end hands out inside its transaction: its
+// session's next queued run, when ended was the session's head.
+func sessionNext(ctx context.Context, tx driver.Executor, ended RunRow) (*agentfleet.Run, error) {
+	if ended.SessionID == "" || !ended.Status.Terminal() {
+		return nil, nil
+	}
+	head, err := tx.RunSessionHead(ctx, ended.Tenant, ended.SessionID)
+	if err != nil || head == nil {
+		return nil, err
+	}
+	return SessionHead(ended.Seq, &head.Run, head.Seq), nil
 }
 
 // SessionHead decides what a run's end hands out: head is the oldest

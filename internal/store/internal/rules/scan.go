@@ -35,6 +35,9 @@ const (
 	ApprovalCols = `seq, id, tenant, run_id, session_id, turn, call_index, primitive, method, url, preview, status, reason, scope,
 	decided_by, created_at, decided_at, expires_at, notify_url, notify_state, notify_attempts, notify_next_at, notify_error, digest`
 	CallbackCols = `run_id, tenant, url, state, attempts, attempt_log, next_at, first_at, created_at, updated_at`
+	BatchCols    = `id, tenant, agent, status, total, max_concurrent, released, max_turns, max_tokens, metadata,
+	idempotency_key, callback_url, retry_of, created_at, finished_at`
+	LedgerCols = `id, token_limit, budget_window, used, reserved, window_start, window_end, tokens_per_minute, minute_start, minute_used`
 )
 
 // PrefixCols qualifies a column list with a table alias.
@@ -105,6 +108,9 @@ func (s Scans) Run(sc Scanner, extra ...any) (RunRow, error) {
 	return r, err
 }
 
+// RunRow scans RunCols alone: Run as one and all take it.
+func (s Scans) RunRow(sc Scanner) (RunRow, error) { return s.Run(sc) }
+
 // Reply scans ReplyCols, then any extra trailing columns.
 func (s Scans) Reply(sc Scanner, extra ...any) (store.ModelReply, error) {
 	var m store.ModelReply
@@ -112,6 +118,9 @@ func (s Scans) Reply(sc Scanner, extra ...any) (store.ModelReply, error) {
 		&m.UsageReported, s.Time(&m.CreatedAt)}, extra...)...)
 	return m, err
 }
+
+// ReplyRow scans ReplyCols alone.
+func (s Scans) ReplyRow(sc Scanner) (store.ModelReply, error) { return s.Reply(sc) }
 
 // Step scans StepCols.
 func (s Scans) Step(sc Scanner) (agentfleet.Step, error) {
@@ -155,6 +164,9 @@ func (s Scans) Journal(sc Scanner, extra ...any) (agentfleet.JournalEntry, error
 	return e, err
 }
 
+// JournalRow scans JournalCols alone.
+func (s Scans) JournalRow(sc Scanner) (agentfleet.JournalEntry, error) { return s.Journal(sc) }
+
 // Tenant scans TenantCols, then any extra trailing columns.
 func (s Scans) Tenant(sc Scanner, extra ...any) (agentfleet.Tenant, error) {
 	var t agentfleet.Tenant
@@ -162,6 +174,9 @@ func (s Scans) Tenant(sc Scanner, extra ...any) (agentfleet.Tenant, error) {
 		&t.Weight, &t.Exhausted, s.Time(&t.CreatedAt), s.Time(&t.UpdatedAt)}, extra...)...)
 	return t, err
 }
+
+// TenantRow scans TenantCols alone.
+func (s Scans) TenantRow(sc Scanner) (agentfleet.Tenant, error) { return s.Tenant(sc) }
 
 // APIKeyScan is APIKeyCols as scanned (Dest); Key is the record.
 type APIKeyScan struct {
@@ -279,6 +294,70 @@ func (s Scans) Callback(sc Scanner) (store.RunCallback, error) {
 	return c, err
 }
 
+// Batch scans BatchCols.
+func (s Scans) Batch(sc Scanner) (store.Batch, error) {
+	var b store.Batch
+	var meta []byte
+	if err := sc.Scan(&b.ID, &b.Tenant, &b.Agent, &b.Status, &b.Total, &b.MaxConcurrent, &b.Released, &b.MaxTurns, &b.MaxTokens,
+		&meta, &b.IdempotencyKey, &b.CallbackURL, &b.RetryOf, s.Time(&b.CreatedAt), s.Time(&b.FinishedAt)); err != nil {
+		return b, err
+	}
+	var err error
+	b.Metadata, err = DecodeMetadata(meta)
+	return b, err
+}
+
+// BatchRun scans a run's batch_index and custom_id, then RunCols.
+func (s Scans) BatchRun(sc Scanner) (store.BatchRun, error) {
+	var br store.BatchRun
+	row, err := s.Run(sc, &br.Index, &br.CustomID)
+	br.Run = row.Run
+	return br, err
+}
+
+// LedgerDest is where LedgerCols scan to, into l.
+func (s Scans) LedgerDest(l *driver.Ledger) []any {
+	return []any{&l.Tenant, &l.Limit, &l.Window, &l.Used, &l.Reserved, s.Time(&l.WindowStart), s.Time(&l.WindowEnd),
+		&l.TokensPerMinute, s.Time(&l.MinuteStart), &l.MinuteUsed}
+}
+
+// Ledger scans any extra leading columns, then LedgerCols.
+func (s Scans) Ledger(sc Scanner, extra ...any) (driver.Ledger, error) {
+	var l driver.Ledger
+	err := sc.Scan(append(extra, s.LedgerDest(&l)...)...)
+	return l, err
+}
+
+// LedgerRow scans LedgerCols alone.
+func (s Scans) LedgerRow(sc Scanner) (driver.Ledger, error) { return s.Ledger(sc) }
+
+// Timestamp scans one timestamp column: the zero time for NULL.
+func (s Scans) Timestamp(sc Scanner) (time.Time, error) {
+	var t time.Time
+	return t, sc.Scan(s.Time(&t))
+}
+
+// Rows is what Collect reads: *sql.Rows or pgx.Rows.
+type Rows interface {
+	Scanner
+	Next() bool
+	Err() error
+}
+
+// Collect scans every row of rows with scan; the caller closes rows. No
+// rows is a nil slice, in both backends.
+func Collect[T any](rows Rows, scan func(Scanner) (T, error)) ([]T, error) {
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // Scans of a few columns, alike in both backends.
 
 // ScanString scans one text column.
@@ -291,6 +370,18 @@ func ScanString(sc Scanner) (string, error) {
 func ScanInt(sc Scanner) (int, error) {
 	var n int
 	return n, sc.Scan(&n)
+}
+
+// ScanInt64 scans one bigint column.
+func ScanInt64(sc Scanner) (int64, error) {
+	var n int64
+	return n, sc.Scan(&n)
+}
+
+// ScanBool scans one boolean column.
+func ScanBool(sc Scanner) (bool, error) {
+	var v bool
+	return v, sc.Scan(&v)
 }
 
 // ScanBytes scans one bytes (or JSON) column.
@@ -321,4 +412,23 @@ func ScanUsage(sc Scanner) (agentfleet.Usage, error) {
 func ScanApprovalDue(sc Scanner) (driver.ApprovalDue, error) {
 	var d driver.ApprovalDue
 	return d, sc.Scan(&d.ID, &d.RunEnded)
+}
+
+// ScanBatchKeyHolder scans a run holding a key: the key, the run's id,
+// batch and batch index.
+func ScanBatchKeyHolder(sc Scanner) (driver.BatchKeyHolder, error) {
+	var h driver.BatchKeyHolder
+	return h, sc.Scan(&h.Key, &h.RunID, &h.BatchID, &h.Index)
+}
+
+// ScanBatchStatusCount scans a status, its count and their usage.
+func ScanBatchStatusCount(sc Scanner) (driver.BatchStatusCount, error) {
+	var c driver.BatchStatusCount
+	return c, sc.Scan(&c.Status, &c.N, &c.Usage.PromptTokens, &c.Usage.CompletionTokens)
+}
+
+// ScanUsageRow scans a usage key, its tokens and its calls.
+func ScanUsageRow(sc Scanner) (store.UsageRow, error) {
+	var u store.UsageRow
+	return u, sc.Scan(&u.Key, &u.Usage.PromptTokens, &u.Usage.CompletionTokens, &u.Calls)
 }
