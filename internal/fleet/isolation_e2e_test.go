@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/internal/store/postgres/pgtest"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -137,7 +138,14 @@ func hostileTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
 // complete with one model call per turn.
 func TestFleetHostileScriptsHurtNoOneElse(t *testing.T) {
 	t.Parallel()
-	f := setupFleetWith(t, fleetOptions{responder: hostileTurns, workers: 1, slots: 8, store: pgtest.Open(t)})
+	var sb sandbox.Config
+	if raceEnabled {
+		// Building and logging a 64 MiB string takes the race
+		// detector's build past the default 5 s of CPU: the turn
+		// would time out every time and the run never end.
+		sb.Limits.CPUTime = 60 * time.Second
+	}
+	f := setupFleetWith(t, fleetOptions{responder: hostileTurns, workers: 1, slots: 8, store: pgtest.Open(t), sandbox: sb})
 	hostile := map[string]wire.RunCreateRequest{
 		"nul":          {Message: "nul"},
 		"ai loop":      {Message: "ai loop", MaxTokens: 3000},
