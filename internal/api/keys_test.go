@@ -376,6 +376,11 @@ func TestEveryRouteHasItsScope(t *testing.T) {
 		"GET /v1/events":                                         "read",
 		"GET /v1/tenants":                                        "read",
 		"POST /v1/triggers/{id}/deliveries/{delivery}/redeliver": "admin",
+		"PUT /v1/secrets/{name}":                                 "admin",
+		"GET /v1/secrets":                                        "admin",
+		"GET /v1/secrets/{name}":                                 "admin",
+		"DELETE /v1/secrets/{name}":                              "admin",
+		"POST /v1/secrets/rekey":                                 "admin",
 	}
 	// Routes that take no key.
 	public := map[string]bool{"POST /v1/hooks/{id}": true, "GET /metrics": true, "GET /healthz": true, "GET /readyz": true,
