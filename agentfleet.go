@@ -167,6 +167,11 @@ const (
 	// execution: its log output, the digest of the returned value, or
 	// the error.
 	StepObservation StepKind = "observation"
+	// StepSummary is a checkpoint: the compactor's summary of the
+	// session's history up to and including the turn it names in its
+	// Content's header. Later turns and runs of the session replay it
+	// instead of the steps it covers; those stay in the trace.
+	StepSummary StepKind = "summary"
 )
 
 // Step is one entry of a run's trace. The trace is what a later turn
@@ -204,6 +209,7 @@ const (
 	EventDenied            EventType = "denied"
 	EventChildSpawned      EventType = "child_spawned"
 	EventCompacted         EventType = "compacted"
+	EventBudgetTrimmed     EventType = "budget_trimmed"
 	EventCancelled         EventType = "cancelled"
 	EventDone              EventType = "done"
 )
@@ -327,6 +333,12 @@ type AgentSpec struct {
 	// worker in their header on HTTPS requests to their hosts, and read
 	// with secret(name) when exposed (CheckAgentSecrets).
 	Secrets []string `json:"secrets,omitempty"`
+	// ContextWindow is the model's served window in tokens; it derives
+	// the prompt's history budget, compaction trigger and keep, log cap
+	// and completion reserve (Profile). SummaryModel is the model the
+	// compactor summarizes with (default Model).
+	ContextWindow int    `json:"context_window,omitempty"`
+	SummaryModel  string `json:"summary_model,omitempty"`
 }
 
 // Bounds of AgentSpec.Secrets.
