@@ -84,6 +84,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "bound on the whole bench (default 30m)")
 	fs.DurationVar(&cfg.Stall, "stall", 0, "give up when no run finished for this long (default 60s; chaos 2m)")
 	fs.BoolVar(&cfg.SideEffects, "side-effects", false, "every turn's script POSTs once to a loopback target (counted by Idempotency-Key) and calls ai() once; always on for chaos")
+	fs.IntVar(&cfg.Secrets, "secrets", 0, "secrets each bench tenant holds (random values, bound to a host no run calls): every turn loads them and redacts their values")
 	fs.BoolVar(&cfg.TraceStub, "trace-stub", false, "turn the fleet's tracing on, exporting OTLP/HTTP to a stub collector in the bench that counts the spans")
 	fs.BoolVar(&cfg.KeepDir, "keep", false, "keep the bench's temporary directory (fleet data, process logs)")
 	verbose := fs.Bool("v", false, "fleet logs (info and up) to stderr")

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"slices"
@@ -58,6 +59,10 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.checkAgentSecretsExist(r.Context(), p.tenant, req.Secrets); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	_, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name})
 	existed := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -74,6 +79,25 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, a)
+}
+
+// checkAgentSecretsExist refuses an agent that names a secret its tenant
+// does not have. A secret deleted later is the worker's to report: the
+// agent's next run fails, naming it.
+func (s *Server) checkAgentSecretsExist(ctx context.Context, tenant string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	have, err := s.cfg.Store.SecretList(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(have, func(sec agentfleet.Secret) bool { return sec.Name == name }) {
+			return errUnprocessable("secrets: tenant %s has no secret %q: set it first (PUT /v1/secrets/%s, or agentctl secrets set %s)", tenant, name, name, name)
+		}
+	}
+	return nil
 }
 
 // checkAgentSpec refuses what no worker could serve, naming the field.

@@ -26,7 +26,7 @@ import (
 // blank out ordinary text: no credential is that short.
 const (
 	SecretValueMin = 8
-	SecretValueMax = 8 << 10
+	SecretValueMax = 16 << 10
 )
 
 // secretTenant is the tenant whose secrets the request manages: a key's

@@ -181,7 +181,7 @@ func TestSecretValidation(t *testing.T) {
 		{"ok", map[string]any{"hosts": hosts}, "value is required"},
 		{"ok", map[string]any{"value": "", "hosts": hosts}, "value is required"},
 		{"ok", map[string]any{"value": "short", "hosts": hosts}, "at least 8"},
-		{"ok", map[string]any{"value": strings.Repeat("x", api.SecretValueMax+1), "hosts": hosts}, "the limit is 8192"},
+		{"ok", map[string]any{"value": strings.Repeat("x", api.SecretValueMax+1), "hosts": hosts}, "the limit is 16384"},
 		{"ok", map[string]any{"value": v}, "hosts is required"},
 		{"ok", map[string]any{"value": v, "expose": true}, "hosts is required"},
 		{"ok", map[string]any{"value": v, "hosts": []string{"https://api.github.com"}}, "not a bare host name"},
@@ -284,4 +284,20 @@ func secretNames(ss []agentfleet.Secret) []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// An agent may name only secrets its tenant has; once the secret is set,
+// the same agent is taken.
+func TestAgentNamesOnlySecretsItsTenantHas(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withBox(newBox(t, secrets.NewKey()), nil))
+	key := e.tenant("acme")
+	spec := map[string]any{"secrets": []string{"github_token"}}
+	requireError(t, e.do("PUT", "/v1/agents/reviewer", key, spec), http.StatusUnprocessableEntity, "unprocessable",
+		`secrets: tenant acme has no secret "github_token"`, "PUT /v1/secrets/github_token")
+	decode[agentfleet.Secret](t, e.do("PUT", "/v1/secrets/github_token", key, map[string]any{"value": "ghp_the-value-1234", "hosts": []string{"api.github.com"}}), http.StatusCreated)
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/reviewer", key, spec), http.StatusCreated)
+	require.Equal(t, []string{"github_token"}, a.Secrets)
+	other := e.tenant("globex")
+	requireError(t, e.do("PUT", "/v1/agents/reviewer", other, spec), http.StatusUnprocessableEntity, "unprocessable", "tenant globex has no secret")
 }

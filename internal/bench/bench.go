@@ -170,6 +170,11 @@ type Config struct {
 	// whether every POST arrived once and every model call was billed
 	// once (Figures.Effects).
 	SideEffects bool
+	// Secrets is how many secrets each bench tenant holds (random
+	// 32-byte values, bound to a host no run calls): every turn of the
+	// tenant then loads them and redacts their values from all it
+	// produces, which is the cost this measures.
+	Secrets int
 }
 
 // ConfigError is a Config that cannot run: a usage error.
@@ -267,6 +272,9 @@ func (c *Config) applyDefaults() error {
 	}
 	if c.ReadyDepth < 0 {
 		errs = append(errs, fmt.Errorf("--ready-depth must not be negative"))
+	}
+	if c.Secrets < 0 || c.Secrets > 1000 {
+		errs = append(errs, fmt.Errorf("--secrets %d: 0 to 1000 secrets per tenant", c.Secrets))
 	}
 	if c.Model.CompletionTokens < 0 || c.Model.PromptTokens < 0 || c.Model.Fail429 < 0 || c.Model.Fail500 < 0 {
 		errs = append(errs, fmt.Errorf("token counts and failure counts must not be negative"))

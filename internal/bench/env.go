@@ -61,6 +61,13 @@ func (e *env) tenant(ctx context.Context, name string) (*tenant, error) {
 	}
 	c := client.New(e.fleet.apiURL(), tv.APIKey)
 	c.HTTP = e.http
+	for i := range e.cfg.Secrets {
+		name := fmt.Sprintf("bench_secret_%d", i)
+		if _, err := c.PutSecret(ctx, "", name, wire.SecretRequest{Value: newToken(), Hosts: []string{"secret.bench.invalid"}}); err != nil {
+			return nil, fmt.Errorf("tenant %s: set secret %s: %w", id, name, err)
+		}
+	}
+	e.rep.Parameters.Secrets = e.cfg.Secrets
 	return &tenant{id: id, tag: e.tag + "-" + name, c: c}, nil
 }
 

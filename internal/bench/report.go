@@ -59,6 +59,8 @@ type Parameters struct {
 	Tracing string `json:"tracing,omitempty"`
 	// SideEffects: every turn POSTs once and calls ai() once.
 	SideEffects bool `json:"side_effects,omitempty"`
+	// Secrets each tenant holds (Config.Secrets).
+	Secrets int `json:"secrets,omitempty"`
 }
 
 // Figures are the measurements; which are set depends on the scenario.
@@ -413,6 +415,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		row("fleet GOMAXPROCS", "Go's default per process")
 	}
 	row("runs", "%d x %d turns, model latency %s", p.Runs, p.Turns, p.ModelLatency)
+	if p.Secrets > 0 {
+		row("secrets", "%d per tenant, each value redacted from every turn", p.Secrets)
+	}
 	if p.Tracing != "" {
 		row("tracing", "on, OTLP/HTTP to the bench's stub collector")
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 	"github.com/agentfleet/agentfleet/internal/telemetry"
@@ -138,6 +139,9 @@ type fleetOptions struct {
 	// tracer, when set, traces the dispatcher's admissions and every
 	// worker's turns.
 	tracer *telemetry.Tracer
+	// secrets is the dispatcher's and the workers' key (testSecrets
+	// when nil).
+	secrets *secrets.Box
 	// sandbox configures the workers' sandboxes (zero: the defaults).
 	sandbox sandbox.Config
 	// model, when set, wraps each worker's model client.
@@ -160,6 +164,9 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	if o.tenant.ID == "" {
 		o.tenant.ID = "acme"
 	}
+	if o.secrets == nil {
+		o.secrets = testSecrets
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	emb := bustest.StartServer(t)
@@ -178,7 +185,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 	f.dispatcher, err = fleet.NewDispatcher(fleet.DispatcherConfig{
 		Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AdminToken: "admin-secret", Store: st, Bus: b, Logger: logger,
 		KeeperInterval: 100 * time.Millisecond, StrandedInterval: o.stranded, StrandedAfter: o.stranded,
-		Secrets: testSecrets, Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
+		Secrets: o.secrets, Egress: testEgress, CallbackInterval: 20 * time.Millisecond, CallbackBackoff: 10 * time.Millisecond,
 		Tracer: o.tracer,
 	})
 	require.NoError(t, err)
@@ -197,7 +204,7 @@ func setupFleetWith(t *testing.T, o fleetOptions) *testFleet {
 		wp, err := fleet.NewWorkerProcess(fleet.WorkerConfig{
 			Workers: 1, Slots: o.slots, ModelClient: mc, Model: llm.Config{Model: "fake-model"}, Sandbox: o.sandbox,
 			Store: st, Bus: b, Registry: reg, Logger: logger.With("proc", i), RetryDelay: 50 * time.Millisecond,
-			Tracer: o.tracer, Secrets: testSecrets,
+			Tracer: o.tracer, Secrets: o.secrets,
 		})
 		require.NoError(t, err)
 		wctx, stop := context.WithCancel(ctx)

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -31,11 +32,14 @@ func credValue(c *agentfleet.OpenSecret) string {
 }
 
 // credFor says whether a request to u gets c: over HTTPS, to one of its
-// hosts ("api.example.com", "api.example.com:8443", "*.example.com").
+// hosts.
 func credFor(c *agentfleet.OpenSecret, u *url.URL) bool {
-	if u.Scheme != "https" {
-		return false
-	}
+	return u.Scheme == "https" && credHost(c, u)
+}
+
+// credHost says whether u's host is one of c's hosts ("api.example.com",
+// "api.example.com:8443", "*.example.com"), whatever the scheme.
+func credHost(c *agentfleet.OpenSecret, u *url.URL) bool {
 	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 	hostPort := strings.ToLower(u.Host)
 	for _, h := range c.Hosts {
@@ -53,6 +57,22 @@ func credFor(c *agentfleet.OpenSecret, u *url.URL) bool {
 	return false
 }
 
+// errPlainCredential refuses a plain-http request to a host a credential
+// is bound to: the credential is never sent over it, and sending the
+// request without it would only fail upstream in a way the script cannot
+// tell apart from a wrong token.
+func errPlainCredential(creds []agentfleet.OpenSecret, u *url.URL) error {
+	if u.Scheme == "https" {
+		return nil
+	}
+	for i := range creds {
+		if credHost(&creds[i], u) {
+			return fmt.Errorf("secret %q is sent over HTTPS only, so this plain-%s request to its host was not sent; use https://%s", creds[i].Name, u.Scheme, u.Host)
+		}
+	}
+	return nil
+}
+
 // injectCredentials sets on req the header of each credential it gets
 // and returns those credentials.
 func injectCredentials(req *http.Request, creds []agentfleet.OpenSecret) []*agentfleet.OpenSecret {
@@ -68,10 +88,12 @@ func injectCredentials(req *http.Request, creds []agentfleet.OpenSecret) []*agen
 	return sent
 }
 
-// withCredentialRedirects is base for a request that carries the
-// credentials sent: on each redirect, after base's own checks, each one's
-// header is dropped, and set again only where the target gets it.
-func withCredentialRedirects(base *http.Client, sent []*agentfleet.OpenSecret) *http.Client {
+// withCredentialRedirects is base for a request of a turn with
+// credentials: on each redirect, after base's own checks, a plain-http
+// target on a credential's host is refused (errPlainCredential), each
+// sent credential's header is dropped, and set again only where the
+// target gets it.
+func withCredentialRedirects(base *http.Client, creds []agentfleet.OpenSecret, sent []*agentfleet.OpenSecret) *http.Client {
 	c := *base
 	check := base.CheckRedirect
 	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
@@ -79,6 +101,9 @@ func withCredentialRedirects(base *http.Client, sent []*agentfleet.OpenSecret) *
 			if err := check(req, via); err != nil {
 				return err
 			}
+		}
+		if err := errPlainCredential(creds, req.URL); err != nil {
+			return fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), err)
 		}
 		for _, s := range sent {
 			req.Header.Del(credHeader(s))

@@ -106,27 +106,34 @@ func TestCredentialSentOnlyOverHTTPSToItsHosts(t *testing.T) {
   const opts = {headers: {"x-api-key": "the script's own"}};
   const r = fetch(a.home + "/echo", opts);
   log("seen:", r.body, r.headers["x-echo"]);
-  fetch(a.plain + "/plain", opts);
+  const refused = [];
+  try { fetch(a.plain + "/plain", opts); } catch (e) { refused.push(e.message); }
   fetch(a.home + "/redirect?to=" + encodeURIComponent(a.other + "/elsewhere"), opts);
-  fetch(a.home + "/redirect?to=" + encodeURIComponent(a.plain + "/downgraded"));
+  try { fetch(a.home + "/redirect?to=" + encodeURIComponent(a.plain + "/downgraded")); } catch (e) { refused.push(e.message); }
   fetch(a.home + "/redirect?to=" + encodeURIComponent(a.home + "/same"));
   const leak = r.body.indexOf(a.probe) >= 0 || r.headers["x-echo"].indexOf(a.probe) >= 0;
-  return {echo: r.json().headers["X-Api-Key"], hdr: r.headers["x-echo"], body: r.body, leak};
+  return {echo: r.json().headers["X-Api-Key"], hdr: r.headers["x-echo"], body: r.body, leak, refused};
 }`})
 	out := ok(t, res)
 
 	want := "token " + credValueSecret
 	require.Equal(t, []string{"/echo " + want, "/redirect " + want, "/redirect " + want, "/redirect " + want, "/same " + want}, a.requests(),
 		"the header arrives formatted, once, in place of the script's")
-	require.Equal(t, []string{"/plain the script's own", "/downgraded "}, plain.requests(), "plain http gets no secret")
+	require.Empty(t, plain.requests(), "a plain-http request to a secret's host is not sent, nor is a redirect down to one")
 	require.Equal(t, []string{"/elsewhere "}, b.requests(), "a redirect to another host does not carry it")
 
 	var got struct {
 		Echo []string `json:"echo"`
 		Hdr  string   `json:"hdr"`
-		Leak bool     `json:"leak"`
+		Leak    bool     `json:"leak"`
+		Refused []string `json:"refused"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Len(t, got.Refused, 2)
+	for _, msg := range got.Refused {
+		require.Contains(t, msg, `secret "gh" is sent over HTTPS only`, "the script is told why")
+	}
+	require.Contains(t, got.Refused[1], "redirect to http://example.com:")
 	require.False(t, got.Leak, "the script saw the value in the response")
 	require.Equal(t, []string{"token [secret:gh]"}, got.Echo, "the script's view of the echo")
 	require.Equal(t, "token [secret:gh]", got.Hdr)

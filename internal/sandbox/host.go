@@ -416,9 +416,12 @@ func (p *Pool) fetch(ctx context.Context, name string, egressList []string, cred
 	if idempotencyKey != "" {
 		hreq.Header.Set("Idempotency-Key", idempotencyKey)
 	}
+	if err := errPlainCredential(creds, u); err != nil {
+		return hostErr("%s %s: %v", name, target, err)
+	}
 	client := n.client
-	if sent := injectCredentials(hreq, creds); len(sent) > 0 {
-		client = withCredentialRedirects(n.client, sent)
+	if len(creds) > 0 {
+		client = withCredentialRedirects(n.client, creds, injectCredentials(hreq, creds))
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {
