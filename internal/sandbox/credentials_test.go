@@ -123,8 +123,8 @@ func TestCredentialSentOnlyOverHTTPSToItsHosts(t *testing.T) {
 	require.Equal(t, []string{"/elsewhere "}, b.requests(), "a redirect to another host does not carry it")
 
 	var got struct {
-		Echo []string `json:"echo"`
-		Hdr  string   `json:"hdr"`
+		Echo    []string `json:"echo"`
+		Hdr     string   `json:"hdr"`
 		Leak    bool     `json:"leak"`
 		Refused []string `json:"refused"`
 	}
