@@ -579,7 +579,7 @@ func BenchmarkTurn(b *testing.B) {
 	}
 	// A worker's turn passes its provider key, and a tenant with
 	// secrets has them all opened and redacted; its agent names two.
-	tenant := make([]agentfleet.OpenSecret, 8)
+	tenant := make([]agentfleet.OpenSecret, 10)
 	for i := range tenant {
 		tenant[i] = agentfleet.OpenSecret{Secret: agentfleet.Secret{Name: fmt.Sprintf("s%d", i), Hosts: []string{"api.example.com"}, Expose: i == 0},
 			Value: fmt.Sprintf("value-%d-4f8e2a1c9b7d6e5f3a2b1c0d", i)}

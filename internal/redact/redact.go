@@ -112,10 +112,37 @@ func (r *Redactor) Form(i int) (form, label string) { return r.forms[i], r.label
 
 // String redacts s. It copies nothing when s holds no value.
 func (r *Redactor) String(s string) string {
-	if r == nil || !r.Found(s) {
+	if r == nil {
 		return s
 	}
-	return r.r.Replace(s)
+	first := r.firstForm(func(f int) bool { return strings.Contains(s, r.forms[f]) })
+	if first < 0 {
+		return s
+	}
+	return r.replacerFrom(first, func(f int) bool { return strings.Contains(s, r.forms[f]) }).Replace(s)
+}
+
+// firstForm is the index of the first form present, or -1.
+func (r *Redactor) firstForm(present func(int) bool) int {
+	for f := range r.forms {
+		if present(f) {
+			return f
+		}
+	}
+	return -1
+}
+
+// replacerFrom is the replacer for a text in which form first is the
+// first present: when it is the only one, a replacer of that one form,
+// which searches as fast as strings.Index does (the replacer of every
+// form walks a trie byte by byte, ten times slower on a long text).
+func (r *Redactor) replacerFrom(first int, present func(int) bool) *strings.Replacer {
+	for f := first + 1; f < len(r.forms); f++ {
+		if present(f) {
+			return r.r
+		}
+	}
+	return strings.NewReplacer(r.forms[first], r.labels[first])
 }
 
 // Replace redacts s without looking first.
@@ -156,14 +183,20 @@ func (r *Redactor) FoundIn(doc []byte) bool {
 // cheap; when it would break the document (a value that is a number, or
 // JSON syntax) the document is redacted value by value instead.
 func (r *Redactor) JSON(doc []byte) []byte {
-	if r == nil || !r.FoundIn(doc) {
+	if r == nil {
 		return doc
 	}
-	s := r.r.Replace(string(doc))
+	present := func(f int) bool { return bytes.Contains(doc, r.raw[f]) }
+	first := r.firstForm(present)
+	if first < 0 {
+		return doc
+	}
+	rep := r.replacerFrom(first, present)
+	s := rep.Replace(string(doc))
 	if json.Valid([]byte(s)) {
 		return []byte(s)
 	}
-	return walkJSON(doc, r.r.Replace)
+	return walkJSON(doc, rep.Replace)
 }
 
 // walkJSON applies fn to every string, number and key of doc.

@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,4 +78,43 @@ func TestShapesJSON(t *testing.T) {
 	require.JSONEq(t, `{"k":"[redacted]","pem":"[redacted]","after":"kept"}`, string(ShapesJSON(doc)))
 	clean := []byte(`{"note":"sk-learn"}`)
 	require.Equal(t, clean, ShapesJSON(clean))
+}
+
+// The cost of redacting a turn's output for a tenant with 10 secrets and
+// a provider key: a prompt-sized text and a 200-item carried value, with
+// nothing to replace (the common case) and with one value in each.
+func BenchmarkRedactor(b *testing.B) {
+	var vs []Value
+	vs = append(vs, Value{Value: "sk-proj-4f8e2a1c9b7d6e5f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d"})
+	for i := range 10 {
+		vs = append(vs, Value{Name: fmt.Sprintf("secret_%d", i), Value: fmt.Sprintf("value-%d-4f8e2a1c9b7d6e5f3a2b1c0d", i)})
+	}
+	r := New(vs)
+	prompt := strings.Repeat("The model wrote a script and the sandbox ran it; log lines follow. ", 100) // 6.7 KB
+	var items []map[string]any
+	for i := range 200 {
+		items = append(items, map[string]any{"id": i, "name": fmt.Sprintf("item %d", i), "price": float64(i) * 1.25, "tags": []string{"a", "b"}})
+	}
+	carried, err := json.Marshal(items)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withSecret := prompt + vs[3].Value
+	carriedWithSecret := append(carried[:len(carried)-1:len(carried)-1], []byte(`,"`+vs[5].Value+`"]`)...)
+	for _, c := range []struct {
+		name string
+		run  func()
+	}{
+		{"prompt-clean", func() { _ = r.String(prompt) }},
+		{"prompt-one-secret", func() { _ = r.String(withSecret) }},
+		{"carried200-clean", func() { _ = r.JSON(carried) }},
+		{"carried200-one-secret", func() { _ = r.JSON(carriedWithSecret) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.run()
+			}
+		})
+	}
 }
