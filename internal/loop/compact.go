@@ -136,7 +136,7 @@ func Compact(ctx context.Context, req CompactRequest) (CompactResult, error) {
 	if req.Journal != nil {
 		var err error
 		if recorded, err = journalEntries(ctx, req); err != nil {
-			return res, err
+			return failed(res), err
 		}
 	}
 	summary := req.Previous
