@@ -370,3 +370,40 @@ func TestDefaultProfileIsTheEngineDefaults(t *testing.T) {
 	require.Equal(t, loop.MaxCompletionTokensDefault, p.Reserve)
 	require.Equal(t, sandbox.LogBytesDefault, p.LogCap)
 }
+
+// staleJournal refuses every record, as the store does once the turn was
+// committed by another attempt.
+type staleJournal struct{ *memJournal }
+
+func (staleJournal) JournalRecord(context.Context, agentfleet.JournalEntry, *agentfleet.Reservation, string) (bool, bool, error) {
+	return false, false, loop.ErrStale
+}
+
+// A compaction of a turn committed elsewhere says so (the caller stops
+// the turn); the call it made is charged apart, its tokens were spent.
+func TestCompactStaleTurn(t *testing.T) {
+	t.Parallel()
+	meter := &memMeter{}
+	model := &summarizer{}
+	j := staleJournal{&memJournal{entries: map[int]agentfleet.JournalEntry{}, meter: meter}}
+	res, err := loop.Compact(context.Background(), journaledCompaction(model, j, meter, history(20, 600)))
+	require.ErrorIs(t, err, loop.ErrStale)
+	require.Zero(t, res.Covered)
+	require.Len(t, model.requests(), 1)
+	require.Equal(t, agentfleet.EstimateTokens(model.requests()[0].Messages)+7, meter.used)
+	require.Equal(t, meter.used, res.Usage.Total())
+	require.Zero(t, meter.reserved)
+}
+
+// An unlimited tenant's summary calls hold nothing and are still charged.
+func TestCompactUnlimitedTenant(t *testing.T) {
+	t.Parallel()
+	meter := &memMeter{}
+	req := journaledCompaction(&summarizer{}, &memJournal{entries: map[int]agentfleet.JournalEntry{}, meter: meter}, meter, history(20, 600))
+	req.Unlimited = true
+	res, err := loop.Compact(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, res.Calls, meter.unheld)
+	require.Empty(t, meter.reserves)
+	require.Equal(t, res.Usage.Total(), meter.used)
+}
