@@ -169,8 +169,11 @@ const (
 	StepObservation StepKind = "observation"
 	// StepSummary is a checkpoint: the compactor's summary of the
 	// session's history up to and including the turn it names in its
-	// Content's header. Later turns and runs of the session replay it
-	// instead of the steps it covers; those stay in the trace.
+	// Content's header line ("summary through run R turn T", or
+	// "summary through run R" for all of an earlier run; the summary
+	// follows it: loop.RenderSummary, loop.ParseSummary). Later turns
+	// and runs of the session replay it instead of the steps it covers;
+	// those stay in the trace.
 	StepSummary StepKind = "summary"
 )
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
 )
 
@@ -73,6 +75,8 @@ func (e cliEnv) cmdAgents(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		// The profile goes to stderr: stdout stays what apply -f takes back.
+		fmt.Fprintln(e.stderr, profileLine(a.AgentSpec))
 		return writeJSON(e.stdout, a)
 	case "rm", "delete":
 		fs := flag.NewFlagSet("agents rm", flag.ContinueOnError)
@@ -90,6 +94,18 @@ func (e cliEnv) cmdAgents(ctx context.Context, args []string) error {
 		return nil
 	}
 	return usagef("unknown agents subcommand %q: use apply, ls, show or rm", args[0])
+}
+
+// profileLine says how the agent's prompts spend its context window.
+func profileLine(spec agentfleet.AgentSpec) string {
+	p := agentfleet.ProfileFor(spec.ContextWindow)
+	window := "context_window unset, the defaults"
+	if p.Window > 0 {
+		window = fmt.Sprintf("context_window %d", p.Window)
+	}
+	summarizer := cmp.Or(spec.SummaryModel, spec.Model, "the worker's model")
+	return fmt.Sprintf("profile (%s): prompt budget %d tokens; history over %d folds into a summary (up to %d tokens, by %s) keeping %d verbatim; logs %d bytes a turn; reply reserve %d",
+		window, p.Budget, p.Trigger, p.SummaryTokens, summarizer, p.Keep, p.LogCap, p.Reserve)
 }
 
 func orDash(s string) string {

@@ -102,8 +102,13 @@ func (s *Server) checkAgentSecretsExist(ctx context.Context, tenant string, name
 
 // checkAgentSpec refuses what no worker could serve, naming the field.
 func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
-	if len(spec.Model) > maxAgentModelLen || strings.ContainsFunc(spec.Model, func(r rune) bool { return r < ' ' }) {
-		return errUnprocessable("model %q is not a model name", spec.Model)
+	for _, m := range []struct{ field, name string }{{"model", spec.Model}, {"summary_model", spec.SummaryModel}} {
+		if len(m.name) > maxAgentModelLen || strings.ContainsFunc(m.name, func(r rune) bool { return r < ' ' }) {
+			return errUnprocessable("%s %q is not a model name", m.field, m.name)
+		}
+	}
+	if err := agentfleet.CheckContextWindow(spec.ContextWindow); err != nil {
+		return errUnprocessable("%v", err)
 	}
 	if err := sandbox.CheckPrimitives(spec.Primitives); err != nil {
 		return errUnprocessable("primitives: %s", strings.TrimPrefix(err.Error(), "sandbox: "))

@@ -22,6 +22,7 @@ func TestAgentLifecycle(t *testing.T) {
 		"max_turns": 8, "max_tokens": 40000, "max_completion_tokens": 1024, "max_model_calls_per_turn": 4, "turn_timeout": "45s",
 		"egress": []string{"billing.internal", "10.1.0.0/16"}, "approve": []string{"http.post", "fetch:POST"},
 		"approval_timeout": "2h", "approval_callback_url": "https://hooks.example.com/approvals",
+		"context_window": 128000, "summary_model": "gpt-4o-mini-summaries",
 	}
 	created := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/triage", key, spec), http.StatusCreated)
 	require.Equal(t, agentfleet.Agent{Tenant: "acme", Name: "triage", Version: 1, AgentSpec: agentfleet.AgentSpec{
@@ -29,6 +30,7 @@ func TestAgentLifecycle(t *testing.T) {
 		MaxTurns: 8, MaxTokens: 40000, MaxCompletionTokens: 1024, MaxModelCallsPerTurn: 4, TurnTimeout: agentfleet.Duration(45 * time.Second),
 		Egress: []string{"billing.internal", "10.1.0.0/16"}, Approve: []string{"http.post", "fetch:POST"},
 		ApprovalTimeout: agentfleet.Duration(2 * time.Hour), ApprovalCallbackURL: "https://hooks.example.com/approvals",
+		ContextWindow: 128000, SummaryModel: "gpt-4o-mini-summaries",
 	}, CreatedAt: created.CreatedAt, UpdatedAt: created.UpdatedAt}, created)
 	raw := rawJSON(t, e.do("GET", "/v1/agents/triage", key, nil).body)
 	require.JSONEq(t, `"You triage issues."`, string(raw["system"]), "the persona is system on the wire")
@@ -114,6 +116,12 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"relative callback":  {"/v1/agents/a", map[string]any{"approval_callback_url": "/x"}, http.StatusUnprocessableEntity, "approval_callback_url"},
 		"control in model":   {"/v1/agents/a", map[string]any{"model": "gpt\n4"}, http.StatusUnprocessableEntity, "model"},
 		"egress with commas": {"/v1/agents/a", map[string]any{"egress": []string{"a.internal,b.internal"}}, http.StatusUnprocessableEntity, "own entry"},
+		"small window":       {"/v1/agents/a", map[string]any{"context_window": 2047}, http.StatusUnprocessableEntity, "context_window: 2047 tokens is not a model's window; give 2048 to 10000000"},
+		"huge window":        {"/v1/agents/a", map[string]any{"context_window": 10_000_001}, http.StatusUnprocessableEntity, "context_window: 10000001"},
+		"negative window":    {"/v1/agents/a", map[string]any{"context_window": -1}, http.StatusUnprocessableEntity, "context_window"},
+		"text window":        {"/v1/agents/a", `{"context_window": "32k"}`, http.StatusBadRequest, "context_window"},
+		"summary model":      {"/v1/agents/a", map[string]any{"summary_model": "mini\tfast"}, http.StatusUnprocessableEntity, `summary_model "mini\tfast" is not a model name`},
+		"long summary model": {"/v1/agents/a", map[string]any{"summary_model": strings.Repeat("m", 201)}, http.StatusUnprocessableEntity, "summary_model"},
 	} {
 		r := e.do("PUT", c.path, key, c.body)
 		code := map[int]string{http.StatusBadRequest: "bad_request", http.StatusUnprocessableEntity: "unprocessable"}[c.status]
