@@ -179,6 +179,7 @@ type turnHistory struct {
 	reply       string
 	observation string
 	hasScript   bool
+	script      Script // when hasScript
 	failed      bool
 }
 
@@ -199,7 +200,7 @@ func splitSteps(steps []agentfleet.Step) (turns []turnHistory, summaries []agent
 		switch s.Kind {
 		case agentfleet.StepModel:
 			t.reply = s.Content
-			_, t.hasScript = ExtractScript(s.Content)
+			t.script, t.hasScript = ExtractScript(s.Content)
 		case agentfleet.StepObservation:
 			t.observation = s.Content
 			t.failed = observationFailed(s.Content, s.Turn)
@@ -284,7 +285,7 @@ func composeConversation(in composeInput) conversation {
 		head = append(head, agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: summary.Content})
 	}
 	task := agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: taskMessage(in.run, in.session)}
-	cost := agentfleet.EstimateTokens(head) + agentfleet.EstimateTokens([]agentfleet.ChatMessage{task})
+	cost := agentfleet.EstimateTokens(head) + messageTokens + agentfleet.EstimateTextTokens(task.Content)
 
 	records := make([][]agentfleet.ChatMessage, len(session))
 	recordCosts := make([]int64, len(session))
@@ -303,7 +304,7 @@ func composeConversation(in composeInput) conversation {
 	for i, t := range turns {
 		reply := t.reply
 		if t.hasScript && !t.failed {
-			reply = ElideScript(reply, t.turn)
+			reply = elide(reply, t.script, t.turn)
 		}
 		pairs[i] = [2]agentfleet.ChatMessage{
 			{Role: agentfleet.RoleAssistant, Content: reply},
@@ -313,37 +314,36 @@ func composeConversation(in composeInput) conversation {
 		cost += costs[i]
 	}
 
+	// Trim while over the budget, counting the messages that say what
+	// was left out.
 	firstRecord, start := 0, 0
-	dropped := func() int {
-		first := in.run.Turn + 1
-		if start < len(turns) {
-			first = turns[start].turn
-		}
-		if len(summaries) > 0 {
-			first -= through
-		}
-		return max(first-1, 0)
+	coveredTurns := 0
+	if len(summaries) > 0 {
+		coveredTurns = through
 	}
-	over := func() bool {
-		if in.contextTokens <= 0 {
-			return false
-		}
+	dropped := droppedTurns(in.run, turns, start, coveredTurns)
+	for in.contextTokens > 0 {
 		c := cost
 		if firstRecord > 0 {
 			c += markerTokens
 		}
-		if dropped() > 0 {
+		if dropped > 0 {
 			c += markerTokens
 		}
-		return c > int64(in.contextTokens)
-	}
-	for over() && firstRecord < len(records) {
-		cost -= recordCosts[firstRecord]
-		firstRecord++
-	}
-	for over() && start < len(pairs)-1 {
+		if c <= int64(in.contextTokens) {
+			break
+		}
+		if firstRecord < len(records) {
+			cost -= recordCosts[firstRecord]
+			firstRecord++
+			continue
+		}
+		if start >= len(pairs)-1 {
+			break
+		}
 		cost -= costs[start]
 		start++
+		dropped = droppedTurns(in.run, turns, start, coveredTurns)
 	}
 
 	msgs := make([]agentfleet.ChatMessage, 0, len(head)+2+2*len(records)+2*(len(pairs)-start)+2)
@@ -358,20 +358,36 @@ func composeConversation(in composeInput) conversation {
 		msgs = append(msgs, r...)
 	}
 	msgs = append(msgs, task)
-	if n := dropped(); n > 0 {
+	if dropped > 0 {
 		msgs = append(msgs, agentfleet.ChatMessage{
 			Role:    agentfleet.RoleUser,
-			Content: fmt.Sprintf("[%d earlier turn(s) omitted to fit the context; args still carries their result]", n),
+			Content: fmt.Sprintf("[%d earlier turn(s) omitted to fit the context; args still carries their result]", dropped),
 		})
 	}
 	for _, p := range pairs[start:] {
 		msgs = append(msgs, p[0], p[1])
 	}
-	return conversation{messages: msgs, dropped: dropped(), trimmed: start, trimmedRuns: firstRecord}
+	return conversation{messages: msgs, dropped: dropped, trimmed: start, trimmedRuns: firstRecord}
 }
 
-// markerTokens is what a message saying what was omitted costs at most.
-const markerTokens = 32
+// droppedTurns counts the run's turns before turns[start] that the prompt
+// leaves out (outside the history window or trimmed), not counting the
+// first covered ones a summary holds.
+func droppedTurns(run *agentfleet.Run, turns []turnHistory, start, covered int) int {
+	first := run.Turn + 1
+	if start < len(turns) {
+		first = turns[start].turn
+	}
+	return max(first-1-covered, 0)
+}
+
+// markerTokens is what a message saying what was omitted costs at most;
+// messageTokens what any message costs beyond its text (as
+// agentfleet.EstimateTokens counts).
+const (
+	markerTokens  = 32
+	messageTokens = 4
+)
 
 // sessionRecord renders an earlier run of the session: its message, the
 // prose of its turns with their scripts elided, their logs within logCap
@@ -391,7 +407,7 @@ func sessionRecord(r *SessionRun, through, logCap int) []agentfleet.ChatMessage 
 		}
 		reply := t.reply
 		if t.hasScript {
-			reply = ElideScript(reply, t.turn)
+			reply = elide(reply, t.script, t.turn)
 		} else if i == len(turns)-1 && r.Run.Status == agentfleet.StatusCompleted {
 			repliedAnswer = true // a reply without code is the answer
 		}

@@ -3,6 +3,7 @@ package loop
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
@@ -92,7 +93,12 @@ func ElideScript(reply string, turn int) string {
 	if !ok {
 		return reply
 	}
-	marker := fmt.Sprintf("[script of turn %d elided]", turn)
+	return elide(reply, s, turn)
+}
+
+// elide is ElideScript for the script s found in reply.
+func elide(reply string, s Script, turn int) string {
+	marker := "[script of turn " + strconv.Itoa(turn) + " elided]"
 	prefix := reply[:s.start]
 	suffix := reply[s.end:]
 	if prefix != "" && !strings.HasSuffix(prefix, "\n") {
@@ -169,7 +175,13 @@ func observationLogs(obs string) string {
 
 // observationFailed reports whether an observation reports a failed turn.
 func observationFailed(obs string, turn int) bool {
-	return strings.HasPrefix(obs, fmt.Sprintf("Turn %d failed (", turn))
+	rest, ok := strings.CutPrefix(obs, "Turn ")
+	if !ok {
+		return false
+	}
+	var buf [20]byte
+	rest, ok = strings.CutPrefix(rest, string(strconv.AppendInt(buf[:0], int64(turn), 10)))
+	return ok && strings.HasPrefix(rest, " failed (")
 }
 
 func hasAnyPrefix(s string, prefixes []string) bool {
