@@ -15,8 +15,11 @@
 // fenced javascript block defining run(args); run's return value is carried
 // to the next turn in full but the model only sees its structural Digest;
 // answer(result) ends the run; a reply without code is the final answer;
-// errors are shown to the model with args left unchanged; only the latest
-// script stays verbatim in the history.
+// errors are shown to the model with args left unchanged; a script is
+// elided from the history once its turn has run (a failed one stays), so
+// that each prompt starts with the one before it and providers' prompt
+// caches hit. A run of a session recalls its session's earlier runs
+// first (prompt.go).
 //
 // Crash rules (docs/ARCHITECTURE.md §4) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free

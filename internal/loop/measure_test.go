@@ -82,3 +82,20 @@ func TestPromptSizeAndPrefixOfACarry200Run(t *testing.T) {
 	require.LessOrEqual(t, st.TotalChars, 15500)
 	require.GreaterOrEqual(t, st.MinPrefixShare, 0.90)
 }
+
+func TestMeasurePrompts(t *testing.T) {
+	t.Parallel()
+	sys := agentfleet.ChatMessage{Role: agentfleet.RoleSystem, Content: "0123456789"}
+	task := agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: "abcdefghij"}
+	a := []agentfleet.ChatMessage{sys, task}
+	grown := []agentfleet.ChatMessage{sys, task, {Role: agentfleet.RoleAssistant, Content: "xyz"}}
+	changed := []agentfleet.ChatMessage{sys, {Role: agentfleet.RoleUser, Content: "abcdeXXXXX"}, {Role: agentfleet.RoleAssistant, Content: "xyz"}}
+	st := loop.MeasurePrompts([][]agentfleet.ChatMessage{a, grown, changed})
+	require.Equal(t, []int{20, 23, 23}, st.Chars)
+	require.Equal(t, 66, st.TotalChars)
+	require.InDelta(t, 1.0, st.PrefixShares[0], 1e-9, "a prompt that only grows keeps all of the last as its prefix")
+	require.InDelta(t, 15.0/23, st.PrefixShares[1], 1e-9, "a changed message ends the prefix where it differs")
+	require.InDelta(t, 15.0/23, st.MinPrefixShare, 1e-9)
+	other := []agentfleet.ChatMessage{{Role: agentfleet.RoleUser, Content: "0123456789"}}
+	require.Zero(t, loop.MeasurePrompts([][]agentfleet.ChatMessage{a, other}).MinPrefixShare, "another role is another prompt")
+}
