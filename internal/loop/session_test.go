@@ -212,3 +212,28 @@ func TestSessionHistoryTrimmedToTheBudget(t *testing.T) {
 	require.Equal(t, agentfleet.EventBudgetTrimmed, res.Events[2].Type)
 	require.Contains(t, res.Events[2].Summary, "earlier run(s) of the session left out of the prompt to fit 1500 tokens")
 }
+
+// The offline demo model (agentctl dev) plays each run of a session as a
+// new task: the history it now sees before the task does not confuse it.
+func TestSessionWithTheDemoModel(t *testing.T) {
+	t.Parallel()
+	eng, err := loop.New(loop.Config{Model: llm.Demo{}, Sandbox: pool(t)})
+	require.NoError(t, err)
+	var session []loop.SessionRun
+	for _, task := range []string{"fizzbuzz to 15", "the first 10 fibonacci numbers", "primes below 30"} {
+		run := agentfleet.Run{ID: "run-" + task, Tenant: "acme", SessionID: "s", Message: task, Status: agentfleet.StatusRunning}
+		var steps []agentfleet.Step
+		for range 10 {
+			res, err := eng.Step(context.Background(), loop.TurnInput{Run: run, Session: session, Steps: steps})
+			require.NoError(t, err)
+			run.Turn, run.Args, run.Status, run.Answer, run.Error = res.Turn, res.Args, res.Status, res.Answer, res.Error
+			steps = append(steps, res.Steps...)
+			if res.Outcome == loop.OutcomeFinished {
+				break
+			}
+		}
+		require.Equal(t, agentfleet.StatusCompleted, run.Status, "%s: %s", task, run.Error)
+		require.NotContains(t, string(run.Answer), "Sorry", "%s: the demo did not take the history for a failure", task)
+		session = append(session, loop.SessionRun{Run: run, Steps: steps})
+	}
+}
