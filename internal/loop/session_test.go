@@ -237,3 +237,28 @@ func TestSessionWithTheDemoModel(t *testing.T) {
 		session = append(session, loop.SessionRun{Run: run, Steps: steps})
 	}
 }
+
+// BenchmarkTurnSession is BenchmarkTurn's tiny turn in a session with 10
+// earlier runs to recall: what composing the session's history costs.
+func BenchmarkTurnSession(b *testing.B) {
+	reply := js(`function run(args) { log("n=" + args.n); return {n: args.n + 1}; }`)
+	eng, err := loop.New(loop.Config{Model: instantModel{reply}, Sandbox: pool(b)})
+	require.NoError(b, err)
+	var session []loop.SessionRun
+	for i := range 10 {
+		session = append(session, earlierRun("r"+string(rune('a'+i)), "Question "+string(rune('A'+i)), "answer"))
+	}
+	in := loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", SessionID: "s", Message: "go on", Turn: 1, Args: json.RawMessage(`{"n":1}`), Status: agentfleet.StatusRunning},
+		Session: session, Steps: []agentfleet.Step{
+			{Turn: 1, Kind: agentfleet.StepModel, Content: js(`function run(args) { return {n: 1}; }`)},
+			{Turn: 1, Index: 1, Kind: agentfleet.StepObservation, Content: "Turn 1 ran.\nreturned {n: number} (7 B)\n"},
+		}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := eng.Step(ctx, in)
+		if err != nil || res.Outcome != loop.OutcomeContinue {
+			b.Fatalf("step: %v %v %v", err, res.Outcome, res.Error)
+		}
+	}
+}
