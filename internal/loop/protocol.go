@@ -98,16 +98,21 @@ func ElideScript(reply string, turn int) string {
 
 // elide is ElideScript for the script s found in reply.
 func elide(reply string, s Script, turn int) string {
-	marker := "[script of turn " + strconv.Itoa(turn) + " elided]"
-	prefix := reply[:s.start]
-	suffix := reply[s.end:]
+	prefix, suffix := reply[:s.start], reply[s.end:]
+	var b strings.Builder
+	b.Grow(len(prefix) + len(suffix) + 40)
+	b.WriteString(prefix)
 	if prefix != "" && !strings.HasSuffix(prefix, "\n") {
-		prefix += "\n"
+		b.WriteByte('\n')
 	}
+	b.WriteString("[script of turn ")
+	b.WriteString(strconv.Itoa(turn))
+	b.WriteString(" elided]")
 	if suffix != "" && !strings.HasPrefix(suffix, "\n") {
-		marker += "\n"
+		b.WriteByte('\n')
 	}
-	return prefix + marker + suffix
+	b.WriteString(suffix)
+	return b.String()
 }
 
 // Observation is what the model is told about a turn's execution: its log
