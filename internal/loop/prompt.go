@@ -272,10 +272,15 @@ func composeConversation(in composeInput) conversation {
 		}
 		turns = kept
 	} else {
-		for i := len(session) - 1; i >= 0 && summary == nil; i-- {
-			if _, sums := splitSteps(session[i].Steps); len(sums) > 0 {
-				summary = &sums[len(sums)-1]
-				session, covered, through = session[i:], 0, SummaryThrough(*summary)
+	latest:
+		for i := len(session) - 1; i >= 0; i-- {
+			steps := session[i].Steps
+			for j := len(steps) - 1; j >= 0; j-- {
+				if steps[j].Kind == agentfleet.StepSummary {
+					summary = &steps[j]
+					session, covered, through = session[i:], 0, SummaryThrough(*summary)
+					break latest
+				}
 			}
 		}
 	}
