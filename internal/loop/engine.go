@@ -15,8 +15,11 @@
 // fenced javascript block defining run(args); run's return value is carried
 // to the next turn in full but the model only sees its structural Digest;
 // answer(result) ends the run; a reply without code is the final answer;
-// errors are shown to the model with args left unchanged; only the latest
-// script stays verbatim in the history.
+// errors are shown to the model with args left unchanged; a script is
+// elided from the history once its turn has run (a failed one stays), so
+// that each prompt starts with the one before it and providers' prompt
+// caches hit. A run of a session recalls its session's earlier runs
+// first (prompt.go).
 //
 // Crash rules (docs/ARCHITECTURE.md §4) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free
@@ -96,9 +99,13 @@ type Config struct {
 	// HistoryWindow is how many recent turns a caller should load
 	// (see Engine.HistoryFrom).
 	HistoryWindow int
-	// ContextTokens is the prompt budget: the oldest turns are trimmed
-	// until the estimated prompt fits. Zero means no budget.
+	// ContextTokens is the prompt budget: the session's oldest runs,
+	// then the run's oldest turns, are trimmed until the estimated
+	// prompt fits. Zero means no budget.
 	ContextTokens int
+	// SessionLogCap bounds the log characters each earlier run of a
+	// session keeps in the prompt (SessionLogCapDefault when zero).
+	SessionLogCap int
 	// RecordRetryFor is how long a turn keeps trying to record a model
 	// reply the store failed to take (RecordRetryForDefault when zero),
 	// backing off from 50ms to 1s. The reply is paid for: failing the
@@ -134,6 +141,9 @@ func (c *Config) setDefaults() {
 	if c.ContextTokens == 0 {
 		c.ContextTokens = ContextTokensDefault
 	}
+	if c.SessionLogCap == 0 {
+		c.SessionLogCap = SessionLogCapDefault
+	}
 	if c.RecordRetryFor == 0 {
 		c.RecordRetryFor = RecordRetryForDefault
 	}
@@ -150,7 +160,7 @@ func (c *Config) validate() error {
 		return errors.New("loop: Config.Sandbox is nil: pass a sandbox (sandbox.New)")
 	case c.MaxTurns < 0 || c.MaxCompletionTokens < 0 || c.AIMaxTokens < 0 || c.MaxModelCallsPerTurn < 0 ||
 		c.MaxChildren < 0 || c.MaxDepth < 0 ||
-		c.HistoryWindow < 0 || c.ContextTokens < 0 || c.RecordRetryFor < 0:
+		c.HistoryWindow < 0 || c.ContextTokens < 0 || c.SessionLogCap < 0 || c.RecordRetryFor < 0:
 		return errors.New("loop: limits must not be negative (zero selects the default)")
 	}
 	return nil
@@ -228,18 +238,26 @@ func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
 	if p, ok := e.prompts.Load(key); ok {
 		return p.(string)
 	}
-	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives, secret))
+	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives, secret), agent.Primitives == nil)
 	e.prompts.Store(key, p)
 	return p
 }
 
 // TurnInput is what a turn needs: the run as committed so far (Run.Turn
-// turns), its agent, and the recorded steps of the turns in the history
-// window, oldest first.
+// turns), its agent, the recorded steps of the turns in the history
+// window, oldest first, and for a run of a session, its session's earlier
+// runs.
 type TurnInput struct {
 	Run   agentfleet.Run
 	Agent agentfleet.Agent
 	Steps []agentfleet.Step
+	// Session is the ended runs of Run's session before it that ran a
+	// turn, oldest first, with their steps, from the newest one that
+	// holds a summary step (which covers all before it); nil for a run
+	// without a session. The prompt recalls them before the run's own
+	// turns, and without a context turn 1's args is the last one's
+	// final carried value (Args).
+	Session []SessionRun
 	// Secrets are values redacted as "[redacted]" from everything the
 	// turn records or sends (the provider key).
 	Secrets []string
@@ -388,6 +406,10 @@ func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
 		// The agent's cap holds for a run that sets none.
 		in.Run.MaxTokens = in.Agent.MaxTokens
 	}
+	if in.Run.Turn == 0 && len(in.Run.Args) == 0 {
+		// A session's run goes on from what its previous run carried.
+		in.Run.Args = firstArgs(&in.Run, in.Session)
+	}
 	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
 	t.res.Turn = t.n
 	t.redact = e.redactor(&in)
@@ -437,7 +459,10 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
 	}
 
-	conv := composeConversation(t.e.systemPrompt(t.in.Agent, t.exposed), run, t.in.Steps, cfg.ContextTokens)
+	conv := composeConversation(composeInput{
+		system: t.e.systemPrompt(t.in.Agent, t.exposed), run: run, session: t.in.Session, steps: t.in.Steps,
+		contextTokens: cfg.ContextTokens, logCap: cfg.SessionLogCap,
+	})
 	if t.redact != nil {
 		// Nothing of a secret reaches the model: not the task, the
 		// persona, nor a step recorded before the secret was set.
@@ -445,9 +470,8 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 			conv.messages[i].Content = t.redact.String(conv.messages[i].Content)
 		}
 	}
-	if conv.trimmed > 0 {
-		t.emit(agentfleet.Event{Type: agentfleet.EventCompacted,
-			Summary: fmt.Sprintf("%d oldest turn(s) left out of the prompt to fit %d tokens", conv.trimmed, cfg.ContextTokens)})
+	if conv.trimmed > 0 || conv.trimmedRuns > 0 {
+		t.emit(agentfleet.Event{Type: agentfleet.EventBudgetTrimmed, Summary: trimSummary(conv, cfg.ContextTokens)})
 	}
 	reply, stop, err := t.reply(ctx, conv.messages)
 	if err != nil {
@@ -525,6 +549,18 @@ func (t *turn) emit(ev agentfleet.Event) {
 // clean redacts known secrets from text that goes into steps, events
 // and prompts.
 func (t *turn) clean(s string) string { return t.redact.String(s) }
+
+// trimSummary says what the context budget left out of the prompt.
+func trimSummary(conv conversation, tokens int) string {
+	var parts []string
+	if conv.trimmedRuns > 0 {
+		parts = append(parts, fmt.Sprintf("%d earlier run(s) of the session", conv.trimmedRuns))
+	}
+	if conv.trimmed > 0 {
+		parts = append(parts, fmt.Sprintf("%d oldest turn(s)", conv.trimmed))
+	}
+	return fmt.Sprintf("%s left out of the prompt to fit %d tokens", strings.Join(parts, " and "), tokens)
+}
 
 func firstPositive(vs ...int) int {
 	for _, v := range vs {

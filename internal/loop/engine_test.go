@@ -235,10 +235,12 @@ func TestStepCarriesValuesButShowsOnlyTheirShape(t *testing.T) {
 		require.NotContains(t, m.Content, "item199")
 	}
 	require.Contains(t, third.Messages[len(third.Messages)-1].Content, "count=200 last=item199", "the next turn read the carried value in full")
-	// Only the latest script stays verbatim.
+	// A script that ran is elided from every later prompt, so each
+	// prompt starts with the one before it.
 	require.Contains(t, third.Messages[2].Content, "[script of turn 1 elided]")
 	require.NotContains(t, third.Messages[2].Content, "items.push")
-	require.Contains(t, third.Messages[4].Content, "args.items.length")
+	require.Contains(t, third.Messages[4].Content, "[script of turn 2 elided]")
+	require.Equal(t, second.Messages, third.Messages[:len(second.Messages)])
 	require.Greater(t, out.run.DataBytesCarried, int64(10_000), "200 objects were kept out of the prompt")
 	require.Equal(t, []agentfleet.EventType{
 		"started", "user", "model_call", "execute_js", "log", "execute_js_result", "data_update",
@@ -292,7 +294,7 @@ func TestStepErrorsGoBackToTheModelWithArgsKept(t *testing.T) {
 	require.JSONEq(t, `"a was 1"`, string(out.run.Answer), "the failed turn left args as they were")
 	obs := afterError.Messages[len(afterError.Messages)-1].Content
 	require.Contains(t, obs, "Turn 2 failed (exception): TypeError")
-	require.Contains(t, obs, "args unchanged for the next turn: {a: number}")
+	require.Contains(t, obs, "args unchanged: {a: number}")
 	require.NotContains(t, obs, "goja", "messages are cleaned of engine internals")
 }
 
@@ -493,7 +495,7 @@ func TestStepCompactsHistoryToTheContextBudget(t *testing.T) {
 	res, err := eng.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "t", Message: "m", Turn: 6}, Steps: steps})
 	require.NoError(t, err)
 	model.AssertDone(t)
-	require.Equal(t, agentfleet.EventCompacted, res.Events[0].Type)
+	require.Equal(t, agentfleet.EventBudgetTrimmed, res.Events[0].Type, "a trim for the budget is a budget_trimmed event")
 	require.LessOrEqual(t, agentfleet.EstimateTokens(req.Messages), int64(1500))
 	require.Contains(t, req.Messages[2].Content, "turn(s) omitted")
 }

@@ -1,7 +1,14 @@
+// Prompt composition: the system prompt, the session's history and the
+// run's own turns, rendered so that what one model call sent is the
+// start of what the next one sends (providers cache prompt prefixes).
+
 package loop
 
 import (
+	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
@@ -9,20 +16,20 @@ import (
 
 // protocolPrompt opens every system prompt. It is ours, kept short: every
 // byte of it is paid on every turn of every run.
-const protocolPrompt = "You work by writing JavaScript. Each turn, reply with one fenced ```javascript block that defines `function run(args) { ... }`.\n" +
-	"- run(args) executes in a sandbox. args is what your previous run() returned (first turn: the task's context, or null).\n" +
-	"- Return what you want to keep: it reaches your next turn in full as args. You never see returned values, only their shape (keys, types, lengths); log() what you need to read, briefly.\n" +
-	"- Call answer(result) when done (a string or any JSON value). That ends the run.\n" +
-	"- If the script throws, times out or hits a limit, you see the error and args stay unchanged; fix the code and retry.\n" +
-	"- Only your latest script stays in this conversation; earlier ones are elided.\n" +
-	"- Everything is synchronous; no timers, files or process. Use only the API below.\n" +
-	"- A reply without a code block is your final answer.\n"
+const protocolPrompt = "You work by writing JavaScript. Each turn, reply with one ```javascript block defining `function run(args)`; it runs in a sandbox, synchronously (no await, timers, files or process; only the API below).\n" +
+	"- args is what your previous run() returned (first turn: what the task says, else null). Return what to keep: it reaches your next turn in full, but you see only its shape, so log() what you need, briefly.\n" +
+	"- answer(result) ends the run (a string or any JSON value); so does a reply without a code block.\n" +
+	"- A script that throws, times out or hits a limit leaves args unchanged; fix it and retry.\n" +
+	"- Once a turn has run, its script is elided here (a failed one stays); its log and result stay.\n"
 
 // SystemPrompt composes the system prompt: the protocol, then the agent's
-// persona, then the sandbox API as TypeScript declarations.
-func SystemPrompt(persona, declarations string) string {
+// persona, then the sandbox API as TypeScript declarations. brief shows
+// the long declarations by name only (help() logs them in full): for an
+// agent given every primitive, most of which a run never calls.
+func SystemPrompt(persona, declarations string, brief bool) string {
+	api := apiDeclarations(declarations, brief)
 	var b strings.Builder
-	b.Grow(len(protocolPrompt) + len(persona) + len(declarations) + 32)
+	b.Grow(len(protocolPrompt) + len(persona) + len(api) + 32)
 	b.WriteString(protocolPrompt)
 	if p := strings.TrimSpace(persona); p != "" {
 		b.WriteString("\n")
@@ -30,18 +37,140 @@ func SystemPrompt(persona, declarations string) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\nAPI:\n```ts\n")
-	b.WriteString(strings.TrimSpace(declarations))
+	b.WriteString(api)
 	b.WriteString("\n```\n")
 	return b.String()
 }
 
-// taskMessage is the first user message: the task, and the shape of the
-// context when one was given (the context itself is turn 1's args).
-func taskMessage(run *agentfleet.Run) string {
-	if len(run.Context) == 0 || string(run.Context) == "null" {
-		return run.Message
+// BriefDeclarationMaxChars is the longest declaration a brief API shows
+// in full.
+const BriefDeclarationMaxChars = 120
+
+// apiDeclarations is the sandbox's declarations as the prompt shows them:
+// without the opening comment that restates the protocol, and when brief,
+// the declarations longer than BriefDeclarationMaxChars listed by name
+// after the others.
+func apiDeclarations(decls string, brief bool) string {
+	decls = strings.TrimSpace(decls)
+	if first, rest, ok := strings.Cut(decls, "\n"); ok && strings.HasPrefix(first, "// Sandbox API:") {
+		decls = rest
 	}
-	return fmt.Sprintf("%s\n\n(args on the first turn holds the context given with the task: %s)", run.Message, Digest(run.Context))
+	if !brief {
+		return decls
+	}
+	// A declaration is a line and the indented lines that continue it.
+	var decl []string
+	for _, l := range strings.Split(decls, "\n") {
+		if strings.HasPrefix(l, " ") && len(decl) > 0 {
+			decl[len(decl)-1] += "\n" + l
+			continue
+		}
+		decl = append(decl, l)
+	}
+	var kept, named []string
+	for _, d := range decl {
+		name, ok := declaredName(d)
+		if ok && len(d) > BriefDeclarationMaxChars {
+			named = append(named, name)
+			continue
+		}
+		kept = append(kept, d)
+	}
+	if len(named) == 0 {
+		return decls
+	}
+	// The limits line stays last.
+	last := len(kept) - 1
+	if last >= 0 && strings.HasPrefix(kept[last], "//") {
+		kept = append(kept[:last:last], "// Also declared; help() logs them in full: "+strings.Join(named, ", "), kept[last])
+	} else {
+		kept = append(kept, "// Also declared; help() logs them in full: "+strings.Join(named, ", "))
+	}
+	return strings.Join(kept, "\n")
+}
+
+var declNames = regexp.MustCompile(`^declare (?:function|const) ([A-Za-z_$][\w$]*)(\(m: '([\w-]+)'\))?`)
+
+// declaredName is what a declaration declares: a function's or constant's
+// name, or require('module').
+func declaredName(decl string) (string, bool) {
+	m := declNames.FindStringSubmatch(decl)
+	switch {
+	case m == nil:
+		return "", false
+	case m[1] == "require" && m[3] != "":
+		return "require('" + m[3] + "')", true
+	}
+	return m[1], true
+}
+
+// SessionRun is an earlier ended run of a run's session with its steps:
+// the prompt recalls its message, the prose of its turns (scripts
+// elided), their logs within the log cap, and its answer or error.
+type SessionRun struct {
+	Run   agentfleet.Run
+	Steps []agentfleet.Step
+}
+
+// Bounds of what an earlier run of the session keeps in the prompt.
+const (
+	// SessionLogCapDefault bounds the log characters of one earlier
+	// run (Config.SessionLogCap).
+	SessionLogCapDefault = 2000
+	// SessionAnswerMaxChars bounds the answer or error it shows.
+	SessionAnswerMaxChars = 4000
+)
+
+// firstArgs is turn 1's args when the run was given no context: the final
+// carried value of the session's previous run, or nil.
+func firstArgs(run *agentfleet.Run, session []SessionRun) json.RawMessage {
+	if hasValue(run.Context) || len(session) == 0 {
+		return nil
+	}
+	if prev := session[len(session)-1].Run.Args; hasValue(prev) {
+		return prev
+	}
+	return nil
+}
+
+func hasValue(v json.RawMessage) bool {
+	s := strings.TrimSpace(string(v))
+	return s != "" && s != "null"
+}
+
+// taskMessage is the run's user message: the task, and the shape of
+// what turn 1's args holds, saying where it came from (the context given
+// with the task, or the session's previous run).
+func taskMessage(run *agentfleet.Run, session []SessionRun) string {
+	if hasValue(run.Context) {
+		return fmt.Sprintf("%s\n\n(args on the first turn holds the context given with the task: %s)", run.Message, Digest(run.Context))
+	}
+	if prev := firstArgs(run, session); prev != nil {
+		return fmt.Sprintf("%s\n\n(args on the first turn holds what this session's previous run carried last: %s)", run.Message, Digest(prev))
+	}
+	return run.Message
+}
+
+// SummaryHeader is the first line of a summary step's content: the last
+// turn of the step's run that it covers. A summary covers everything of
+// its session before that point: the earlier runs, and its own run's
+// message and turns through that one.
+func SummaryHeader(throughTurn int) string {
+	return fmt.Sprintf("[summary of the session through turn %d]", throughTurn)
+}
+
+var summaryThrough = regexp.MustCompile(`(?i)through turn (\d+)`)
+
+// SummaryThrough reads the turn a summary step covers through from its
+// header; without one, it covers the turns before its own.
+func SummaryThrough(s agentfleet.Step) int {
+	first, _, _ := strings.Cut(s.Content, "\n")
+	if m := summaryThrough.FindStringSubmatch(first); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return n
+		}
+	}
+	return s.Turn - 1
 }
 
 // turnHistory is the recorded part of one committed turn.
@@ -50,13 +179,20 @@ type turnHistory struct {
 	reply       string
 	observation string
 	hasScript   bool
+	script      Script // when hasScript
+	failed      bool
 }
 
-// groupTurns gathers steps into turns, in turn order. Steps of other kinds
-// are ignored; a turn without a model reply is skipped.
-func groupTurns(steps []agentfleet.Step) []turnHistory {
+// splitSteps gathers steps into turns, in turn order, and picks out the
+// summary steps. Steps of other kinds are ignored; a turn without a model
+// reply is skipped.
+func splitSteps(steps []agentfleet.Step) (turns []turnHistory, summaries []agentfleet.Step) {
 	var out []turnHistory
 	for _, s := range steps {
+		if s.Kind == agentfleet.StepSummary {
+			summaries = append(summaries, s)
+			continue
+		}
 		if len(out) == 0 || out[len(out)-1].turn != s.Turn {
 			out = append(out, turnHistory{turn: s.Turn})
 		}
@@ -64,9 +200,10 @@ func groupTurns(steps []agentfleet.Step) []turnHistory {
 		switch s.Kind {
 		case agentfleet.StepModel:
 			t.reply = s.Content
-			_, t.hasScript = ExtractScript(s.Content)
+			t.script, t.hasScript = ExtractScript(s.Content)
 		case agentfleet.StepObservation:
 			t.observation = s.Content
+			t.failed = observationFailed(s.Content, s.Turn)
 		}
 	}
 	kept := out[:0]
@@ -75,49 +212,104 @@ func groupTurns(steps []agentfleet.Step) []turnHistory {
 			kept = append(kept, t)
 		}
 	}
-	return kept
+	return kept, summaries
 }
 
 // conversation is the composed prompt and what composing it dropped.
 type conversation struct {
 	messages []agentfleet.ChatMessage
-	// dropped counts turns left out: outside the history window or
-	// trimmed to fit the context budget.
+	// dropped counts turns of the run left out: outside the history
+	// window or trimmed to fit the context budget (not those a summary
+	// covers).
 	dropped int
-	// trimmed counts the turns of dropped removed for the context budget.
-	trimmed int
+	// trimmed counts the turns of dropped removed for the context
+	// budget, trimmedRuns the earlier runs of the session.
+	trimmed, trimmedRuns int
 }
 
-// composeConversation builds the messages for the next model call. Earlier
-// scripts are elided; the oldest turns are trimmed, whole (a script never
-// leaves without its result), while the estimate exceeds contextTokens,
-// always keeping the latest turn. The model is told how many turns are
-// missing.
-func composeConversation(system string, run *agentfleet.Run, steps []agentfleet.Step, contextTokens int) conversation {
-	turns := groupTurns(steps)
-	firstLoaded := run.Turn + 1
-	if len(turns) > 0 {
-		firstLoaded = turns[0].turn
+// composeInput is what a prompt is composed of.
+type composeInput struct {
+	system string
+	run    *agentfleet.Run
+	// session is the run's session's earlier ended runs, oldest first;
+	// steps are the run's own, of the turns in the history window.
+	session []SessionRun
+	steps   []agentfleet.Step
+	// contextTokens is the prompt budget (zero: none); logCap bounds
+	// each earlier run's logs (zero: SessionLogCapDefault).
+	contextTokens int
+	logCap        int
+}
+
+// composeConversation builds the messages for the next model call: the
+// system prompt; the latest summary checkpoint in place of everything it
+// covers; the session's earlier runs after it, oldest first; the task;
+// then the run's turns. A turn is rendered the same way in every prompt
+// from the first that holds it (its script elided unless it failed), so
+// each prompt starts with the one before it. While the estimate exceeds
+// contextTokens, whole earlier runs and then the run's oldest whole turns
+// are trimmed (a script never leaves without its result), always keeping
+// the latest turn; the model is told how many are missing.
+func composeConversation(in composeInput) conversation {
+	turns, summaries := splitSteps(in.steps)
+	logCap := in.logCap
+	if logCap <= 0 {
+		logCap = SessionLogCapDefault
 	}
-	lastScript := -1
-	for i := len(turns) - 1; i >= 0; i-- {
-		if turns[i].hasScript {
-			lastScript = i
-			break
+
+	// The latest summary, and how far it reaches: into the run itself,
+	// or into one of the session's earlier runs.
+	var summary *agentfleet.Step
+	session, covered, through := in.session, -1, 0
+	if len(summaries) > 0 {
+		summary = &summaries[len(summaries)-1]
+		session, through = nil, SummaryThrough(*summary)
+		kept := turns[:0:0]
+		for _, t := range turns {
+			if t.turn > through {
+				kept = append(kept, t)
+			}
+		}
+		turns = kept
+	} else {
+	latest:
+		for i := len(session) - 1; i >= 0; i-- {
+			steps := session[i].Steps
+			for j := len(steps) - 1; j >= 0; j-- {
+				if steps[j].Kind == agentfleet.StepSummary {
+					summary = &steps[j]
+					session, covered, through = session[i:], 0, SummaryThrough(*summary)
+					break latest
+				}
+			}
 		}
 	}
 
-	head := []agentfleet.ChatMessage{
-		{Role: agentfleet.RoleSystem, Content: system},
-		{Role: agentfleet.RoleUser, Content: taskMessage(run)},
+	head := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: in.system}}
+	if summary != nil {
+		head = append(head, agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: summary.Content})
 	}
+	task := agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: taskMessage(in.run, in.session)}
+	cost := agentfleet.EstimateTokens(head) + messageTokens + agentfleet.EstimateTextTokens(task.Content)
+
+	records := make([][]agentfleet.ChatMessage, len(session))
+	recordCosts := make([]int64, len(session))
+	for i := range session {
+		th := -1
+		if i == covered {
+			th = through
+		}
+		records[i] = sessionRecord(&session[i], th, logCap)
+		recordCosts[i] = agentfleet.EstimateTokens(records[i])
+		cost += recordCosts[i]
+	}
+
 	pairs := make([][2]agentfleet.ChatMessage, len(turns))
-	cost := agentfleet.EstimateTokens(head)
 	costs := make([]int64, len(turns))
 	for i, t := range turns {
 		reply := t.reply
-		if t.hasScript && i != lastScript {
-			reply = ElideScript(reply, t.turn)
+		if t.hasScript && !t.failed {
+			reply = elide(reply, t.script, t.turn)
 		}
 		pairs[i] = [2]agentfleet.ChatMessage{
 			{Role: agentfleet.RoleAssistant, Content: reply},
@@ -127,19 +319,50 @@ func composeConversation(system string, run *agentfleet.Run, steps []agentfleet.
 		cost += costs[i]
 	}
 
-	start, trimmed := 0, 0
-	for contextTokens > 0 && cost > int64(contextTokens) && start < len(pairs)-1 {
+	// Trim while over the budget, counting the messages that say what
+	// was left out.
+	firstRecord, start := 0, 0
+	coveredTurns := 0
+	if len(summaries) > 0 {
+		coveredTurns = through
+	}
+	dropped := droppedTurns(in.run, turns, start, coveredTurns)
+	for in.contextTokens > 0 {
+		c := cost
+		if firstRecord > 0 {
+			c += markerTokens
+		}
+		if dropped > 0 {
+			c += markerTokens
+		}
+		if c <= int64(in.contextTokens) {
+			break
+		}
+		if firstRecord < len(records) {
+			cost -= recordCosts[firstRecord]
+			firstRecord++
+			continue
+		}
+		if start >= len(pairs)-1 {
+			break
+		}
 		cost -= costs[start]
 		start++
-		trimmed++
-	}
-	dropped := firstLoaded - 1 + trimmed
-	if dropped < 0 {
-		dropped = 0
+		dropped = droppedTurns(in.run, turns, start, coveredTurns)
 	}
 
-	msgs := make([]agentfleet.ChatMessage, 0, len(head)+1+2*(len(pairs)-start))
+	msgs := make([]agentfleet.ChatMessage, 0, len(head)+2+2*len(records)+2*(len(pairs)-start)+2)
 	msgs = append(msgs, head...)
+	if firstRecord > 0 {
+		msgs = append(msgs, agentfleet.ChatMessage{
+			Role:    agentfleet.RoleUser,
+			Content: fmt.Sprintf("[%d earlier run(s) of this session omitted to fit the context]", firstRecord),
+		})
+	}
+	for _, r := range records[firstRecord:] {
+		msgs = append(msgs, r...)
+	}
+	msgs = append(msgs, task)
 	if dropped > 0 {
 		msgs = append(msgs, agentfleet.ChatMessage{
 			Role:    agentfleet.RoleUser,
@@ -149,5 +372,107 @@ func composeConversation(system string, run *agentfleet.Run, steps []agentfleet.
 	for _, p := range pairs[start:] {
 		msgs = append(msgs, p[0], p[1])
 	}
-	return conversation{messages: msgs, dropped: dropped, trimmed: trimmed}
+	return conversation{messages: msgs, dropped: dropped, trimmed: start, trimmedRuns: firstRecord}
+}
+
+// droppedTurns counts the run's turns before turns[start] that the prompt
+// leaves out (outside the history window or trimmed), not counting the
+// first covered ones a summary holds.
+func droppedTurns(run *agentfleet.Run, turns []turnHistory, start, covered int) int {
+	first := run.Turn + 1
+	if start < len(turns) {
+		first = turns[start].turn
+	}
+	return max(first-1-covered, 0)
+}
+
+// markerTokens is what a message saying what was omitted costs at most;
+// messageTokens what any message costs beyond its text (as
+// agentfleet.EstimateTokens counts).
+const (
+	markerTokens  = 32
+	messageTokens = 4
+)
+
+// sessionRecord renders an earlier run of the session: its message, the
+// prose of its turns with their scripts elided, their logs within logCap
+// characters, and its answer or error. through >= 0 says a summary in
+// this run covers its message and turns through that one.
+func sessionRecord(r *SessionRun, through, logCap int) []agentfleet.ChatMessage {
+	var rec record
+	if through < 0 {
+		rec.add(agentfleet.RoleUser, r.Run.Message)
+	}
+	turns, _ := splitSteps(r.Steps)
+	logLeft := logCap
+	repliedAnswer := false
+	for i, t := range turns {
+		if t.turn <= through {
+			continue
+		}
+		reply := t.reply
+		if t.hasScript {
+			reply = elide(reply, t.script, t.turn)
+		} else if i == len(turns)-1 && r.Run.Status == agentfleet.StatusCompleted {
+			repliedAnswer = true // a reply without code is the answer
+		}
+		rec.add(agentfleet.RoleAssistant, reply)
+		logs := observationLogs(t.observation)
+		if logs == "" {
+			continue
+		}
+		if logLeft <= 0 {
+			continue
+		}
+		if len(logs) > logLeft {
+			cut := len(logs) - logLeft
+			logs = truncateUTF8(logs, logLeft) + fmt.Sprintf("\n[%d more characters of log cut]", cut)
+		}
+		logLeft -= len(logs)
+		rec.add(agentfleet.RoleUser, observationLog+logs)
+	}
+	if end := runEnd(&r.Run, repliedAnswer); end != "" {
+		rec.add(agentfleet.RoleAssistant, end)
+	}
+	return rec.msgs
+}
+
+// runEnd is how an earlier run ended, as its record closes: its answer
+// (unless its last reply was the answer) or its status and error.
+func runEnd(run *agentfleet.Run, repliedAnswer bool) string {
+	switch {
+	case run.Status == agentfleet.StatusCompleted && repliedAnswer:
+		return ""
+	case run.Status == agentfleet.StatusCompleted:
+		if !hasValue(run.Answer) {
+			return ""
+		}
+		return "Answer: " + clip(answerText(run.Answer), SessionAnswerMaxChars)
+	case run.Error != "":
+		return fmt.Sprintf("[run ended %s: %s]", run.Status, clip(run.Error, SessionAnswerMaxChars))
+	default:
+		return fmt.Sprintf("[run ended %s]", run.Status)
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return truncateUTF8(s, n) + digestEllipsis
+}
+
+// record is the messages of an earlier run, consecutive messages of one
+// role joined into one.
+type record struct{ msgs []agentfleet.ChatMessage }
+
+func (r *record) add(role, content string) {
+	if content == "" {
+		return
+	}
+	if n := len(r.msgs); n > 0 && r.msgs[n-1].Role == role {
+		r.msgs[n-1].Content += "\n" + content
+		return
+	}
+	r.msgs = append(r.msgs, agentfleet.ChatMessage{Role: role, Content: content})
 }

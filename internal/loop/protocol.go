@@ -3,6 +3,7 @@ package loop
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/agentfleet/agentfleet"
@@ -92,21 +93,33 @@ func ElideScript(reply string, turn int) string {
 	if !ok {
 		return reply
 	}
-	marker := fmt.Sprintf("[script of turn %d elided]", turn)
-	prefix := reply[:s.start]
-	suffix := reply[s.end:]
+	return elide(reply, s, turn)
+}
+
+// elide is ElideScript for the script s found in reply.
+func elide(reply string, s Script, turn int) string {
+	prefix, suffix := reply[:s.start], reply[s.end:]
+	var b strings.Builder
+	b.Grow(len(prefix) + len(suffix) + 40)
+	b.WriteString(prefix)
 	if prefix != "" && !strings.HasSuffix(prefix, "\n") {
-		prefix += "\n"
+		b.WriteByte('\n')
 	}
+	b.WriteString("[script of turn ")
+	b.WriteString(strconv.Itoa(turn))
+	b.WriteString(" elided]")
 	if suffix != "" && !strings.HasPrefix(suffix, "\n") {
-		marker += "\n"
+		b.WriteByte('\n')
 	}
-	return prefix + marker + suffix
+	b.WriteString(suffix)
+	return b.String()
 }
 
 // Observation is what the model is told about a turn's execution: its log
 // output and the digest of what run() returned, or the error and the
-// digest of the args that remain in place. Values never appear here.
+// digest of the args that remain in place. Values never appear here. It
+// is written once, with the turn, and replayed unchanged by every later
+// prompt, so it is kept short.
 func Observation(turn int, res agentfleet.ExecResult, carried string, carriedBytes int) string {
 	var b strings.Builder
 	if res.Err != nil {
@@ -117,21 +130,72 @@ func Observation(turn int, res agentfleet.ExecResult, carried string, carriedByt
 		fmt.Fprintf(&b, "Turn %d ran.\n", turn)
 	}
 	if res.Logs != "" {
-		b.WriteString("log:\n")
+		b.WriteString(observationLog)
 		b.WriteString(strings.TrimRight(res.Logs, "\n"))
 		b.WriteByte('\n')
-	} else if res.Err == nil && !res.Answered {
-		b.WriteString("log: (empty)\n")
 	}
 	if res.Answered {
 		return b.String()
 	}
 	if res.Err != nil {
-		fmt.Fprintf(&b, "args unchanged for the next turn: %s\n", carried)
+		fmt.Fprintf(&b, "%s%s\n", observationUnchanged, carried)
 		return b.String()
 	}
-	fmt.Fprintf(&b, "returned %s (%s), passed to the next turn as args\n", carried, byteSize(carriedBytes))
+	fmt.Fprintf(&b, "%s%s (%s)\n", observationReturned, carried, byteSize(carriedBytes))
 	return b.String()
+}
+
+// The parts of an observation that observationLogs takes apart. The
+// older wordings are those of observations stored before these.
+const (
+	observationLog       = "log:\n"
+	observationReturned  = "returned "
+	observationUnchanged = "args unchanged: "
+	observationWaits     = "the run now waits for "
+)
+
+var observationTails = []string{observationReturned, observationUnchanged, "args unchanged for the next turn: "}
+
+// observationLogs returns the log lines of an observation, without its
+// head line and the lines that follow the log.
+func observationLogs(obs string) string {
+	_, rest, ok := strings.Cut(obs, "\n")
+	if !ok {
+		return ""
+	}
+	rest, ok = strings.CutPrefix(rest, observationLog)
+	if !ok {
+		return "" // no log, or the older "log: (empty)"
+	}
+	lines := strings.Split(strings.TrimRight(rest, "\n"), "\n")
+	// The tail: at most what returned (or stayed) and the wait.
+	if n := len(lines); n > 0 && strings.HasPrefix(lines[n-1], observationWaits) {
+		lines = lines[:n-1]
+	}
+	if n := len(lines); n > 0 && hasAnyPrefix(lines[n-1], observationTails) {
+		lines = lines[:n-1]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// observationFailed reports whether an observation reports a failed turn.
+func observationFailed(obs string, turn int) bool {
+	rest, ok := strings.CutPrefix(obs, "Turn ")
+	if !ok {
+		return false
+	}
+	var buf [20]byte
+	rest, ok = strings.CutPrefix(rest, string(strconv.AppendInt(buf[:0], int64(turn), 10)))
+	return ok && strings.HasPrefix(rest, " failed (")
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func byteSize(n int) string {

@@ -122,22 +122,22 @@ func steps(turns ...[2]string) []agentfleet.Step {
 	return out
 }
 
-func TestComposeConversationElidesAllButLatestScript(t *testing.T) {
+func TestComposeConversationElidesScriptsThatRan(t *testing.T) {
 	t.Parallel()
 	run := &agentfleet.Run{ID: "r", Message: "count to three", Turn: 3}
 	hist := steps(
 		[2]string{"one\n```js\nfunction run(){return 1}\n```", "Turn 1 ran."},
 		[2]string{"two\n```js\nfunction run(){return 2}\n```", "Turn 2 ran."},
-		[2]string{"three\n```js\nfunction run(){return 3}\n```", "Turn 3 ran."},
+		[2]string{"three\n```js\nfunction run(){throw 3}\n```", "Turn 3 failed (exception): 3"},
 	)
-	conv := composeConversation("SYS", run, hist, 0)
+	conv := composeConversation(composeInput{system: "SYS", run: run, steps: hist, contextTokens: 0})
 	require.Len(t, conv.messages, 2+6)
 	require.Equal(t, "SYS", conv.messages[0].Content)
 	require.Equal(t, "count to three", conv.messages[1].Content)
 	require.Equal(t, "one\n[script of turn 1 elided]", conv.messages[2].Content)
 	require.Equal(t, "Turn 1 ran.", conv.messages[3].Content, "results of elided scripts are kept")
 	require.Equal(t, "two\n[script of turn 2 elided]", conv.messages[4].Content)
-	require.Contains(t, conv.messages[6].Content, "return 3", "the latest script stays verbatim")
+	require.Contains(t, conv.messages[6].Content, "throw 3", "a failed script stays verbatim, to be fixed")
 	require.Zero(t, conv.dropped)
 }
 
@@ -151,7 +151,7 @@ func TestComposeConversationTrimsOldestWholeTurns(t *testing.T) {
 		[2]string{"m3 " + long, "o3 " + long},
 		[2]string{"m4\n```js\nfunction run(){}\n```", "o4"},
 	)
-	conv := composeConversation("SYS", run, hist, 2500)
+	conv := composeConversation(composeInput{system: "SYS", run: run, steps: hist, contextTokens: 2500})
 	require.Equal(t, 2, conv.trimmed)
 	require.Equal(t, 2, conv.dropped)
 	require.Contains(t, conv.messages[2].Content, "2 earlier turn(s) omitted")
@@ -170,7 +170,7 @@ func TestComposeConversationNeverDropsLatestTurn(t *testing.T) {
 	t.Parallel()
 	run := &agentfleet.Run{ID: "r", Message: "task", Turn: 1}
 	hist := steps([2]string{strings.Repeat("y", 30000), "obs"})
-	conv := composeConversation("SYS", run, hist, 100)
+	conv := composeConversation(composeInput{system: "SYS", run: run, steps: hist, contextTokens: 100})
 	require.Len(t, conv.messages, 4)
 	require.Zero(t, conv.trimmed)
 }
@@ -185,7 +185,7 @@ func TestComposeConversationCountsTurnsOutsideWindow(t *testing.T) {
 		agentfleet.Step{Turn: 12, Kind: agentfleet.StepModel, Content: "m12"},
 		agentfleet.Step{Turn: 12, Index: 1, Kind: agentfleet.StepObservation, Content: "o12"},
 	)
-	conv := composeConversation("SYS", run, hist, 0)
+	conv := composeConversation(composeInput{system: "SYS", run: run, steps: hist, contextTokens: 0})
 	require.Equal(t, 10, conv.dropped)
 	require.Contains(t, conv.messages[2].Content, "10 earlier turn(s) omitted")
 }
@@ -193,7 +193,7 @@ func TestComposeConversationCountsTurnsOutsideWindow(t *testing.T) {
 func TestTaskMessageShowsContextShapeOnly(t *testing.T) {
 	t.Parallel()
 	run := &agentfleet.Run{Message: "sum the prices", Context: json.RawMessage(`{"prices":[1,2,3],"currency":"EUR"}`)}
-	got := taskMessage(run)
+	got := taskMessage(run, nil)
 	require.Contains(t, got, "{currency: string, prices: number[3]}")
 	require.NotContains(t, got, "EUR")
 }
@@ -201,11 +201,19 @@ func TestTaskMessageShowsContextShapeOnly(t *testing.T) {
 func TestObservation(t *testing.T) {
 	t.Parallel()
 	ok := Observation(2, agentfleet.ExecResult{Logs: "hello\n"}, "{a: number}", 2048)
-	require.Equal(t, "Turn 2 ran.\nlog:\nhello\nreturned {a: number} (2.0 KiB), passed to the next turn as args\n", ok)
+	require.Equal(t, "Turn 2 ran.\nlog:\nhello\nreturned {a: number} (2.0 KiB)\n", ok)
+	require.Equal(t, "hello", observationLogs(ok))
 	failed := Observation(3, agentfleet.ExecResult{Err: &agentfleet.ScriptError{Kind: agentfleet.ScriptTimeout, Message: "script ran longer than 5s"}}, "{a: number}", 0)
-	require.Equal(t, "Turn 3 failed (timeout): script ran longer than 5s\nargs unchanged for the next turn: {a: number}\n", failed)
+	require.Equal(t, "Turn 3 failed (timeout): script ran longer than 5s\nargs unchanged: {a: number}\n", failed)
+	require.True(t, observationFailed(failed, 3))
+	require.False(t, observationFailed(ok, 2))
+	require.Empty(t, observationLogs(failed))
 	answered := Observation(4, agentfleet.ExecResult{Answered: true, Logs: "done"}, "", 0)
 	require.Equal(t, "Turn 4 answered.\nlog:\ndone\n", answered)
+	require.Equal(t, "done", observationLogs(answered))
+	// Observations stored in the older wording give their logs too.
+	require.Equal(t, "a\nb", observationLogs("Turn 1 ran.\nlog:\na\nb\nreturned {n: number} (7 B), passed to the next turn as args\n"))
+	require.Empty(t, observationLogs("Turn 1 ran.\nlog: (empty)\nreturned {n: number} (7 B), passed to the next turn as args\n"))
 }
 
 func FuzzDigest(f *testing.F) {

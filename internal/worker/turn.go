@@ -128,12 +128,21 @@ func (w *Worker) execute(a *attempt) *execFacts {
 				run.Tenant, run.ID, run.Agent, len(agent.Secrets), err)}
 		}
 	}
+	// A session's run recalls the session's earlier runs; a run
+	// without one reads nothing more.
+	session, err := w.sessions.get(a.ctx, run)
+	if err != nil {
+		return &execFacts{err: err}
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
-		Run: run, Agent: agent, Steps: a.ld.Steps, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
+		Run: run, Agent: agent, Steps: a.ld.Steps, Session: session, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
 		Approval: w.approver(run, run.Turn+1),
 	})
+	if session != nil && err == nil && res.Outcome == loop.OutcomeFinished {
+		w.sessions.forget(run.ID)
+	}
 	x := &execFacts{err: err, cause: context.Cause(a.turnCtx), res: res}
 	if a.prior != nil && !errors.Is(x.cause, errAbandoned) {
 		x.priorErr = w.awaitEvents(a.ctx, a.prior)

@@ -157,11 +157,12 @@ func (c *Config) validate() error {
 
 // Worker executes turns. Create it with New, start it with Run.
 type Worker struct {
-	cfg     Config
-	id      string // this worker's id in its slot announcements
-	log     *slog.Logger
-	commits *committer
-	agents  agentCache
+	cfg      Config
+	id       string // this worker's id in its slot announcements
+	log      *slog.Logger
+	commits  *committer
+	agents   agentCache
+	sessions sessionCache
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelCauseFunc // run id -> cancel of its executing turn
@@ -187,6 +188,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.drainCtx, w.drain = context.WithCancel(context.Background())
 	w.agents = newAgentCache(cfg.Store, AgentCacheTTL)
+	w.sessions = newSessionCache(cfg.Store)
 	return w, nil
 }
 
