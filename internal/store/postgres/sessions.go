@@ -13,6 +13,10 @@ import (
 // sessionListSQL compares session ids as "C": bytewise, as SQLite does.
 var sessionListSQL = rules.SessionListSQL(` COLLATE "C"`)
 
+// sessionCheckpointSQL leaves the choice of index to the planner, whose
+// statistics know how few steps are summaries.
+var sessionCheckpointSQL = rules.SessionCheckpointSQL("")
+
 func (e exec) SessionList(ctx context.Context, tenant, agent string, after driver.SessionPos, limit int) ([]store.Session, error) {
 	return all(ctx, e, sessionListSQL, scans.Session, tenant, agent, after.UpdatedAt, after.ID, limit)
 }
@@ -26,7 +30,7 @@ func (e exec) SessionRuns(ctx context.Context, tenant, id string, limit int) ([]
 }
 
 func (e exec) SessionCheckpoint(ctx context.Context, tenant, id string) (*agentfleet.Step, error) {
-	x, err := one(ctx, e, rules.SessionCheckpointSQL, scans.Step, tenant, id)
+	x, err := one(ctx, e, sessionCheckpointSQL, scans.Step, tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}

@@ -13,6 +13,10 @@ import (
 // sessionListSQL compares ids in the columns' BINARY collation: bytewise.
 var sessionListSQL = rules.SessionListSQL("")
 
+// sessionCheckpointSQL pins steps_summary: without statistics SQLite
+// walks each run's every step by the primary key instead.
+var sessionCheckpointSQL = rules.SessionCheckpointSQL(" INDEXED BY steps_summary")
+
 func (e exec) SessionList(ctx context.Context, tenant, agent string, after driver.SessionPos, limit int) ([]store.Session, error) {
 	return all(ctx, e, sessionListSQL, scans.Session, tenant, agent, after.UpdatedAt.UnixMicro(), after.ID, limit)
 }
@@ -26,7 +30,7 @@ func (e exec) SessionRuns(ctx context.Context, tenant, id string, limit int) ([]
 }
 
 func (e exec) SessionCheckpoint(ctx context.Context, tenant, id string) (*agentfleet.Step, error) {
-	x, err := one(ctx, e, rules.SessionCheckpointSQL, scans.Step, tenant, id)
+	x, err := one(ctx, e, sessionCheckpointSQL, scans.Step, tenant, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}

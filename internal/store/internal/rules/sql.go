@@ -89,12 +89,16 @@ const (
 	SessionStatusesSQL = `SELECT id, status FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' ORDER BY seq`
 )
 
-var (
-	// SessionCheckpointSQL reads the newest summary step of tenant $1's
-	// session $2, found through the steps_summary index (0018).
-	SessionCheckpointSQL = `SELECT ` + PrefixCols("s.", StepCols) + ` FROM runs r JOIN steps s ON s.run_id = r.id
+// SessionCheckpointSQL reads the newest summary step of tenant $1's
+// session $2 through the steps_summary index (0018); hint is what pins
+// the index where the planner would rather walk a run's every step.
+func SessionCheckpointSQL(hint string) string {
+	return `SELECT ` + PrefixCols("s.", StepCols) + ` FROM runs r JOIN steps s` + hint + ` ON s.run_id = r.id
 		WHERE r.tenant = $1 AND r.session_id = $2 AND r.session_id <> '' AND s.kind = 'summary'
 		ORDER BY r.seq DESC, s.turn DESC, s.idx DESC LIMIT 1`
+}
+
+var (
 	// SessionDeleteEndedSQL deletes the ended runs of tenant $1's session
 	// $2.
 	SessionDeleteEndedSQL = `DELETE FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' AND status IN (` + TerminalSQL + `)`
