@@ -15,8 +15,9 @@ import (
 // tenant's, named with ?tenant=.
 
 // sessionTenant is the tenant whose sessions the request reads: a key's
-// own (a ?tenant= must name it), or for the admin token ?tenant=.
-func sessionTenant(r *http.Request, p principal) (string, error) {
+// own (a ?tenant= must name it), or for the admin token ?tenant=, which
+// must exist.
+func (s *Server) sessionTenant(r *http.Request, p principal) (string, error) {
 	q := r.URL.Query().Get("tenant")
 	if !p.admin {
 		if q != "" && q != p.tenant {
@@ -27,6 +28,12 @@ func sessionTenant(r *http.Request, p principal) (string, error) {
 	if q == "" {
 		return "", errUnprocessable("sessions belong to a tenant: with the admin token, name it with ?tenant=ID (or use the tenant's API key)")
 	}
+	if _, err := s.cfg.Store.TenantGetByID(r.Context(), q); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			err = errNotFound("no tenant %q", q)
+		}
+		return "", err
+	}
 	return q, nil
 }
 
@@ -34,7 +41,7 @@ func sessionTenant(r *http.Request, p principal) (string, error) {
 // p.tenant.
 func (s *Server) withSessionTenant(h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request, p principal) {
-		tenant, err := sessionTenant(r, p)
+		tenant, err := s.sessionTenant(r, p)
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -73,6 +73,7 @@ func TestSessions(t *testing.T) {
 		requireError(t, e.do("GET", "/v1/sessions?agent=a%20b", key, nil), http.StatusUnprocessableEntity, "unprocessable", "agent")
 		requireError(t, e.do("GET", "/v1/sessions", adminToken, nil), http.StatusUnprocessableEntity, "unprocessable", "?tenant=")
 		requireError(t, e.do("GET", "/v1/sessions?tenant=other", key, nil), http.StatusNotFound, "not_found")
+		requireError(t, e.do("GET", "/v1/sessions?tenant=nobody", adminToken, nil), http.StatusNotFound, "not_found", `no tenant "nobody"`)
 	})
 
 	t.Run("get", func(t *testing.T) {
