@@ -1,8 +1,9 @@
 // Command agentctl is the agentfleet CLI: submit and watch runs, list and
-// cancel them, submit batches and gather their results, administer
-// tenants, agents, secrets and webhook triggers (and send signed
-// deliveries to them), run the whole fleet in one process
-// (agentctl dev) and measure it (agentctl bench).
+// cancel them, chat (a run a line, in a session) and read and delete
+// sessions, submit batches and gather their results, administer tenants,
+// agents, secrets and webhook triggers (and send signed deliveries to
+// them), run the whole fleet in one process (agentctl dev) and measure it
+// (agentctl bench).
 //
 // Clients read AGENTFLEET_URL (default http://127.0.0.1:8080) and
 // AGENTFLEET_TOKEN (a tenant's API key, or the admin token for tenant
@@ -46,6 +47,9 @@ Usage:
   agentctl runs steps [--turn N] [--json] RUN
   agentctl runs cancel RUN
   agentctl runs rm RUN
+  agentctl chat [--agent A] [--session S]   (a message a line on stdin; /new, /exit)
+  agentctl sessions ls [--agent A] [--limit N] [--cursor C] [--tenant T] [--json]
+  agentctl sessions show|rm [--tenant T] [--json] SESSION
   agentctl tenants create [--tokens N] [--window W] [--tokens-per-minute N]
                           [--max-concurrent N] [--max-queued N] [--weight N]
                           [--exhausted queue|fail] ID
@@ -159,6 +163,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = env.cmdApprovals(ctx, args[1:])
 	case "secrets":
 		err = env.cmdSecrets(ctx, args[1:])
+	case "sessions":
+		err = env.cmdSessions(ctx, args[1:])
+	case "chat":
+		err = env.cmdChat(ctx, args[1:])
 	case "dev":
 		err = env.cmdDev(ctx, args[1:])
 	case "nats-auth":

@@ -381,6 +381,9 @@ func TestEveryRouteHasItsScope(t *testing.T) {
 		"GET /v1/secrets/{name}":                                 "admin",
 		"DELETE /v1/secrets/{name}":                              "admin",
 		"POST /v1/secrets/rekey":                                 "admin",
+		"GET /v1/sessions":                                       "read",
+		"GET /v1/sessions/{id}":                                  "read",
+		"DELETE /v1/sessions/{id}":                               "submit",
 	}
 	// Routes that take no key.
 	public := map[string]bool{"POST /v1/hooks/{id}": true, "GET /metrics": true, "GET /healthz": true, "GET /readyz": true,

@@ -12,7 +12,7 @@ import (
 // API key scopes (docs/api.md, "API keys"). Every route needs one scope of a tenant's
 // key, found from its pattern: admin manages the tenant (keys, callback
 // secret, secrets, agents, triggers), submit starts and stops work (runs,
-// batches, approvals), read reads. The admin token needs none.
+// sessions, batches, approvals), read reads. The admin token needs none.
 
 // scopeRule gives the scope of the routes under prefix: write for those
 // that change something, read for GET.
@@ -31,6 +31,7 @@ var scopeRules = []scopeRule{
 	{"/v1/triggers", store.ScopeAdmin, store.ScopeAdmin}, // their deliveries hold payloads
 	{"/v1/agents", store.ScopeAdmin, store.ScopeRead},
 	{"/v1/runs", store.ScopeSubmit, store.ScopeRead},
+	{"/v1/sessions", store.ScopeSubmit, store.ScopeRead}, // a delete deletes runs
 	{"/v1/batches", store.ScopeSubmit, store.ScopeRead},
 	{"/v1/approvals", store.ScopeSubmit, store.ScopeRead},
 }

@@ -103,7 +103,8 @@ type Config struct {
 	// Console, when set, serves the web console at / and its assets
 	// under /console/ (internal/console).
 	Console http.Handler
-	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} deleted.
+	// RunsDeleted, when set, counts the runs DELETE /v1/runs/{id} and
+	// DELETE /v1/sessions/{id} deleted.
 	RunsDeleted prometheus.Counter
 	// BatchMaxBytes caps the body of POST /v1/batches
 	// (AGENTFLEET_BATCH_MAX_BYTES; zero: BatchMaxBytesDefault).
@@ -267,6 +268,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretDelete)))
 	// A rekey walks every sealed value: the deadlines of a long body.
 	s.mux.HandleFunc("POST /v1/secrets/rekey", s.longBody(s.adminOnly(s.handleSecretsRekey)))
+	// Sessions (sessions.go).
+	s.mux.HandleFunc("GET /v1/sessions", s.authed(s.withSessionTenant(s.handleSessionList)))
+	s.mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.withSessionTenant(s.handleSessionGet)))
+	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.withSessionTenant(s.handleSessionDelete)))
 	// Approvals (approvals.go).
 	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
 	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))

@@ -440,6 +440,18 @@ type Store interface {
 	// it too: ON DELETE CASCADE, or on Postgres the runs_delete_children
 	// trigger, checked in storetest/retention.go.
 	RunDeleteEnded(ctx context.Context, p RunDeleteEndedParams) (deleted int, err error)
+	// SessionList pages a tenant's sessions (SessionListParams): a
+	// session is the runs of one session id, read from them.
+	SessionList(ctx context.Context, p SessionListParams) (SessionListResult, error)
+	// SessionGet reads a session with its runs and its latest
+	// checkpoint; a session without runs is ErrNotFound.
+	SessionGet(ctx context.Context, p SessionGetParams) (SessionDetail, error)
+	// SessionDelete deletes a session's runs as RunDelete does, in one
+	// transaction, and counts them. While one of them has not ended it
+	// is ErrConflict and nothing is deleted; a session without runs is
+	// ErrNotFound.
+	SessionDelete(ctx context.Context, p SessionDeleteParams) (int, error)
+
 	// RunDelete deletes one ended run the same way. A run that has not
 	// ended is ErrConflict (cancel it first); an unknown run, or another
 	// tenant's when Tenant is set, is ErrNotFound.

@@ -55,4 +55,5 @@ type Executor interface {
 	BatchExecutor
 	BudgetExecutor
 	SecretExecutor
+	SessionExecutor
 }

@@ -66,6 +66,9 @@
 //     events, model replies, journal and approvals; the usage ledger keeps its
 //     rows. Deleting a session's ended runs never changes which run is
 //     its head.
+//   - Sessions (SessionList, SessionGet, SessionDelete) are read from
+//     their runs; a delete takes every run of the session or, while one
+//     has not ended, none.
 //   - Steps and events of a commit, a batch of commits, a run's creation
 //     or an append land whole and in order at any count (0, 1, 150, ...).
 //   - Text: what scripts and models produce (steps, events, args, answers,
@@ -129,6 +132,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"QueueCap", testQueueCap},
 		{"RunList", testRunList},
 		{"Session", testSession},
+		{"Sessions", testSessions},
 		{"RunTransition", testRunTransition},
 		{"RunCancel", testRunCancel},
 		{"TurnLoad", testTurnLoad},

@@ -11,6 +11,7 @@ import { triggersPage, triggerPage } from './triggers.js';
 import { batchesPage, batchPage } from './batches.js';
 import { approvalsPage } from './approvals.js';
 import { secretsPage } from './secrets.js';
+import { sessionsPage, sessionPage } from './sessions.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -18,6 +19,12 @@ export const pages = [
     title: 'Run', nav: null,
     match: (p) => { const m = /^\/runs\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
     render: (root, [id]) => runPage(root, id),
+  },
+  { title: 'Sessions', nav: '/sessions', match: (p) => (p === '/sessions' ? [] : null), render: (root, _, params) => sessionsPage(root, params) },
+  {
+    title: 'Session', nav: null,
+    match: (p) => { const m = /^\/sessions\/([^/]+)$/.exec(p); return m ? [decodeURIComponent(m[1])] : null; },
+    render: (root, [id], params) => sessionPage(root, id, params),
   },
   { title: 'Triggers', nav: '/triggers', match: (p) => (p === '/triggers' ? [] : null), render: (root) => triggersPage(root) },
   {

@@ -8,6 +8,7 @@ import { h, replace, link, num, when, statusBadge, isTerminal, flash } from './d
 import { reply } from './highlight.js';
 import { cancelRun } from './runs.js';
 import { approvalActions } from './approvals.js';
+import { sessionRoute } from './sessions.js';
 
 const CHILDREN_PAGE = 50;
 
@@ -36,7 +37,7 @@ export function runPage(root, id) {
       ['Status', statusBadge(run.status)],
       ['Tenant', run.tenant],
       ['Agent', run.agent],
-      ['Session', run.session_id ? link('/runs' + query({ session_id: run.session_id }), run.session_id) : '—'],
+      ['Session', run.session_id ? link(sessionRoute(run.session_id, run.tenant), run.session_id) : '—'],
       ['Parent', run.parent_run_id ? link('/runs/' + encodeURIComponent(run.parent_run_id), run.parent_run_id) : '—'],
       ['Turns', String(run.turns) + (run.max_turns ? ' of at most ' + run.max_turns : '')],
       ['Tokens', num(u.prompt_tokens) + ' prompt + ' + num(u.completion_tokens) + ' completion' +

@@ -48,6 +48,7 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"Reserve":    exerciseReserve,
 		"Admit":      exerciseAdmit,
 		"Secrets":    exerciseSecrets,
+		"Sessions":   exerciseSessions,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

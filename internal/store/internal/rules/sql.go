@@ -51,6 +51,59 @@ var (
 	WHERE ` + OpenChildren("c.") + ` AND NOT c.cancel_requested AND p.status IN (` + TerminalSQL + `) LIMIT $1`
 )
 
+// Sessions: the runs of tenant $1's session ids, the session index's
+// predicate repeated (a non-empty session) and a batch's runs being
+// admitted left out.
+
+const sessionRunsWhere = `tenant = $1 AND session_id <> '' AND status <> '` + BatchAdmitting + `'`
+
+// sessionAgg aggregates sessions s from their runs; SessionCols reads
+// them joined to their latest run r.
+const (
+	sessionAgg = `SELECT session_id, count(*) AS runs, max(seq) AS last_seq,
+			COALESCE(sum(prompt_tokens), 0) AS pt, COALESCE(sum(completion_tokens), 0) AS ct,
+			min(created_at) AS created_at, max(updated_at) AS updated_at
+		FROM runs WHERE ` + sessionRunsWhere
+	SessionCols = `s.session_id, r.tenant, r.agent, s.runs, r.id, r.status, s.pt, s.ct, s.created_at, s.updated_at`
+)
+
+// SessionListSQL pages tenant $1's sessions whose latest run is of agent
+// $2 (any when empty), updated before ($3, $4), at most $5; collate makes
+// the id comparison bytewise where the column's collation is not.
+func SessionListSQL(collate string) string {
+	return `WITH s AS (` + sessionAgg + ` GROUP BY session_id)
+	SELECT ` + SessionCols + ` FROM s JOIN runs r ON r.seq = s.last_seq
+	WHERE ($2 = '' OR r.agent = $2) AND (s.updated_at < $3 OR (s.updated_at = $3 AND s.session_id` + collate + ` < $4))
+	ORDER BY s.updated_at DESC, s.session_id` + collate + ` DESC LIMIT $5`
+}
+
+const (
+	// SessionGetSQL reads tenant $1's session $2.
+	SessionGetSQL = `WITH s AS (` + sessionAgg + ` AND session_id = $2 GROUP BY session_id)
+	SELECT ` + SessionCols + ` FROM s JOIN runs r ON r.seq = s.last_seq`
+	// SessionRunsSQL reads the latest $3 runs of tenant $1's session $2,
+	// newest first.
+	SessionRunsSQL = `SELECT ` + RunCols + ` FROM runs WHERE ` + sessionRunsWhere + ` AND session_id = $2 ORDER BY seq DESC LIMIT $3`
+	// SessionStatusesSQL reads the id and status of each run of tenant
+	// $1's session $2, oldest first.
+	SessionStatusesSQL = `SELECT id, status FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' ORDER BY seq`
+)
+
+// SessionCheckpointSQL reads the newest summary step of tenant $1's
+// session $2 through the steps_summary index (0018); hint is what pins
+// the index where the planner would rather walk a run's every step.
+func SessionCheckpointSQL(hint string) string {
+	return `SELECT ` + PrefixCols("s.", StepCols) + ` FROM runs r JOIN steps s` + hint + ` ON s.run_id = r.id
+		WHERE r.tenant = $1 AND r.session_id = $2 AND r.session_id <> '' AND s.kind = 'summary'
+		ORDER BY r.seq DESC, s.turn DESC, s.idx DESC LIMIT 1`
+}
+
+var (
+	// SessionDeleteEndedSQL deletes the ended runs of tenant $1's session
+	// $2.
+	SessionDeleteEndedSQL = `DELETE FROM runs WHERE tenant = $1 AND session_id = $2 AND session_id <> '' AND status IN (` + TerminalSQL + `)`
+)
+
 // Agents.
 
 const (

@@ -17,7 +17,8 @@ import "github.com/agentfleet/agentfleet/internal/store/driver"
 // creation (runcreate.go), turn loads (turnload.go), turn commits
 // (turncommit.go), run transitions and cancels (run.go), reads and
 // EventAppend (runread.go), a run's end and its children (children.go),
-// retention (retention.go), the budget (budget.go, the reservation in
+// retention (retention.go), sessions, read from their runs (session.go),
+// the budget (budget.go, the reservation in
 // reserve.go), and the turn's records (recorded.go). The throughput
 // path's primitives are coarse (driver.RunCreator, TurnLoader,
 // TurnCommitter, Reserver, Admitter, Recorder) so PostgreSQL keeps its
