@@ -83,7 +83,9 @@ func TestIsSummaryCall(t *testing.T) {
 
 func TestPrefixFractions(t *testing.T) {
 	sys := agentfleet.ChatMessage{Role: agentfleet.RoleSystem, Content: "0123456789"}
-	user := func(s string) agentfleet.ChatMessage { return agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: s} }
+	user := func(s string) agentfleet.ChatMessage {
+		return agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: s}
+	}
 	a := []agentfleet.ChatMessage{sys, user("task")}
 	grown := []agentfleet.ChatMessage{sys, user("task"), user("more")}
 	changed := []agentfleet.ChatMessage{sys, user("TASK")}
