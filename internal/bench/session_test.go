@@ -99,3 +99,43 @@ func TestPrefixFractions(t *testing.T) {
 	require.InDelta(t, 23.0/28.0, p[2], 1e-9)
 	require.Empty(t, bench.PrefixFractions([][]agentfleet.ChatMessage{a}))
 }
+
+// The fake model plays the run's own message, the last in the prompt,
+// however a session's earlier runs precede it: as turns of their own or
+// folded into one message.
+func TestSessionReplyPlaysTheLatestMessage(t *testing.T) {
+	msg := func(role, content string) agentfleet.ChatMessage {
+		return agentfleet.ChatMessage{Role: role, Content: content}
+	}
+	sys := msg(agentfleet.RoleSystem, "You work by writing JavaScript.")
+	earlier := []agentfleet.ChatMessage{
+		msg(agentfleet.RoleUser, "bench-chat tag message 0 of 2 turns: step a counter 2 times, then answer"),
+		msg(agentfleet.RoleAssistant, "Step 1 of message 0.\n[script of turn 1 elided]"),
+		msg(agentfleet.RoleUser, "Turn 1 ran."),
+		msg(agentfleet.RoleAssistant, "Message 0 done."),
+		msg(agentfleet.RoleUser, `answered "done 0 2"`),
+	}
+	folded := msg(agentfleet.RoleUser, "Earlier in this session:\nbench-chat tag message 0 of 2 turns: step a counter\nanswered done 0 2")
+	task := msg(agentfleet.RoleUser, "bench-chat tag message 1 of 2 turns: step a counter 2 times, then answer\n\n(args on the first turn holds ...)")
+	turn1 := []agentfleet.ChatMessage{msg(agentfleet.RoleAssistant, "Step 1 of message 1."), msg(agentfleet.RoleUser, "Turn 1 ran.")}
+	for name, history := range map[string][]agentfleet.ChatMessage{
+		"none": nil, "as turns": earlier, "folded": {folded},
+	} {
+		t.Run(name, func(t *testing.T) {
+			first := append(append([]agentfleet.ChatMessage{sys}, history...), task)
+			reply, ok := bench.ScriptedReply(first)
+			require.True(t, ok)
+			require.Contains(t, reply, "Step 1 of message 1.")
+			require.Contains(t, reply, "args.message === 1", "it counts only its own message's state")
+			reply, ok = bench.ScriptedReply(append(first, turn1...))
+			require.True(t, ok)
+			require.Contains(t, reply, "Message 1 done.")
+			require.Contains(t, reply, "answer('done 1 '")
+		})
+	}
+	_, ok := bench.ScriptedReply([]agentfleet.ChatMessage{sys, msg(agentfleet.RoleUser, "bench tag run 1 of 2 turns")})
+	require.False(t, ok, "other scenarios' tasks are not the session's")
+	reply, ok := bench.ScriptedReply([]agentfleet.ChatMessage{sys, msg(agentfleet.RoleUser, "bench-carry tag: 200 items over 6 turns")})
+	require.True(t, ok)
+	require.Contains(t, reply, "i < 200")
+}
