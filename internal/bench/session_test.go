@@ -139,3 +139,19 @@ func TestSessionReplyPlaysTheLatestMessage(t *testing.T) {
 	require.True(t, ok)
 	require.Contains(t, reply, "i < 200")
 }
+
+// A summary call is answered as one, though its prompt quotes the
+// session's messages, and recorded as one.
+func TestSummaryCallIsAnsweredAndRecordedAsOne(t *testing.T) {
+	task := agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: "bench-chat tag message 3 of 2 turns: step a counter 2 times, then answer"}
+	reply, summary := bench.Serve([]agentfleet.ChatMessage{
+		{Role: agentfleet.RoleSystem, Content: "Summarize the conversation so far for the assistant's later turns."}, task,
+	})
+	require.True(t, summary)
+	require.Contains(t, reply, "Summary:")
+	require.NotContains(t, reply, "```", "prose, not a turn's script")
+
+	reply, summary = bench.Serve([]agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: "You work by writing JavaScript."}, task})
+	require.False(t, summary)
+	require.Contains(t, reply, "Step 1 of message 3.")
+}
