@@ -128,7 +128,7 @@ type model struct {
 	ai      map[string]int
 	// recording keeps every request served, in order of arrival, until
 	// takeRecorded (the session scenario, whose runs go one at a time).
-	recording bool
+	recording atomic.Bool
 	recorded  []recordedCall
 	// summaries counts the summary calls served (IsSummaryCall).
 	summaries atomic.Int64
@@ -145,7 +145,8 @@ type recordedCall struct {
 func (m *model) setRecording(on bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.recording, m.recorded = on, nil
+	m.recording.Store(on)
+	m.recorded = nil
 }
 
 // takeRecorded returns the requests recorded since the last take.
@@ -222,11 +223,11 @@ func (m *model) setTiming(on bool, gate func(task string, turn int)) {
 func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) {
 	arrived := time.Now().Add(-m.cfg.Latency)
 	summary := IsSummaryCall(r.Messages)
-	m.mu.Lock()
-	if m.recording {
+	if m.recording.Load() {
+		m.mu.Lock()
 		m.recorded = append(m.recorded, recordedCall{messages: r.Messages, summary: summary})
+		m.mu.Unlock()
 	}
-	m.mu.Unlock()
 	if summary {
 		// Before any task is read: a summary call's prompt quotes the
 		// tasks it summarizes, and must not be answered as one of them.

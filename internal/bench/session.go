@@ -18,20 +18,28 @@ import (
 
 // SummaryMarker is what tells a summary call (the compactor folding a
 // session's history) from an agent's turn: the call's system message
-// contains it, in any case ("Summarize", "summary", "summaries").
-// An agent's own system prompt must not contain it.
+// contains it, in lower case, capitalized or in upper case ("summarize",
+// "Summary", "SUMMARIES"). An agent's own system prompt must not.
 const SummaryMarker = "summar"
 
 // IsSummaryCall reports whether a model request is a summary call: its
-// first system message contains SummaryMarker, case-insensitively.
+// first system message contains SummaryMarker (see there). It runs on
+// every request the fake model serves, so it does not lower-case the
+// prompt.
 func IsSummaryCall(msgs []agentfleet.ChatMessage) bool {
 	for _, m := range msgs {
 		if m.Role == agentfleet.RoleSystem {
-			return strings.Contains(strings.ToLower(m.Content), SummaryMarker)
+			return strings.Contains(m.Content, SummaryMarker) || strings.Contains(m.Content, summaryMarkerTitle) ||
+				strings.Contains(m.Content, summaryMarkerUpper)
 		}
 	}
 	return false
 }
+
+var (
+	summaryMarkerTitle = strings.ToUpper(SummaryMarker[:1]) + SummaryMarker[1:]
+	summaryMarkerUpper = strings.ToUpper(SummaryMarker)
+)
 
 // Bounds and targets of the session scenario.
 const (

@@ -77,6 +77,7 @@ func TestIsSummaryCall(t *testing.T) {
 	}
 	require.True(t, bench.IsSummaryCall(msgs("Summarize the conversation below.")))
 	require.True(t, bench.IsSummaryCall(msgs("You write a SUMMARY of earlier turns.")))
+	require.True(t, bench.IsSummaryCall(msgs("Summaries only.")))
 	require.False(t, bench.IsSummaryCall(msgs("You work by writing JavaScript.")), "the user message does not count")
 	require.False(t, bench.IsSummaryCall([]agentfleet.ChatMessage{{Role: agentfleet.RoleUser, Content: "summarize"}}), "no system message")
 }
