@@ -66,9 +66,11 @@ type SessionFigures struct {
 	// the first run's; GrowthBound its bound.
 	FirstPromptGrowth float64 `json:"first_prompt_growth"`
 	GrowthBound       float64 `json:"growth_bound"`
-	// ModelCalls and SummaryCalls are the session runs' in all.
+	// ModelCalls, SummaryCalls and SummarySteps are the session runs'
+	// in all.
 	ModelCalls   int `json:"model_calls"`
 	SummaryCalls int `json:"summary_calls"`
+	SummarySteps int `json:"summary_steps"`
 	// PrefixMin and PrefixMean are over every pair of consecutive agent
 	// calls of a run, all runs together (absent without such a pair).
 	PrefixMin  *float64 `json:"prefix_min,omitempty"`
@@ -90,6 +92,8 @@ type SessionRun struct {
 	// ModelCalls is every call of the run, SummaryCalls among them.
 	ModelCalls   int `json:"model_calls"`
 	SummaryCalls int `json:"summary_calls"`
+	// SummarySteps are the summary checkpoints in the run's trace.
+	SummarySteps int `json:"summary_steps"`
 	// PromptChars is the characters of the prompts of all its calls.
 	PromptChars int `json:"prompt_chars"`
 	// PrefixMin and PrefixMean: for each agent call but the last, the
@@ -178,6 +182,9 @@ func (e *env) session(ctx context.Context) error {
 		}
 		r := sessionRunFigures(e.model.takeRecorded())
 		r.Run, r.ID, r.Status = i+1, s.id, run.Status
+		if r.SummarySteps, err = summarySteps(ctx, t, s.id); err != nil {
+			e.rep.note("run %d of the session (%s): read its trace: %v", i+1, s.id, err)
+		}
 		f.Runs = append(f.Runs, r)
 	}
 	e.stopProgress()
@@ -245,6 +252,21 @@ func (e *env) waitRun(ctx context.Context, t *tenant, id string) (agentfleet.Run
 		return run, fmt.Errorf("its events ended while it is %s", run.Status)
 	}
 	return run, nil
+}
+
+// summarySteps counts the summary checkpoints in run id's trace.
+func summarySteps(ctx context.Context, t *tenant, id string) (int, error) {
+	steps, err := t.c.RunSteps(ctx, id, -1)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range steps.Steps {
+		if s.Kind == agentfleet.StepSummary {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // carry runs the carry run in t, outside the session, and reports what
@@ -317,6 +339,7 @@ func (f *SessionFigures) summarize() {
 	for _, r := range f.Runs {
 		f.ModelCalls += r.ModelCalls
 		f.SummaryCalls += r.SummaryCalls
+		f.SummarySteps += r.SummarySteps
 		if r.PrefixMin == nil {
 			continue
 		}
@@ -520,7 +543,8 @@ func summaryReply(msgs []agentfleet.ChatMessage) string {
 
 // rows writes the session's figures as table rows.
 func (f *SessionFigures) rows(row func(k, format string, a ...any)) {
-	row("session", "%s: %d runs one after another, %d model calls, %d of them summary calls", f.SessionID, len(f.Runs), f.ModelCalls, f.SummaryCalls)
+	row("session", "%s: %d runs one after another, %d model calls, %d of them summary calls; %d summary checkpoints stored",
+		f.SessionID, len(f.Runs), f.ModelCalls, f.SummaryCalls, f.SummarySteps)
 	if n := len(f.Runs); n > 0 {
 		row("first prompt growth", "run %d's first prompt is %.2fx run 1's (%d -> %d chars; bound %.0fx)",
 			f.Runs[n-1].Run, f.FirstPromptGrowth, f.Runs[0].FirstPromptChars, f.Runs[n-1].FirstPromptChars, f.GrowthBound)
@@ -533,8 +557,8 @@ func (f *SessionFigures) rows(row func(k, format string, a ...any)) {
 		if r.PrefixMin != nil {
 			prefix = fmt.Sprintf("min %.3f mean %.3f", *r.PrefixMin, *r.PrefixMean)
 		}
-		row(fmt.Sprintf("run %d", r.Run), "first prompt %d chars (~%d tokens), %d calls (%d summary), %d prompt chars in all, prefix %s, %s",
-			r.FirstPromptChars, r.FirstPromptTokens, r.ModelCalls, r.SummaryCalls, r.PromptChars, prefix, r.Status)
+		row(fmt.Sprintf("run %d", r.Run), "first prompt %d chars (~%d tokens), %d calls (%d summary, %d checkpoints), %d prompt chars in all, prefix %s, %s",
+			r.FirstPromptChars, r.FirstPromptTokens, r.ModelCalls, r.SummaryCalls, r.SummarySteps, r.PromptChars, prefix, r.Status)
 	}
 	if c := f.Carry; c != nil {
 		row("carry run", "%d items over %d turns: %s, %d model calls (%d summary), answer %q", c.Items, c.Turns, c.Status, c.ModelCalls, c.SummaryCalls, c.Answer)
