@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch] [flags]
+const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch|session] [flags]
 
 Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
@@ -35,6 +35,11 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
                                       are stopped meanwhile), then the runs they started
   batch     100000 x 2, 0,      1 x 64  one batch (JSONL, streamed): admission time, then
                                       turns/s while it runs; peak RSS
+  session       30 x 2, 0,      1 x 8   one session's runs one after another: each run's
+                                      first prompt and summary calls at the fake model
+                                      (the last at most 2x the first), the prompt prefix
+                                      kept between calls; and a run of 6 calls carrying
+                                      a 200-item list: its prompt characters in all
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

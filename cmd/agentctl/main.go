@@ -91,7 +91,7 @@ Usage:
   agentctl tenants keys ls [--limit N] [--cursor C] [--json] ID
   agentctl tenants keys revoke ID KEY_ID
   agentctl dev [--demo]
-  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch] [--runs N] [--turns T]
+  agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch|session] [--runs N] [--turns T]
                  [--model-latency D] [--workers W] [--slots S] [--json] [...]
                  ('agentctl bench -h' for all flags)
 

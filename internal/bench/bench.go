@@ -23,10 +23,11 @@ const (
 	Fanout     = "fanout"
 	Webhooks   = "webhooks"
 	Batch      = "batch"
+	Session    = "session"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch, Session}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -43,6 +44,7 @@ var scenarioDefaults = map[string]defaults{
 	Fanout:     {runs: 200, turns: 2, workers: 1, slots: 16},
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
 	Batch:      {runs: 100_000, turns: 2, workers: 1, slots: 64},
+	Session:    {runs: 30, turns: 2, workers: 1, slots: 8},
 }
 
 // Other defaults.
@@ -425,6 +427,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.webhooks(ctx)
 	case Batch:
 		runErr = e.batch(ctx)
+	case Session:
+		runErr = e.session(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()

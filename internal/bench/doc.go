@@ -34,7 +34,10 @@
 // twice), webhooks (a burst of signed GitHub deliveries to one trigger:
 // accepted per second and request-to-202 percentiles, with a fleet of
 // processes' workers stopped so the intake is measured alone, then the
-// runs the burst started). Each returns a Report of figures and checks;
+// runs the burst started), session (one session's runs one after
+// another: each run's prompts and summary calls as the fake model
+// received them, and a run carrying a 200-item list between its turns:
+// the prompt characters it sends). Each returns a Report of figures and checks;
 // a check that fails makes the command exit non-zero. Checks marked
 // timing compare with a bound that depends on the machine; the others hold at any speed, which is what the package's
 // tests assert (a test asserts behaviour; a bench reports figures).

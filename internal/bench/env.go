@@ -117,6 +117,11 @@ func (e *env) submitOne(ctx context.Context, t *tenant, i int) (submission, erro
 		IdempotencyKey: fmt.Sprintf("%s-%d", t.id, i),
 		MaxTurns:       e.cfg.Turns + 1,
 	}
+	return e.submitRequest(ctx, t, i, req)
+}
+
+// submitRequest submits req as run i of t.
+func (e *env) submitRequest(ctx context.Context, t *tenant, i int, req wire.RunCreateRequest) (submission, error) {
 	// A submission that failed for want of a server (refused, reset,
 	// 5xx, 429) is sent again with the same idempotency key, as a careful
 	// client does, for as long as a dispatcher takes to come back: the

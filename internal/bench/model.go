@@ -126,6 +126,36 @@ type model struct {
 	// ai() requests by prompt.
 	effects string
 	ai      map[string]int
+	// recording keeps every request served, in order of arrival, until
+	// takeRecorded (the session scenario, whose runs go one at a time).
+	recording atomic.Bool
+	recorded  []recordedCall
+	// summaries counts the summary calls served (IsSummaryCall).
+	summaries atomic.Int64
+}
+
+// recordedCall is one request the model served while recording.
+type recordedCall struct {
+	messages []agentfleet.ChatMessage
+	summary  bool
+}
+
+// setRecording starts or stops recording; either way it drops what was
+// recorded.
+func (m *model) setRecording(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recording.Store(on)
+	m.recorded = nil
+}
+
+// takeRecorded returns the requests recorded since the last take.
+func (m *model) takeRecorded() []recordedCall {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.recorded
+	m.recorded = nil
+	return out
 }
 
 func (m *model) setEffects(url string) {
@@ -192,6 +222,21 @@ func (m *model) setTiming(on bool, gate func(task string, turn int)) {
 // respond plays a bench task. It runs after the server's latency.
 func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) {
 	arrived := time.Now().Add(-m.cfg.Latency)
+	summary := IsSummaryCall(r.Messages)
+	if m.recording.Load() {
+		m.mu.Lock()
+		m.recorded = append(m.recorded, recordedCall{messages: r.Messages, summary: summary})
+		m.mu.Unlock()
+	}
+	if summary {
+		// Before any task is read: a summary call's prompt quotes the
+		// tasks it summarizes, and must not be answered as one of them.
+		m.summaries.Add(1)
+		return m.withUsage(r, summaryReply(r.Messages))
+	}
+	if text, ok := m.scripted(r.Messages); ok {
+		return m.withUsage(r, text)
+	}
 	task := r.FirstUser()
 	if strings.HasPrefix(task, "effect ") {
 		m.mu.Lock()
@@ -229,15 +274,7 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 	if fanout {
 		text = fanoutReply(tag, i, k, children)
 	}
-	usage := agentfleet.Usage{PromptTokens: int64(m.cfg.PromptTokens), CompletionTokens: int64(m.cfg.CompletionTokens)}
-	if usage.PromptTokens == 0 || usage.CompletionTokens == 0 {
-		if usage.PromptTokens == 0 {
-			usage.PromptTokens = agentfleet.EstimateTokens(r.Messages)
-		}
-		if usage.CompletionTokens == 0 {
-			usage.CompletionTokens = agentfleet.EstimateTextTokens(text)
-		}
-	}
+	_, usage, _ := m.withUsage(r, text)
 	if k >= turns {
 		m.finals.Add(1)
 		m.mu.Lock()
@@ -248,6 +285,19 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 		m.mu.Lock()
 		m.replies[turnKey(task, k)] = time.Now()
 		m.mu.Unlock()
+	}
+	return text, usage, nil
+}
+
+// withUsage returns text with the usage a reply reports: the configured
+// token counts, or else the estimates from the prompt and the text.
+func (m *model) withUsage(r fakeserver.Request, text string) (string, agentfleet.Usage, error) {
+	usage := agentfleet.Usage{PromptTokens: int64(m.cfg.PromptTokens), CompletionTokens: int64(m.cfg.CompletionTokens)}
+	if usage.PromptTokens == 0 {
+		usage.PromptTokens = agentfleet.EstimateTokens(r.Messages)
+	}
+	if usage.CompletionTokens == 0 {
+		usage.CompletionTokens = agentfleet.EstimateTextTokens(text)
 	}
 	return text, usage, nil
 }

@@ -74,6 +74,7 @@ type Figures struct {
 	Fanout     *FanoutFigures     `json:"fanout,omitempty"`
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
 	Batch      *BatchFigures      `json:"batch,omitempty"`
+	Session    *SessionFigures    `json:"session,omitempty"`
 	// Effects is what the side-effect target and the usage ledger saw
 	// (with Config.SideEffects).
 	Effects *EffectFigures `json:"side_effects,omitempty"`
@@ -457,6 +458,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		row("batch run", "%.0f turns/s, %.1f runs/s over %s (202 to last completion)", b.TurnsPerSec, b.RunsPerSec, b.Wall)
 		row("RSS idle / peak", "%s / %s (this process + its children)", mib(b.IdleRSS), mib(b.PeakRSS))
+	}
+	if se := f.Session; se != nil {
+		se.rows(row)
 	}
 	if tr := f.Tracing; tr != nil {
 		row("spans exported", "%d in %d exports, %s (%d refused)", tr.Spans, tr.Exports, mib(tr.Bytes), tr.Refused)
