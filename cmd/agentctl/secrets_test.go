@@ -108,7 +108,7 @@ func TestSecretsCommands(t *testing.T) {
 		{"v-longer-value", []string{"secrets", "set", "--tenant", "acme", "--host", "a.example.com", "--from-file", filepath.Join(t.TempDir(), "nope"), "x"}, exitUsage, "no such file"},
 		{"v-longer-value", []string{"secrets", "set", "--tenant", "acme", "--host", "https://a.example.com", "x"}, exitFailed, "not a bare host name"},
 		{"v-longer-value", []string{"secrets", "set", "--host", "a.example.com", "x"}, exitFailed, "?tenant="},
-		{strings.Repeat("x", api.SecretValueMax+1), []string{"secrets", "set", "--tenant", "acme", "--host", "a.example.com", "big"}, exitUsage, "longer than 8192 bytes"},
+		{strings.Repeat("x", api.SecretValueMax+1), []string{"secrets", "set", "--tenant", "acme", "--host", "a.example.com", "big"}, exitUsage, "longer than 16384 bytes"},
 		{"short", []string{"secrets", "set", "--tenant", "acme", "--host", "a.example.com", "short"}, exitFailed, "at least 8"},
 		{"", []string{"secrets", "show", "--tenant", "acme", "ghost"}, exitFailed, `no secret "ghost"`},
 		{"", []string{"secrets", "frob"}, exitUsage, "unknown secrets subcommand"},
