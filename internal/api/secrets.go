@@ -29,43 +29,6 @@ const (
 	SecretValueMax = 16 << 10
 )
 
-// secretTenant is the tenant whose secrets the request manages: a key's
-// own (a ?tenant= must name it), or for the admin token ?tenant=, which
-// must exist. A tenant the caller may not see is a 404.
-func (s *Server) secretTenant(r *http.Request, p principal) (string, error) {
-	q := r.URL.Query().Get("tenant")
-	if !p.admin {
-		if q != "" && q != p.tenant {
-			return "", errNotFound("no tenant %q", q)
-		}
-		return p.tenant, nil
-	}
-	if q == "" {
-		return "", errUnprocessable("secrets belong to a tenant: with the admin token, name it with ?tenant=ID (or use the tenant's API key)")
-	}
-	if _, err := s.cfg.Store.TenantGetByID(r.Context(), q); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errNotFound("no tenant %q", q)
-		}
-		return "", err
-	}
-	return q, nil
-}
-
-// withSecretTenant resolves the tenant before h, which gets it as
-// p.tenant.
-func (s *Server) withSecretTenant(h handler) handler {
-	return func(w http.ResponseWriter, r *http.Request, p principal) {
-		tenant, err := s.secretTenant(r, p)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		p.tenant = tenant
-		h(w, r, p)
-	}
-}
-
 // errSecretsKey is the answer when this dispatcher has no key to seal
 // with.
 func errSecretsKey(what string) error {

@@ -262,16 +262,16 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
 	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))
 	// Secrets (secrets.go).
-	s.mux.HandleFunc("PUT /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretPut)))
-	s.mux.HandleFunc("GET /v1/secrets", s.authed(s.withSecretTenant(s.handleSecretList)))
-	s.mux.HandleFunc("GET /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretGet)))
-	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withSecretTenant(s.handleSecretDelete)))
+	s.mux.HandleFunc("PUT /v1/secrets/{name}", s.authed(s.withNamedTenant("secrets", s.handleSecretPut)))
+	s.mux.HandleFunc("GET /v1/secrets", s.authed(s.withNamedTenant("secrets", s.handleSecretList)))
+	s.mux.HandleFunc("GET /v1/secrets/{name}", s.authed(s.withNamedTenant("secrets", s.handleSecretGet)))
+	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withNamedTenant("secrets", s.handleSecretDelete)))
 	// A rekey walks every sealed value: the deadlines of a long body.
 	s.mux.HandleFunc("POST /v1/secrets/rekey", s.longBody(s.adminOnly(s.handleSecretsRekey)))
 	// Sessions (sessions.go).
-	s.mux.HandleFunc("GET /v1/sessions", s.authed(s.withSessionTenant(s.handleSessionList)))
-	s.mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.withSessionTenant(s.handleSessionGet)))
-	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.withSessionTenant(s.handleSessionDelete)))
+	s.mux.HandleFunc("GET /v1/sessions", s.authed(s.withNamedTenant("sessions", s.handleSessionList)))
+	s.mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.withNamedTenant("sessions", s.handleSessionGet)))
+	s.mux.HandleFunc("DELETE /v1/sessions/{id}", s.authed(s.withNamedTenant("sessions", s.handleSessionDelete)))
 	// Approvals (approvals.go).
 	s.mux.HandleFunc("GET /v1/approvals", s.authed(s.handleApprovalList))
 	s.mux.HandleFunc("GET /v1/approvals/{id}", s.authed(s.handleApprovalGet))

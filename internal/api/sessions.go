@@ -14,43 +14,6 @@ import (
 // ended. A tenant's key reads and deletes its own; the admin token any
 // tenant's, named with ?tenant=.
 
-// sessionTenant is the tenant whose sessions the request reads: a key's
-// own (a ?tenant= must name it), or for the admin token ?tenant=, which
-// must exist.
-func (s *Server) sessionTenant(r *http.Request, p principal) (string, error) {
-	q := r.URL.Query().Get("tenant")
-	if !p.admin {
-		if q != "" && q != p.tenant {
-			return "", errNotFound("no tenant %q", q)
-		}
-		return p.tenant, nil
-	}
-	if q == "" {
-		return "", errUnprocessable("sessions belong to a tenant: with the admin token, name it with ?tenant=ID (or use the tenant's API key)")
-	}
-	if _, err := s.cfg.Store.TenantGetByID(r.Context(), q); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			err = errNotFound("no tenant %q", q)
-		}
-		return "", err
-	}
-	return q, nil
-}
-
-// withSessionTenant resolves the tenant before h, which gets it as
-// p.tenant.
-func (s *Server) withSessionTenant(h handler) handler {
-	return func(w http.ResponseWriter, r *http.Request, p principal) {
-		tenant, err := s.sessionTenant(r, p)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		p.tenant = tenant
-		h(w, r, p)
-	}
-}
-
 func sessionView(x store.Session) wire.Session {
 	return wire.Session{ID: x.ID, Agent: x.Agent, Runs: x.Runs, LastRunID: x.LastRunID, LastStatus: x.LastStatus,
 		Tokens: x.Usage.Total(), CreatedAt: x.CreatedAt, UpdatedAt: x.UpdatedAt}
