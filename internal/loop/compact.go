@@ -45,6 +45,10 @@ type CompactRequest struct {
 	// Previous is the summary of what came before Items, if any.
 	Previous string
 	Items    []CompactItem
+	// Whole is how many of the oldest items fold together or not at
+	// all, even the last: a session's earlier runs and the run's task,
+	// which one summary step covers whole.
+	Whole int
 
 	// Meter, when set, charges each call to Tenant and RunID: reserved
 	// before it (ReserveUnlimited when Unlimited) and settled after,
@@ -122,6 +126,9 @@ func Compact(ctx context.Context, req CompactRequest) (CompactResult, error) {
 	}
 	res := CompactResult{Summary: req.Previous}
 	covered := foldPoint(req.Items, req.Previous, p)
+	if covered > 0 && covered < req.Whole {
+		covered = min(req.Whole, len(req.Items))
+	}
 	if covered == 0 {
 		return res, nil
 	}
@@ -390,45 +397,4 @@ func settleHold(ctx context.Context, m Meter, hold *agentfleet.Reservation, resp
 		return fmt.Errorf("settle %d tokens: %w", resp.Usage.Total(), err)
 	}
 	return nil
-}
-
-// SummaryMark is how far a summary reaches: through turn Turn of run
-// RunID, or through the whole run when Turn is 0.
-type SummaryMark struct {
-	RunID string
-	Turn  int
-}
-
-const summaryHeader = "summary through run "
-
-// RenderSummary is a summary step's Content: a header line naming how
-// far it reaches ("summary through run R turn T", or "summary through
-// run R" for a whole run), then the summary.
-func RenderSummary(through SummaryMark, text string) string {
-	h := summaryHeader + through.RunID
-	if through.Turn > 0 {
-		h += " turn " + strconv.Itoa(through.Turn)
-	}
-	return h + "\n" + text
-}
-
-// ParseSummary reads a summary step's Content (RenderSummary).
-func ParseSummary(content string) (SummaryMark, string, error) {
-	header, text, _ := strings.Cut(content, "\n")
-	f := strings.Fields(strings.TrimPrefix(header, summaryHeader))
-	var m SummaryMark
-	switch {
-	case !strings.HasPrefix(header, summaryHeader) || (len(f) != 1 && len(f) != 3):
-	case len(f) == 3 && f[1] != "turn":
-	default:
-		m.RunID = f[0]
-		if len(f) == 1 {
-			return m, text, nil
-		}
-		if n, err := strconv.Atoi(f[2]); err == nil && n > 0 {
-			m.Turn = n
-			return m, text, nil
-		}
-	}
-	return SummaryMark{}, "", fmt.Errorf("summary step: header %q is not %q RUN [turn N]", header, strings.TrimSpace(summaryHeader))
 }

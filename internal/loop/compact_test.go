@@ -344,20 +344,23 @@ func TestCompactJournalMismatch(t *testing.T) {
 	require.ErrorAs(t, err, &mismatch)
 }
 
+// One header, written by the compactor and read by the prompt: the last
+// turn of the step's run it covers; a step without it covers the turns
+// before its own.
 func TestSummaryContent(t *testing.T) {
 	t.Parallel()
-	for _, m := range []loop.SummaryMark{{RunID: "r-1", Turn: 4}, {RunID: "run_9"}} {
-		content := loop.RenderSummary(m, "Ada asked for order 4411.\nIt shipped.")
-		got, text, err := loop.ParseSummary(content)
-		require.NoError(t, err)
-		require.Equal(t, m, got)
+	for _, through := range []int{0, 4} {
+		content := loop.RenderSummary(through, "Ada asked for order 4411.\nIt shipped.")
+		got, text := loop.ParseSummary(agentfleet.Step{Turn: 9, Kind: agentfleet.StepSummary, Content: content})
+		require.Equal(t, through, got)
 		require.Equal(t, "Ada asked for order 4411.\nIt shipped.", text)
 	}
-	require.Equal(t, "summary through run r-1 turn 4\nS", loop.RenderSummary(loop.SummaryMark{RunID: "r-1", Turn: 4}, "S"))
-	for _, bad := range []string{"", "S", "summary through run\nS", "summary through run r1 turn x\nS", "summary through run r1 turn 0\nS",
-		"summary through run r1 step 2\nS", "summary through run r1 turn 2 more\nS", "a summary through run r1\nS"} {
-		_, _, err := loop.ParseSummary(bad)
-		require.ErrorContains(t, err, "summary step: header", "%q", bad)
+	require.Equal(t, "[summary of the session through turn 4]\nS", loop.RenderSummary(4, "S"))
+	for _, bare := range []string{"", "S", "[summary of the session through turn x]\nS", "summary through run r1 turn 2\nS",
+		"[summary of the session through turn 2] more\nS", "a [summary of the session through turn 2]\nS"} {
+		got, text := loop.ParseSummary(agentfleet.Step{Turn: 3, Kind: agentfleet.StepSummary, Content: bare})
+		require.Equal(t, 2, got, "%q covers the turns before its own", bare)
+		require.Equal(t, bare, text)
 	}
 }
 

@@ -459,10 +459,13 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
 	}
 
-	conv := composeConversation(composeInput{
-		system: t.e.systemPrompt(t.in.Agent, t.exposed), run: run, session: t.in.Session, steps: t.in.Steps,
-		contextTokens: cfg.ContextTokens, logCap: cfg.SessionLogCap,
-	})
+	conv, err := t.compose(ctx)
+	if err != nil {
+		if t.timedOut(ctx) {
+			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
+		}
+		return TurnResult{}, err
+	}
 	if t.redact != nil {
 		// Nothing of a secret reaches the model: not the task, the
 		// persona, nor a step recorded before the secret was set.
@@ -471,9 +474,23 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		}
 	}
 	if conv.trimmed > 0 || conv.trimmedRuns > 0 {
-		t.emit(agentfleet.Event{Type: agentfleet.EventBudgetTrimmed, Summary: trimSummary(conv, cfg.ContextTokens)})
+		t.emit(agentfleet.Event{Type: agentfleet.EventBudgetTrimmed, Summary: trimSummary(conv, conv.budget)})
 	}
-	reply, stop, err := t.reply(ctx, conv.messages)
+	res, err := t.respond(ctx, conv.messages, maxTurns)
+	if err == nil && conv.summary != nil && (res.Outcome == OutcomeContinue || res.Outcome == OutcomeFinished) {
+		// The checkpoint commits with the turn that made it, or not at
+		// all: a turn run again replays its summary calls.
+		s := *conv.summary
+		s.Index = len(res.Steps)
+		res.Steps = append(res.Steps, s)
+	}
+	return res, err
+}
+
+// respond calls the model with the turn's prompt and acts on its reply.
+func (t *turn) respond(ctx context.Context, msgs []agentfleet.ChatMessage, maxTurns int) (TurnResult, error) {
+	run, cfg := t.run, &t.e.cfg
+	reply, stop, err := t.reply(ctx, msgs)
 	if err != nil {
 		if t.timedOut(ctx) {
 			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
