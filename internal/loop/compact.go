@@ -42,9 +42,11 @@ type CompactRequest struct {
 	// Profile is the agent's, fitted to its system prompt
 	// (Profile.Fit): when to fold, what to keep, the summary's cap.
 	Profile agentfleet.Profile
-	// Previous is the summary of what came before Items, if any.
-	Previous string
-	Items    []CompactItem
+	// Previous is the summary of what came before Items, if any;
+	// PreviousTokens what it costs in the prompt (0: estimated from it).
+	Previous       string
+	PreviousTokens int64
+	Items          []CompactItem
 	// Whole is how many of the oldest items fold together or not at
 	// all, even the last: a session's earlier runs and the run's task,
 	// which one summary step covers whole.
@@ -125,7 +127,7 @@ func Compact(ctx context.Context, req CompactRequest) (CompactResult, error) {
 		p = agentfleet.ProfileFor(0)
 	}
 	res := CompactResult{Summary: req.Previous}
-	covered := foldPoint(req.Items, req.Previous, p)
+	covered := foldPoint(req.Items, previousTokens(req), p)
 	if covered > 0 && covered < req.Whole {
 		covered = min(req.Whole, len(req.Items))
 	}
@@ -184,7 +186,7 @@ func failed(res CompactResult) CompactResult {
 // foldPoint counts the oldest items to fold: none while the history fits
 // the trigger, else enough that at most Keep tokens of items stay, never
 // the last one.
-func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
+func foldPoint(items []CompactItem, previous int64, p agentfleet.Profile) int {
 	if len(items) < 2 {
 		return 0
 	}
@@ -197,14 +199,8 @@ func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
 		}
 		total += costs[i]
 	}
-	if previous != "" {
-		total += agentfleet.EstimateTextTokens(previous)
-	}
-	if total <= int64(p.Trigger) {
+	if total+previous <= int64(p.Trigger) {
 		return 0
-	}
-	if previous != "" {
-		total -= agentfleet.EstimateTextTokens(previous)
 	}
 	k := 0
 	for k < len(items)-1 && total > int64(p.Keep) {
@@ -212,6 +208,16 @@ func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
 		k++
 	}
 	return k
+}
+
+func previousTokens(req CompactRequest) int64 {
+	switch {
+	case req.PreviousTokens > 0:
+		return req.PreviousTokens
+	case req.Previous != "":
+		return agentfleet.EstimateTextTokens(req.Previous)
+	}
+	return 0
 }
 
 // summaryChunk composes the next summarizer call: the summary so far and

@@ -97,14 +97,18 @@ func (t *turn) compact(ctx context.Context, in *composeInput, parts *promptParts
 		turnOf = append(turnOf, parts.turns[i].turn)
 	}
 	var previous string
+	var previousTokens int64
 	if parts.summary != nil {
 		_, previous = ParseSummary(*parts.summary)
 		previous = t.clean(previous)
+		// As the prompt counts it, header and all, so that Compact
+		// folds whenever the history is over the trigger here.
+		previousTokens = messageTokens + agentfleet.EstimateTextTokens(parts.summary.Content)
 	}
 	modelName := firstNonEmpty(agent.SummaryModel, agent.Model, cfg.DefaultModel)
 	res, err := Compact(ctx, CompactRequest{
 		Model: cfg.Model, ModelName: modelName, Window: prof.SummaryWindow(), Profile: prof,
-		Previous: previous, Items: items, Whole: whole,
+		Previous: previous, PreviousTokens: previousTokens, Items: items, Whole: whole,
 		Meter: cfg.Meter, Tenant: run.Tenant, RunID: run.ID, Unlimited: t.in.TenantUnlimited,
 		Journal: cfg.Journal, Turn: t.n,
 	})
