@@ -110,7 +110,8 @@ const summarizerPrompt = "You keep the running summary of an agent's conversatio
 // Compact folds the oldest items of a history into a summary when the
 // history (Previous and Items) exceeds the profile's trigger, so that
 // about Keep tokens of the newest items stay verbatim (the last item
-// always does). Under the trigger it returns Previous and calls nothing.
+// always does, unless it is one of the Whole). Under the trigger it
+// returns Previous and calls nothing.
 //
 // The folded items go to the summarizer oldest first, in chunks that
 // each fit one call with the summary so far; an item larger than a chunk

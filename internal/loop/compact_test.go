@@ -410,3 +410,31 @@ func TestCompactUnlimitedTenant(t *testing.T) {
 	require.Empty(t, meter.reserves)
 	require.Equal(t, res.Usage.Total(), meter.used)
 }
+
+// The first Whole items fold together or not at all, even the last; the
+// previous summary counts what the caller says it costs.
+func TestCompactWholeAndPreviousTokens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		items, whole   int
+		previousTokens int64
+		covered        int
+	}{
+		{"fewer than whole would fold", 20, 18, 0, 18},
+		{"more than whole fold anyway", 20, 3, 0, 15},
+		{"all of them when all are whole", 20, 20, 0, 20},
+		{"under the trigger none", 9, 9, 0, 0},
+		{"a costly previous summary tips it over", 9, 9, 2000, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := loop.Compact(context.Background(), loop.CompactRequest{
+				Model: &summarizer{}, Window: 4096, Profile: smallProfile, Items: history(tc.items, 600), Whole: tc.whole,
+				Previous: "PREV", PreviousTokens: tc.previousTokens,
+			})
+			require.NoError(t, err)
+			require.Equal(t, tc.covered, res.Covered)
+		})
+	}
+}

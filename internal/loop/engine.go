@@ -19,7 +19,10 @@
 // elided from the history once its turn has run (a failed one stays), so
 // that each prompt starts with the one before it and providers' prompt
 // caches hit. A run of a session recalls its session's earlier runs
-// first (prompt.go).
+// first (prompt.go). A session run's history, or that of any run whose
+// agent sets a context_window, is folded into a summary step once it
+// outgrows the agent's profile (fold.go, compact.go); the step commits
+// with the turn and later prompts replay it instead of what it covers.
 //
 // Crash rules (docs/ARCHITECTURE.md §4) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free
@@ -84,7 +87,7 @@ type Config struct {
 	// MaxTurns applies when neither the run nor its agent sets one.
 	MaxTurns int
 	// MaxCompletionTokens caps each turn's reply unless the agent sets
-	// its own.
+	// its own, or a context_window (its profile's reserve then).
 	MaxCompletionTokens int
 	// AIMaxTokens caps each ai()/aiJSON() sub-call's reply.
 	AIMaxTokens int
@@ -101,10 +104,12 @@ type Config struct {
 	HistoryWindow int
 	// ContextTokens is the prompt budget: the session's oldest runs,
 	// then the run's oldest turns, are trimmed until the estimated
-	// prompt fits. Zero means no budget.
+	// prompt fits. Zero means no budget. An agent that sets a
+	// context_window has its profile's budget instead.
 	ContextTokens int
 	// SessionLogCap bounds the log characters each earlier run of a
-	// session keeps in the prompt (SessionLogCapDefault when zero).
+	// session keeps in the prompt (SessionLogCapDefault when zero; an
+	// agent's context_window sets its profile's log cap instead).
 	SessionLogCap int
 	// RecordRetryFor is how long a turn keeps trying to record a model
 	// reply the store failed to take (RecordRetryForDefault when zero),
