@@ -280,3 +280,43 @@ func TestTurnWithoutSessionOrWindowDoesNotCompact(t *testing.T) {
 	require.NotNil(t, eventOf(res.Events, agentfleet.EventBudgetTrimmed))
 	require.Len(t, res.Steps, 2)
 }
+
+// A compaction that finds its turn committed elsewhere stops the turn
+// (ErrStale) before its model call.
+func TestTurnCompactionOfAStaleTurn(t *testing.T) {
+	t.Parallel()
+	m := &foldModel{reply: js(`function run(args) { return 1; }`)}
+	meter := &memMeter{}
+	eng, err := loop.New(loop.Config{Model: m, Sandbox: pool(t), Meter: meter,
+		Journal: staleJournal{&memJournal{entries: map[int]agentfleet.JournalEntry{}, meter: meter}}})
+	require.NoError(t, err)
+	_, err = eng.Step(context.Background(), loop.TurnInput{
+		Run:   agentfleet.Run{ID: "r10", Tenant: "acme", SessionID: "s1", Message: "And now?", Status: agentfleet.StatusRunning},
+		Agent: windowed(4096), Session: longSession(10, 1200)})
+	require.ErrorIs(t, err, loop.ErrStale)
+	agent, summaries := m.calls()
+	require.Len(t, summaries, 1)
+	require.Empty(t, agent, "no model call for a turn someone else committed")
+	require.Zero(t, meter.reserved)
+}
+
+// A session run whose agent sets no window compacts on the default
+// profile: past its trigger, not before.
+func TestSessionRunCompactsOnTheDefaultProfile(t *testing.T) {
+	t.Parallel()
+	m := &foldModel{reply: js(`function run(args) { return 1; }`)}
+	b := foldSetup(t, m)
+	run := agentfleet.Run{ID: "rx", Tenant: "acme", SessionID: "s1", Message: "And now?", Status: agentfleet.StatusRunning}
+	res, err := b.engine.Step(context.Background(), loop.TurnInput{Run: run, Session: longSession(20, 1200)})
+	require.NoError(t, err)
+	_, summaries := m.calls()
+	require.Empty(t, summaries, "20 runs are under the default trigger")
+	require.Len(t, res.Steps, 2)
+
+	res, err = b.engine.Step(context.Background(), loop.TurnInput{Run: run, Session: longSession(60, 1200)})
+	require.NoError(t, err)
+	_, summaries = m.calls()
+	require.NotEmpty(t, summaries, "60 are over it")
+	require.Equal(t, "worker-model", summaries[0].Model, "no model named: the worker's")
+	require.Equal(t, agentfleet.StepSummary, res.Steps[len(res.Steps)-1].Kind)
+}
