@@ -66,10 +66,10 @@ func (t *turn) composeCompacting(ctx context.Context, in composeInput, prof agen
 }
 
 // compact folds the oldest of the history into a summary step and
-// recomposes parts with it; nil when it folded nothing or failed. The items, oldest first: each earlier run's record, the
-// run's task (folded with them: a summary step covers the whole session
-// before its run's turns), then each turn, its reply and observation
-// together.
+// recomposes parts with it; nil when it folded nothing or failed. The
+// items, oldest first: each earlier run's record, the run's task (folded
+// with them: a summary step covers the whole session before its run's
+// turns), then each turn, its reply and observation together.
 func (t *turn) compact(ctx context.Context, in *composeInput, parts *promptParts, prof agentfleet.Profile) (*agentfleet.Step, error) {
 	cfg, agent, run := &t.e.cfg, &t.in.Agent, t.run
 	var items []CompactItem
