@@ -78,7 +78,7 @@ func (m *chatModel) respond(r fakeserver.Request) (string, agentfleet.Usage, err
 	if task < 0 {
 		return "", chatUsage, fmt.Errorf("no task in the prompt")
 	}
-	if m.hold && strings.Contains(r.Messages[1].Content, "[summary of the session through turn ") {
+	if strings.Contains(r.Messages[1].Content, "[summary of the session through turn ") {
 		m.mu.Lock()
 		first := m.hold
 		m.hold = false
@@ -118,7 +118,7 @@ func firstPrompt(t *testing.T, reqs []fakeserver.Request, i int) []agentfleet.Ch
 	return nil
 }
 
-// summaryStepsOf counts the summary steps in run id's trace.
+// summaryStepsOf is the summary steps in run id's trace.
 func summaryStepsOf(t *testing.T, f *testFleet, id string) []agentfleet.Step {
 	t.Helper()
 	trace, err := f.tenant.RunSteps(f.ctx, id, -1)
