@@ -169,11 +169,12 @@ const (
 	StepObservation StepKind = "observation"
 	// StepSummary is a checkpoint: the compactor's summary of the
 	// session's history up to and including the turn it names in its
-	// Content's header line ("summary through run R turn T", or
-	// "summary through run R" for all of an earlier run; the summary
-	// follows it: loop.RenderSummary, loop.ParseSummary). Later turns
-	// and runs of the session replay it instead of the steps it covers;
-	// those stay in the trace.
+	// Content's header line ("[summary of the session through turn T]",
+	// T a turn of the step's own run, 0 for its message alone: it covers
+	// the session's earlier runs too; the summary follows it:
+	// loop.RenderSummary, loop.ParseSummary). Later turns and runs of
+	// the session replay it instead of the steps it covers; those stay
+	// in the trace.
 	StepSummary StepKind = "summary"
 )
 

@@ -42,9 +42,15 @@ type CompactRequest struct {
 	// Profile is the agent's, fitted to its system prompt
 	// (Profile.Fit): when to fold, what to keep, the summary's cap.
 	Profile agentfleet.Profile
-	// Previous is the summary of what came before Items, if any.
-	Previous string
-	Items    []CompactItem
+	// Previous is the summary of what came before Items, if any;
+	// PreviousTokens what it costs in the prompt (0: estimated from it).
+	Previous       string
+	PreviousTokens int64
+	Items          []CompactItem
+	// Whole is how many of the oldest items fold together or not at
+	// all, even the last: a session's earlier runs and the run's task,
+	// which one summary step covers whole.
+	Whole int
 
 	// Meter, when set, charges each call to Tenant and RunID: reserved
 	// before it (ReserveUnlimited when Unlimited) and settled after,
@@ -104,7 +110,8 @@ const summarizerPrompt = "You keep the running summary of an agent's conversatio
 // Compact folds the oldest items of a history into a summary when the
 // history (Previous and Items) exceeds the profile's trigger, so that
 // about Keep tokens of the newest items stay verbatim (the last item
-// always does). Under the trigger it returns Previous and calls nothing.
+// always does, unless it is one of the Whole). Under the trigger it
+// returns Previous and calls nothing.
 //
 // The folded items go to the summarizer oldest first, in chunks that
 // each fit one call with the summary so far; an item larger than a chunk
@@ -121,7 +128,10 @@ func Compact(ctx context.Context, req CompactRequest) (CompactResult, error) {
 		p = agentfleet.ProfileFor(0)
 	}
 	res := CompactResult{Summary: req.Previous}
-	covered := foldPoint(req.Items, req.Previous, p)
+	covered := foldPoint(req.Items, previousTokens(req), p)
+	if covered > 0 && covered < req.Whole {
+		covered = min(req.Whole, len(req.Items))
+	}
 	if covered == 0 {
 		return res, nil
 	}
@@ -177,7 +187,7 @@ func failed(res CompactResult) CompactResult {
 // foldPoint counts the oldest items to fold: none while the history fits
 // the trigger, else enough that at most Keep tokens of items stay, never
 // the last one.
-func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
+func foldPoint(items []CompactItem, previous int64, p agentfleet.Profile) int {
 	if len(items) < 2 {
 		return 0
 	}
@@ -190,14 +200,8 @@ func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
 		}
 		total += costs[i]
 	}
-	if previous != "" {
-		total += agentfleet.EstimateTextTokens(previous)
-	}
-	if total <= int64(p.Trigger) {
+	if total+previous <= int64(p.Trigger) {
 		return 0
-	}
-	if previous != "" {
-		total -= agentfleet.EstimateTextTokens(previous)
 	}
 	k := 0
 	for k < len(items)-1 && total > int64(p.Keep) {
@@ -205,6 +209,16 @@ func foldPoint(items []CompactItem, previous string, p agentfleet.Profile) int {
 		k++
 	}
 	return k
+}
+
+func previousTokens(req CompactRequest) int64 {
+	switch {
+	case req.PreviousTokens > 0:
+		return req.PreviousTokens
+	case req.Previous != "":
+		return agentfleet.EstimateTextTokens(req.Previous)
+	}
+	return 0
 }
 
 // summaryChunk composes the next summarizer call: the summary so far and
@@ -390,45 +404,4 @@ func settleHold(ctx context.Context, m Meter, hold *agentfleet.Reservation, resp
 		return fmt.Errorf("settle %d tokens: %w", resp.Usage.Total(), err)
 	}
 	return nil
-}
-
-// SummaryMark is how far a summary reaches: through turn Turn of run
-// RunID, or through the whole run when Turn is 0.
-type SummaryMark struct {
-	RunID string
-	Turn  int
-}
-
-const summaryHeader = "summary through run "
-
-// RenderSummary is a summary step's Content: a header line naming how
-// far it reaches ("summary through run R turn T", or "summary through
-// run R" for a whole run), then the summary.
-func RenderSummary(through SummaryMark, text string) string {
-	h := summaryHeader + through.RunID
-	if through.Turn > 0 {
-		h += " turn " + strconv.Itoa(through.Turn)
-	}
-	return h + "\n" + text
-}
-
-// ParseSummary reads a summary step's Content (RenderSummary).
-func ParseSummary(content string) (SummaryMark, string, error) {
-	header, text, _ := strings.Cut(content, "\n")
-	f := strings.Fields(strings.TrimPrefix(header, summaryHeader))
-	var m SummaryMark
-	switch {
-	case !strings.HasPrefix(header, summaryHeader) || (len(f) != 1 && len(f) != 3):
-	case len(f) == 3 && f[1] != "turn":
-	default:
-		m.RunID = f[0]
-		if len(f) == 1 {
-			return m, text, nil
-		}
-		if n, err := strconv.Atoi(f[2]); err == nil && n > 0 {
-			m.Turn = n
-			return m, text, nil
-		}
-	}
-	return SummaryMark{}, "", fmt.Errorf("summary step: header %q is not %q RUN [turn N]", header, strings.TrimSpace(summaryHeader))
 }

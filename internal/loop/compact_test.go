@@ -344,20 +344,23 @@ func TestCompactJournalMismatch(t *testing.T) {
 	require.ErrorAs(t, err, &mismatch)
 }
 
+// One header, written by the compactor and read by the prompt: the last
+// turn of the step's run it covers; a step without it covers the turns
+// before its own.
 func TestSummaryContent(t *testing.T) {
 	t.Parallel()
-	for _, m := range []loop.SummaryMark{{RunID: "r-1", Turn: 4}, {RunID: "run_9"}} {
-		content := loop.RenderSummary(m, "Ada asked for order 4411.\nIt shipped.")
-		got, text, err := loop.ParseSummary(content)
-		require.NoError(t, err)
-		require.Equal(t, m, got)
+	for _, through := range []int{0, 4} {
+		content := loop.RenderSummary(through, "Ada asked for order 4411.\nIt shipped.")
+		got, text := loop.ParseSummary(agentfleet.Step{Turn: 9, Kind: agentfleet.StepSummary, Content: content})
+		require.Equal(t, through, got)
 		require.Equal(t, "Ada asked for order 4411.\nIt shipped.", text)
 	}
-	require.Equal(t, "summary through run r-1 turn 4\nS", loop.RenderSummary(loop.SummaryMark{RunID: "r-1", Turn: 4}, "S"))
-	for _, bad := range []string{"", "S", "summary through run\nS", "summary through run r1 turn x\nS", "summary through run r1 turn 0\nS",
-		"summary through run r1 step 2\nS", "summary through run r1 turn 2 more\nS", "a summary through run r1\nS"} {
-		_, _, err := loop.ParseSummary(bad)
-		require.ErrorContains(t, err, "summary step: header", "%q", bad)
+	require.Equal(t, "[summary of the session through turn 4]\nS", loop.RenderSummary(4, "S"))
+	for _, bare := range []string{"", "S", "[summary of the session through turn x]\nS", "summary through run r1 turn 2\nS",
+		"[summary of the session through turn 2] more\nS", "a [summary of the session through turn 2]\nS"} {
+		got, text := loop.ParseSummary(agentfleet.Step{Turn: 3, Kind: agentfleet.StepSummary, Content: bare})
+		require.Equal(t, 2, got, "%q covers the turns before its own", bare)
+		require.Equal(t, bare, text)
 	}
 }
 
@@ -406,4 +409,32 @@ func TestCompactUnlimitedTenant(t *testing.T) {
 	require.Equal(t, res.Calls, meter.unheld)
 	require.Empty(t, meter.reserves)
 	require.Equal(t, res.Usage.Total(), meter.used)
+}
+
+// The first Whole items fold together or not at all, even the last; the
+// previous summary counts what the caller says it costs.
+func TestCompactWholeAndPreviousTokens(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name           string
+		items, whole   int
+		previousTokens int64
+		covered        int
+	}{
+		{"fewer than whole would fold", 20, 18, 0, 18},
+		{"more than whole fold anyway", 20, 3, 0, 15},
+		{"all of them when all are whole", 20, 20, 0, 20},
+		{"under the trigger none", 9, 9, 0, 0},
+		{"a costly previous summary tips it over", 9, 9, 2000, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res, err := loop.Compact(context.Background(), loop.CompactRequest{
+				Model: &summarizer{}, Window: 4096, Profile: smallProfile, Items: history(tc.items, 600), Whole: tc.whole,
+				Previous: "PREV", PreviousTokens: tc.previousTokens,
+			})
+			require.NoError(t, err)
+			require.Equal(t, tc.covered, res.Covered)
+		})
+	}
 }

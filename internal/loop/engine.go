@@ -19,7 +19,10 @@
 // elided from the history once its turn has run (a failed one stays), so
 // that each prompt starts with the one before it and providers' prompt
 // caches hit. A run of a session recalls its session's earlier runs
-// first (prompt.go).
+// first (prompt.go). A session run's history, or that of any run whose
+// agent sets a context_window, is folded into a summary step once it
+// outgrows the agent's profile (fold.go, compact.go); the step commits
+// with the turn and later prompts replay it instead of what it covers.
 //
 // Crash rules (docs/ARCHITECTURE.md §4) the engine keeps: the budget is reserved before
 // the model call (for a tenant the caller found unlimited, a hold-free
@@ -84,7 +87,7 @@ type Config struct {
 	// MaxTurns applies when neither the run nor its agent sets one.
 	MaxTurns int
 	// MaxCompletionTokens caps each turn's reply unless the agent sets
-	// its own.
+	// its own, or a context_window (its profile's reserve then).
 	MaxCompletionTokens int
 	// AIMaxTokens caps each ai()/aiJSON() sub-call's reply.
 	AIMaxTokens int
@@ -101,10 +104,12 @@ type Config struct {
 	HistoryWindow int
 	// ContextTokens is the prompt budget: the session's oldest runs,
 	// then the run's oldest turns, are trimmed until the estimated
-	// prompt fits. Zero means no budget.
+	// prompt fits. Zero means no budget. An agent that sets a
+	// context_window has its profile's budget instead.
 	ContextTokens int
 	// SessionLogCap bounds the log characters each earlier run of a
-	// session keeps in the prompt (SessionLogCapDefault when zero).
+	// session keeps in the prompt (SessionLogCapDefault when zero; an
+	// agent's context_window sets its profile's log cap instead).
 	SessionLogCap int
 	// RecordRetryFor is how long a turn keeps trying to record a model
 	// reply the store failed to take (RecordRetryForDefault when zero),
@@ -459,10 +464,13 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		return t.finish(agentfleet.StatusMaxTurns, nil, fmt.Sprintf("run reached max_turns (%d) without an answer", maxTurns)), nil
 	}
 
-	conv := composeConversation(composeInput{
-		system: t.e.systemPrompt(t.in.Agent, t.exposed), run: run, session: t.in.Session, steps: t.in.Steps,
-		contextTokens: cfg.ContextTokens, logCap: cfg.SessionLogCap,
-	})
+	conv, err := t.compose(ctx)
+	if err != nil {
+		if t.timedOut(ctx) {
+			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil
+		}
+		return TurnResult{}, err
+	}
 	if t.redact != nil {
 		// Nothing of a secret reaches the model: not the task, the
 		// persona, nor a step recorded before the secret was set.
@@ -471,9 +479,23 @@ func (t *turn) step(ctx context.Context) (TurnResult, error) {
 		}
 	}
 	if conv.trimmed > 0 || conv.trimmedRuns > 0 {
-		t.emit(agentfleet.Event{Type: agentfleet.EventBudgetTrimmed, Summary: trimSummary(conv, cfg.ContextTokens)})
+		t.emit(agentfleet.Event{Type: agentfleet.EventBudgetTrimmed, Summary: trimSummary(conv, conv.budget)})
 	}
-	reply, stop, err := t.reply(ctx, conv.messages)
+	res, err := t.respond(ctx, conv.messages, maxTurns)
+	if err == nil && conv.summary != nil && (res.Outcome == OutcomeContinue || res.Outcome == OutcomeFinished) {
+		// The checkpoint commits with the turn that made it, or not at
+		// all: a turn run again replays its summary calls.
+		s := *conv.summary
+		s.Index = len(res.Steps)
+		res.Steps = append(res.Steps, s)
+	}
+	return res, err
+}
+
+// respond calls the model with the turn's prompt and acts on its reply.
+func (t *turn) respond(ctx context.Context, msgs []agentfleet.ChatMessage, maxTurns int) (TurnResult, error) {
+	run, cfg := t.run, &t.e.cfg
+	reply, stop, err := t.reply(ctx, msgs)
 	if err != nil {
 		if t.timedOut(ctx) {
 			return t.fail("run timed out at its deadline " + run.Deadline.UTC().Format(time.RFC3339)), nil

@@ -151,26 +151,35 @@ func taskMessage(run *agentfleet.Run, session []SessionRun) string {
 	return run.Message
 }
 
-// SummaryHeader is the first line of a summary step's content: the last
-// turn of the step's run that it covers. A summary covers everything of
-// its session before that point: the earlier runs, and its own run's
-// message and turns through that one.
-func SummaryHeader(throughTurn int) string {
-	return fmt.Sprintf("[summary of the session through turn %d]", throughTurn)
+// RenderSummary is a summary step's Content: a header naming the last
+// turn of the step's own run that it covers, then the summary. A summary
+// covers everything of its session before that point: the earlier runs,
+// and its own run's message and turns through that one (0: the message
+// and none of its turns).
+func RenderSummary(throughTurn int, text string) string {
+	return summaryHeaderOpen + strconv.Itoa(throughTurn) + "]\n" + text
 }
 
-var summaryThrough = regexp.MustCompile(`(?i)through turn (\d+)`)
+const summaryHeaderOpen = "[summary of the session through turn "
 
-// SummaryThrough reads the turn a summary step covers through from its
-// header; without one, it covers the turns before its own.
-func SummaryThrough(s agentfleet.Step) int {
-	first, _, _ := strings.Cut(s.Content, "\n")
-	if m := summaryThrough.FindStringSubmatch(first); m != nil {
+var summaryHeader = regexp.MustCompile(`^\[summary of the session through turn (\d+)\]$`)
+
+// ParseSummary reads a summary step (RenderSummary): the last turn of its
+// run it covers and the summary. A step without the header covers the
+// turns before its own and is all summary.
+func ParseSummary(s agentfleet.Step) (throughTurn int, text string) {
+	first, rest, _ := strings.Cut(s.Content, "\n")
+	if m := summaryHeader.FindStringSubmatch(first); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil {
-			return n
+			return n, rest
 		}
 	}
-	return s.Turn - 1
+	return s.Turn - 1, s.Content
+}
+
+func summaryThrough(s agentfleet.Step) int {
+	n, _ := ParseSummary(s)
+	return n
 }
 
 // turnHistory is the recorded part of one committed turn.
@@ -225,6 +234,10 @@ type conversation struct {
 	// trimmed counts the turns of dropped removed for the context
 	// budget, trimmedRuns the earlier runs of the session.
 	trimmed, trimmedRuns int
+	// budget is the contextTokens it was composed to; summary the
+	// checkpoint the turn's compaction made for it, if any.
+	budget  int
+	summary *agentfleet.Step
 }
 
 // composeInput is what a prompt is composed of.
@@ -251,6 +264,33 @@ type composeInput struct {
 // are trimmed (a script never leaves without its result), always keeping
 // the latest turn; the model is told how many are missing.
 func composeConversation(in composeInput) conversation {
+	p := composeParts(in)
+	return p.compose(in.run, in.contextTokens)
+}
+
+// promptParts are a prompt's parts before the budget trims them.
+type promptParts struct {
+	system string
+	task   agentfleet.ChatMessage
+	// summary is the latest summary step, nil without one; own says it
+	// is the run's own (it covers the whole session and the task).
+	summary *agentfleet.Step
+	own     bool
+	// records are the session's runs after the summary, turns and pairs
+	// the run's turns after it (each one's cost is EstimateTokens of
+	// its messages, counted again where needed: a slice of them would
+	// cost the turn an allocation).
+	records [][]agentfleet.ChatMessage
+	turns   []turnHistory
+	pairs   [][2]agentfleet.ChatMessage
+	// fixed is the system prompt's and the task's cost, history the
+	// rest's (summary, records, turns); coveredTurns the run's turns the
+	// summary covers.
+	fixed, history int64
+	coveredTurns   int
+}
+
+func composeParts(in composeInput) promptParts {
 	turns, summaries := splitSteps(in.steps)
 	logCap := in.logCap
 	if logCap <= 0 {
@@ -263,7 +303,7 @@ func composeConversation(in composeInput) conversation {
 	session, covered, through := in.session, -1, 0
 	if len(summaries) > 0 {
 		summary = &summaries[len(summaries)-1]
-		session, through = nil, SummaryThrough(*summary)
+		session, through = nil, summaryThrough(*summary)
 		kept := turns[:0:0]
 		for _, t := range turns {
 			if t.turn > through {
@@ -278,56 +318,59 @@ func composeConversation(in composeInput) conversation {
 			for j := len(steps) - 1; j >= 0; j-- {
 				if steps[j].Kind == agentfleet.StepSummary {
 					summary = &steps[j]
-					session, covered, through = session[i:], 0, SummaryThrough(*summary)
+					session, covered, through = session[i:], 0, summaryThrough(*summary)
 					break latest
 				}
 			}
 		}
 	}
 
-	head := []agentfleet.ChatMessage{{Role: agentfleet.RoleSystem, Content: in.system}}
+	p := promptParts{summary: summary, own: len(summaries) > 0, turns: turns}
+	p.system = in.system
+	p.task = agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: taskMessage(in.run, in.session)}
+	p.fixed = 2*messageTokens + agentfleet.EstimateTextTokens(in.system) + agentfleet.EstimateTextTokens(p.task.Content)
 	if summary != nil {
-		head = append(head, agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: summary.Content})
+		p.history = messageTokens + agentfleet.EstimateTextTokens(summary.Content)
 	}
-	task := agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: taskMessage(in.run, in.session)}
-	cost := agentfleet.EstimateTokens(head) + messageTokens + agentfleet.EstimateTextTokens(task.Content)
 
-	records := make([][]agentfleet.ChatMessage, len(session))
-	recordCosts := make([]int64, len(session))
+	p.records = make([][]agentfleet.ChatMessage, len(session))
 	for i := range session {
 		th := -1
 		if i == covered {
 			th = through
 		}
-		records[i] = sessionRecord(&session[i], th, logCap)
-		recordCosts[i] = agentfleet.EstimateTokens(records[i])
-		cost += recordCosts[i]
+		p.records[i] = sessionRecord(&session[i], th, logCap)
+		p.history += agentfleet.EstimateTokens(p.records[i])
 	}
 
-	pairs := make([][2]agentfleet.ChatMessage, len(turns))
-	costs := make([]int64, len(turns))
+	p.pairs = make([][2]agentfleet.ChatMessage, len(turns))
 	for i, t := range turns {
 		reply := t.reply
 		if t.hasScript && !t.failed {
 			reply = elide(reply, t.script, t.turn)
 		}
-		pairs[i] = [2]agentfleet.ChatMessage{
+		p.pairs[i] = [2]agentfleet.ChatMessage{
 			{Role: agentfleet.RoleAssistant, Content: reply},
 			{Role: agentfleet.RoleUser, Content: t.observation},
 		}
-		costs[i] = agentfleet.EstimateTokens(pairs[i][:])
-		cost += costs[i]
+		p.history += agentfleet.EstimateTokens(p.pairs[i][:])
 	}
+	if p.own {
+		p.coveredTurns = through
+	}
+	return p
+}
 
+// compose trims the parts to contextTokens (zero: no budget) and renders
+// the messages.
+func (p *promptParts) compose(run *agentfleet.Run, contextTokens int) conversation {
 	// Trim while over the budget, counting the messages that say what
 	// was left out.
+	records, pairs, turns := p.records, p.pairs, p.turns
+	cost := p.fixed + p.history
 	firstRecord, start := 0, 0
-	coveredTurns := 0
-	if len(summaries) > 0 {
-		coveredTurns = through
-	}
-	dropped := droppedTurns(in.run, turns, start, coveredTurns)
-	for in.contextTokens > 0 {
+	dropped := droppedTurns(run, turns, start, p.coveredTurns)
+	for contextTokens > 0 {
 		c := cost
 		if firstRecord > 0 {
 			c += markerTokens
@@ -335,24 +378,31 @@ func composeConversation(in composeInput) conversation {
 		if dropped > 0 {
 			c += markerTokens
 		}
-		if c <= int64(in.contextTokens) {
+		if c <= int64(contextTokens) {
 			break
 		}
 		if firstRecord < len(records) {
-			cost -= recordCosts[firstRecord]
+			cost -= agentfleet.EstimateTokens(records[firstRecord])
 			firstRecord++
 			continue
 		}
 		if start >= len(pairs)-1 {
 			break
 		}
-		cost -= costs[start]
+		cost -= agentfleet.EstimateTokens(pairs[start][:])
 		start++
-		dropped = droppedTurns(in.run, turns, start, coveredTurns)
+		dropped = droppedTurns(run, turns, start, p.coveredTurns)
 	}
 
-	msgs := make([]agentfleet.ChatMessage, 0, len(head)+2+2*len(records)+2*(len(pairs)-start)+2)
-	msgs = append(msgs, head...)
+	n := 3 + 2*len(records) + 2*(len(pairs)-start) + 2
+	if p.summary != nil {
+		n++
+	}
+	msgs := make([]agentfleet.ChatMessage, 0, n)
+	msgs = append(msgs, agentfleet.ChatMessage{Role: agentfleet.RoleSystem, Content: p.system})
+	if p.summary != nil {
+		msgs = append(msgs, agentfleet.ChatMessage{Role: agentfleet.RoleUser, Content: p.summary.Content})
+	}
 	if firstRecord > 0 {
 		msgs = append(msgs, agentfleet.ChatMessage{
 			Role:    agentfleet.RoleUser,
@@ -362,17 +412,17 @@ func composeConversation(in composeInput) conversation {
 	for _, r := range records[firstRecord:] {
 		msgs = append(msgs, r...)
 	}
-	msgs = append(msgs, task)
+	msgs = append(msgs, p.task)
 	if dropped > 0 {
 		msgs = append(msgs, agentfleet.ChatMessage{
 			Role:    agentfleet.RoleUser,
 			Content: fmt.Sprintf("[%d earlier turn(s) omitted to fit the context; args still carries their result]", dropped),
 		})
 	}
-	for _, p := range pairs[start:] {
-		msgs = append(msgs, p[0], p[1])
+	for _, pr := range pairs[start:] {
+		msgs = append(msgs, pr[0], pr[1])
 	}
-	return conversation{messages: msgs, dropped: dropped, trimmed: start, trimmedRuns: firstRecord}
+	return conversation{messages: msgs, dropped: dropped, trimmed: start, trimmedRuns: firstRecord, budget: contextTokens}
 }
 
 // droppedTurns counts the run's turns before turns[start] that the prompt

@@ -28,10 +28,15 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 			return r, nil, nil
 		}
 	}
-	maxCompletion := int64(firstPositive(t.in.Agent.MaxCompletionTokens, cfg.MaxCompletionTokens))
+	reserve := 0
+	if w := t.in.Agent.ContextWindow; w > 0 {
+		reserve = agentfleet.ProfileFor(w).Reserve
+	}
+	maxCompletion := int64(firstPositive(t.in.Agent.MaxCompletionTokens, reserve, cfg.MaxCompletionTokens))
 	prompt := agentfleet.EstimateTokens(msgs)
 	if run.MaxTokens > 0 {
-		left := run.MaxTokens - run.Usage.Total() - prompt
+		// The turn's summary calls count against the run's cap too.
+		left := run.MaxTokens - run.Usage.Total() - t.res.Usage.Total() - prompt
 		if left < 1 {
 			r := t.fail(fmt.Sprintf("run's max_tokens (%d) leaves no room for the next call: %d used, prompt about %d",
 				run.MaxTokens, run.Usage.Total(), prompt))

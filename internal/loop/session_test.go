@@ -148,7 +148,7 @@ func TestSessionSummaryReplacesWhatItCovers(t *testing.T) {
 	r1 := earlierRun("r1", "First question?", "first answer")
 	r2 := earlierRun("r2", "Second question?", "second answer")
 	r2.Steps = append(r2.Steps[:2:2], agentfleet.Step{RunID: "r2", Turn: 2, Index: 2, Kind: agentfleet.StepSummary,
-		Content: loop.SummaryHeader(1) + "\nThe user asked two questions; there are three items."}, r2.Steps[2], r2.Steps[3])
+		Content: loop.RenderSummary(1, "The user asked two questions; there are three items.")}, r2.Steps[2], r2.Steps[3])
 	r3 := earlierRun("r3", "Third question?", "third answer")
 
 	var got []agentfleet.ModelRequest
@@ -174,13 +174,13 @@ func TestSessionSummaryReplacesWhatItCovers(t *testing.T) {
 		{Turn: 1, Index: 1, Kind: agentfleet.StepObservation, Content: "Turn 1 ran.\nreturned number (1 B)\n"},
 		{Turn: 2, Kind: agentfleet.StepModel, Content: "Second turn.\n```javascript\nfunction run(){ return 2; }\n```"},
 		{Turn: 2, Index: 1, Kind: agentfleet.StepObservation, Content: "Turn 2 ran.\nreturned number (1 B)\n"},
-		{Turn: 2, Index: 2, Kind: agentfleet.StepSummary, Content: loop.SummaryHeader(1) + "\nAll of it, folded."},
+		{Turn: 2, Index: 2, Kind: agentfleet.StepSummary, Content: loop.RenderSummary(1, "All of it, folded.")},
 	}
 	_, err = b.engine.Step(context.Background(), loop.TurnInput{
 		Run: agentfleet.Run{ID: "r4", SessionID: "s1", Message: "Fourth?", Turn: 2}, Session: []loop.SessionRun{r1, r2, r3}, Steps: own})
 	require.NoError(t, err)
 	msgs := got[1].Messages
-	require.Equal(t, loop.SummaryHeader(1)+"\nAll of it, folded.", msgs[1].Content)
+	require.Equal(t, loop.RenderSummary(1, "All of it, folded."), msgs[1].Content)
 	require.True(t, strings.HasPrefix(msgs[2].Content, "Fourth?"), "the task stays")
 	require.Equal(t, "Second turn.\n[script of turn 2 elided]", msgs[3].Content, "turns after the summary stay")
 	require.Len(t, msgs, 5)
