@@ -1,7 +1,9 @@
 package fleet_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -167,7 +169,7 @@ func TestFleetSessionCompacts(t *testing.T) {
 
 func sessionCompacts(t *testing.T, f *testFleet, m *chatModel) {
 	f.putAgent("chat", map[string]any{"context_window": 2048})
-	const runs = 8
+	const runs = 30
 	var ended []agentfleet.Run
 	var summarized []int // the runs (0-based) holding a summary step
 	for i := range runs {
@@ -184,6 +186,16 @@ func sessionCompacts(t *testing.T, f *testFleet, m *chatModel) {
 	require.NotEmpty(t, sums)
 
 	reqs := f.model.Received()
+	require.GreaterOrEqual(t, len(summarized), 2, "the session folds again as it grows: %v", summarized)
+	last := firstPrompt(t, reqs, runs-1)
+	b, err := json.Marshal(last)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "[summary of the session through turn ", "the 30th run replays a summary")
+	for i := range summarized[len(summarized)-1] {
+		require.NotContains(t, string(b), fmt.Sprintf("tell me about topic %02d", i), "the 30th run does not see run %d, which a summary covers", i)
+	}
+	require.LessOrEqual(t, len(b), 2*len(mustJSON(t, firstPrompt(t, reqs, 0))), "the 30th run's first prompt is at most twice the first's")
+
 	// The first run after the first summary: its first prompt opens with
 	// the summary, and holds nothing of the runs before the one that
 	// made it.
@@ -229,6 +241,56 @@ func sessionCompacts(t *testing.T, f *testFleet, m *chatModel) {
 		require.NotEqual(t, agentfleet.EventWarning, ev.Type, ev.Content)
 	}
 	require.Equal(t, 1, compacted)
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// A summary_model the provider does not serve fails the compaction, not
+// the run: each run that would fold warns, naming the summarizer's
+// failure, and goes on trimmed (budget_trimmed); no summary is stored. On
+// SQLite and on PostgreSQL.
+func TestFleetSessionSummaryFailureTrims(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			m := newChatModel(false)
+			responder := func(r fakeserver.Request) (string, agentfleet.Usage, error) {
+				if isSummaryRequest(r) && r.Model == "gone-model" {
+					return "", agentfleet.Usage{}, &fakeserver.StatusError{Status: http.StatusNotFound, Message: "The model `gone-model` does not exist"}
+				}
+				return m.respond(r)
+			}
+			o := fleetOptions{responder: responder}
+			if backend == "postgres" {
+				o.store = pgtest.Open(t)
+			}
+			f := setupFleetWith(t, o)
+			f.putAgent("chat", map[string]any{"context_window": 2048, "summary_model": "gone-model"})
+			warned, trimmed := 0, 0
+			for i := range 14 {
+				run := f.wait(f.submit(wire.RunCreateRequest{Message: chatMessage(i), Agent: "chat", SessionID: "conv-2"}).ID, 60*time.Second)
+				require.Equal(t, agentfleet.StatusCompleted, run.Status, "run %d: %s", i, run.Error)
+				require.Empty(t, summaryStepsOf(t, f, run.ID), "no summary is stored")
+				for _, ev := range f.events(run.ID) {
+					switch ev.Type {
+					case agentfleet.EventWarning:
+						warned++
+						require.Contains(t, ev.Content+ev.Summary, "gone-model")
+					case agentfleet.EventBudgetTrimmed:
+						trimmed++
+					}
+				}
+			}
+			require.Positive(t, warned, "the failed compaction warns")
+			require.Positive(t, trimmed, "and the history is trimmed instead")
+		})
+	}
 }
 
 // A worker that dies between a summary call and its turn's commit: the
