@@ -214,6 +214,8 @@ const (
 	EventChildSpawned      EventType = "child_spawned"
 	EventCompacted         EventType = "compacted"
 	EventBudgetTrimmed     EventType = "budget_trimmed"
+	EventToolCall          EventType = "tool_call"
+	EventToolResult        EventType = "tool_result"
 	EventCancelled         EventType = "cancelled"
 	EventDone              EventType = "done"
 )
@@ -343,6 +345,34 @@ type AgentSpec struct {
 	// compactor summarizes with (default Model).
 	ContextWindow int    `json:"context_window,omitempty"`
 	SummaryModel  string `json:"summary_model,omitempty"`
+	// MCP names the MCP servers whose tools its scripts call with
+	// require('mcp:<name>'); OpenAPI the documents whose operations they
+	// call with require('api:<name>') (docs/api.md, "Tools").
+	MCP     []MCPServer     `json:"mcp,omitempty"`
+	OpenAPI []OpenAPIModule `json:"openapi,omitempty"`
+}
+
+// MCPServer is an MCP server an agent's scripts may call, over streamable
+// HTTP: Tools, when set, allow-lists its tools; Secret names the tenant's
+// secret sent to it (as to any of the secret's hosts).
+type MCPServer struct {
+	Name   string   `json:"name"`
+	URL    string   `json:"url"`
+	Secret string   `json:"secret,omitempty"`
+	Tools  []string `json:"tools,omitempty"`
+}
+
+// OpenAPIModule is an OpenAPI 3 document whose operations an agent's
+// scripts may call: the document given inline (Spec: a JSON object, or a
+// string of JSON or YAML) or fetched from SpecURL at apply time; BaseURL
+// overrides its servers; Secret names the tenant's secret sent with its
+// requests.
+type OpenAPIModule struct {
+	Name    string          `json:"name"`
+	SpecURL string          `json:"spec_url,omitempty"`
+	Spec    json.RawMessage `json:"spec,omitempty"`
+	BaseURL string          `json:"base_url,omitempty"`
+	Secret  string          `json:"secret,omitempty"`
 }
 
 // Bounds of AgentSpec.Secrets.
