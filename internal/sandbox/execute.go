@@ -42,6 +42,9 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	c.seq++
 	seq := c.seq
 	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args}
+	if set.has(primAPI) {
+		msg.tools = moduleTable(req.OpenAPI)
+	}
 	frame := encodeExec(&c.enc, &msg)
 	if len(frame) > maxFrame(lim.CarryBytes) {
 		// The process would refuse the frame; say why instead.
