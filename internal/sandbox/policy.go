@@ -149,7 +149,7 @@ func parseApproveRule(s string) (approveRule, error) {
 	}
 	if pattern != "" {
 		if r.prim != "" && r.prim != "fetch" && r.prim != "api" {
-			return r, fmt.Errorf("approve rule %q: only fetch, http and api calls have a URL", s)
+			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL (and api operations)", s)
 		}
 		if strings.ContainsAny(pattern, " \t") {
 			return r, fmt.Errorf("approve rule %q: give at most one URL pattern", s)
