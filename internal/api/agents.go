@@ -100,6 +100,11 @@ func (s *Server) checkAgentSecretsExist(ctx context.Context, tenant string, name
 	return nil
 }
 
+// agentMaxBodyBytes bounds an agent's PUT: room for its OpenAPI
+// documents (each at most sandbox.OpenAPISpecMaxBytes, checked with its
+// field named) beside the rest.
+const agentMaxBodyBytes = 8 << 20
+
 // checkAgentSpec refuses what no worker could serve, naming the field.
 func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 	for _, m := range []struct{ field, name string }{{"model", spec.Model}, {"summary_model", spec.SummaryModel}} {
@@ -136,6 +141,14 @@ func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 		if err := s.checkCallbackURLField("approval_callback_url", spec.ApprovalCallbackURL); err != nil {
 			return err
 		}
+	}
+	if len(spec.MCP) > 0 {
+		// Refused rather than stored and ignored: the agent would run
+		// without the tools it names.
+		return errUnprocessable("mcp: MCP servers are not served yet by this fleet")
+	}
+	if err := sandbox.CheckOpenAPIModules(spec.OpenAPI, spec.Secrets); err != nil {
+		return errUnprocessable("%v", err)
 	}
 	return nil
 }

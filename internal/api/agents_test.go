@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -122,6 +123,17 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"text window":        {"/v1/agents/a", `{"context_window": "32k"}`, http.StatusBadRequest, "context_window"},
 		"summary model":      {"/v1/agents/a", map[string]any{"summary_model": "mini\tfast"}, http.StatusUnprocessableEntity, `summary_model "mini\tfast" is not a model name`},
 		"long summary model": {"/v1/agents/a", map[string]any{"summary_model": strings.Repeat("m", 201)}, http.StatusUnprocessableEntity, "summary_model"},
+		"mcp not served":     {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, "mcp: MCP servers are not served yet by this fleet"},
+		"openapi bad name":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "Bill", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[0].name "Bill"`},
+		"openapi both":       {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0]: give spec or spec_url, not both"},
+		"openapi spec_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0].spec_url: documents fetched by URL are not served yet"},
+		"openapi bad yaml":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": "openapi: [3"}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
+		"openapi v2":         {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": map[string]any{"swagger": "2.0", "info": map[string]any{"title": "t", "version": "1"}, "paths": map[string]any{}}}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
+		"openapi secret":     {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "secret": "tok"}}}, http.StatusUnprocessableEntity, `openapi[0].secret "tok" is not one of the agent's secrets`},
+		"openapi twice":      {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec}, map[string]any{"name": "b", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[1].name "b" is listed twice`},
+		"openapi base_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "base_url": "ftp://x"}}}, http.StatusUnprocessableEntity, "openapi[0].base_url"},
+		"openapi too big":    {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": strings.Repeat(" ", 1<<20+1)}}}, http.StatusUnprocessableEntity, "over the limit of 1 MiB"},
+		"api approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"api:billing"}}, http.StatusUnprocessableEntity, "api:<module>.<operationId>"},
 	} {
 		r := e.do("PUT", c.path, key, c.body)
 		code := map[int]string{http.StatusBadRequest: "bad_request", http.StatusUnprocessableEntity: "unprocessable"}[c.status]
@@ -181,4 +193,45 @@ func TestTriggerOfADeletedAgentRejectsDeliveries(t *testing.T) {
 	require.EqualValues(t, store.DeliveryRejected, log[0].Outcome)
 	require.Contains(t, log[0].Reason, `the trigger's agent "triage" does not exist`)
 	require.Empty(t, log[0].RunID)
+}
+
+// petSpec is an OpenAPI 3 document in YAML, as a string.
+const petSpec = `openapi: 3.0.3
+info: {title: pets, version: "1"}
+servers: [{url: "https://pets.example.com/v1"}]
+paths:
+  /pets/{id}:
+    get:
+      operationId: getPet
+      parameters: [{name: id, in: path, required: true, schema: {type: string}}]
+      responses: {"200": {description: ok}}
+`
+
+// An agent's OpenAPI documents, inline as YAML or as a JSON object, are
+// stored as given, with the approve rules that name their operations.
+func TestAgentOpenAPIModules(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	obj := map[string]any{"openapi": "3.1.0", "info": map[string]any{"title": "b", "version": "1"},
+		"paths": map[string]any{"/refunds": map[string]any{"post": map[string]any{"operationId": "createRefund", "responses": map[string]any{"201": map[string]any{"description": "made"}}}}}}
+	spec := map[string]any{
+		"openapi": []any{map[string]any{"name": "pets", "spec": petSpec}, map[string]any{"name": "billing", "spec": obj, "base_url": "https://billing.example.com"}},
+		"approve": []string{"api:billing.createRefund", "api:pets.*"},
+	}
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/tools", key, spec), http.StatusCreated)
+	require.Len(t, a.OpenAPI, 2)
+	require.Equal(t, "pets", a.OpenAPI[0].Name)
+	var yaml string
+	require.NoError(t, json.Unmarshal(a.OpenAPI[0].Spec, &yaml))
+	require.Equal(t, petSpec, yaml)
+	require.Equal(t, "https://billing.example.com", a.OpenAPI[1].BaseURL)
+	got := decode[agentfleet.Agent](t, e.do("GET", "/v1/agents/tools", key, nil), http.StatusOK)
+	require.Equal(t, a.OpenAPI[1].Name, got.OpenAPI[1].Name)
+	require.JSONEq(t, string(a.OpenAPI[1].Spec), string(got.OpenAPI[1].Spec))
+
+	// No server in the document and no base_url: nowhere to send.
+	delete(obj, "servers")
+	r := e.do("PUT", "/v1/agents/tools", key, map[string]any{"openapi": []any{map[string]any{"name": "billing", "spec": obj}}})
+	requireError(t, r, http.StatusUnprocessableEntity, "unprocessable", "openapi[0].base_url: the document names no server")
 }
