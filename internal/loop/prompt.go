@@ -89,6 +89,19 @@ func apiDeclarations(decls string, brief bool) string {
 	return strings.Join(kept, "\n")
 }
 
+// withModules adds the declarations of an agent's tool modules to the
+// sandbox's, before the limits line, which stays last.
+func withModules(decls, modules string) string {
+	if modules == "" {
+		return decls
+	}
+	decls = strings.TrimRight(decls, "\n")
+	if i := strings.LastIndexByte(decls, '\n'); i >= 0 && strings.HasPrefix(decls[i+1:], "// Limits") {
+		return decls[:i+1] + modules + "\n" + decls[i+1:] + "\n"
+	}
+	return decls + "\n" + modules + "\n"
+}
+
 var declNames = regexp.MustCompile(`^declare (?:function|const) ([A-Za-z_$][\w$]*)(\(m: '([\w-]+)'\))?`)
 
 // declaredName is what a declaration declares: a function's or constant's
