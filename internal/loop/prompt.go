@@ -113,6 +113,10 @@ func declaredName(decl string) (string, bool) {
 		return "", false
 	case m[1] == "require" && m[3] != "":
 		return "require('" + m[3] + "')", true
+	case m[1] == "require":
+		// A tool module (require('api:billing')): its line is already
+		// as brief as it gets (past a length, a catalog and help()).
+		return "", false
 	}
 	return m[1], true
 }
