@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,4 +200,79 @@ func TestFleetOpenAPIModule(t *testing.T) {
 			require.False(t, strings.Contains(string(seen["events"]), "Bearer sk_"), "no event carries the header")
 		})
 	}
+}
+
+// effectDocument is an OpenAPI document of effectTarget: two POSTs.
+func effectDocument(base string) map[string]any {
+	post := func(id string) map[string]any {
+		return map[string]any{"post": map[string]any{"operationId": id,
+			"requestBody": map[string]any{"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
+			"responses":   map[string]any{"200": map[string]any{"description": "ok"}}}}
+	}
+	return map[string]any{"openapi": "3.0.3", "info": map[string]any{"title": "effects", "version": "1"},
+		"servers": []any{map[string]any{"url": base}},
+		"paths":   map[string]any{"/effect": post("makeEffect"), "/hold": post("holdOn")}}
+}
+
+// effectOpTurns makes an effect, then holds, through the agent's
+// OpenAPI module; then answers with what it saw.
+func effectOpTurns(r fakeserver.Request) (string, agentfleet.Usage, error) {
+	usage := agentfleet.Usage{PromptTokens: 50, CompletionTokens: 10}
+	if assistantTurns(r) == 0 {
+		return "Act.\n```javascript\nfunction run() {\n" +
+			"  const fx = require('api:fx');\n" +
+			"  const a = fx.makeEffect({body: {n: 1}}).json().serial;\n" +
+			"  const b = fx.holdOn({body: {}}).json().serial;\n" +
+			"  return {a, b};\n}\n```", usage, nil
+	}
+	return "Report.\n```javascript\nfunction run(args) { answer(args) }\n```", usage, nil
+}
+
+// A worker process SIGKILLed between two POST operations of an OpenAPI
+// module and the turn's commit: the turn runs again on another worker,
+// replays the recorded POST (not sent again) and sends again only the
+// one in flight at the kill, with the same Idempotency-Key.
+func TestMultiProcessOpenAPIJournalSurvivesWorkerKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test builds binaries")
+	}
+	target := &effectTarget{byKey: map[string]int{}, serials: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
+	srv := httptest.NewServer(target)
+	t.Cleanup(srv.Close)
+	t.Cleanup(sync.OnceFunc(func() { close(target.release) }))
+	f := startWorkerFleet(t, effectOpTurns)
+	ctx := f.ctx
+	body, err := json.Marshal(map[string]any{"openapi": []any{map[string]any{"name": "fx", "spec": effectDocument(srv.URL)}}})
+	require.NoError(t, err)
+	_, err = f.tenant.PutAgentJSON(ctx, "effector", body)
+	require.NoError(t, err)
+	run, err := f.tenant.CreateRun(ctx, wire.RunCreateRequest{Agent: "effector", Message: "effect"})
+	require.NoError(t, err)
+
+	select {
+	case <-target.held: // makeEffect recorded, the turn not committed
+	case <-time.After(60 * time.Second):
+		t.Fatal("the script never reached /hold")
+	}
+	require.NoError(t, f.first.cmd.Process.Signal(syscall.SIGKILL))
+	<-f.first.done
+	f.startWorker("worker1")
+
+	waitCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	done, err := f.tenant.Wait(waitCtx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, agentfleet.StatusCompleted, done.Status, done.Error)
+	require.JSONEq(t, `{"a":1,"b":2}`, string(done.Answer), "turn 1 ran again with what its first attempt saw")
+	target.mu.Lock()
+	require.Equal(t, map[string]int{"/effect " + run.ID + "/1/0": 1, "/hold " + run.ID + "/1/1": 2}, target.byKey,
+		"the recorded POST went out once; the one in flight at the kill again, with its key")
+	target.mu.Unlock()
+	trace, err := f.tenant.RunSteps(ctx, run.ID, 1)
+	require.NoError(t, err)
+	var calls []string
+	for _, j := range trace.Journal {
+		calls = append(calls, j.Primitive+" "+j.Method+" "+strings.TrimPrefix(j.URL, srv.URL))
+	}
+	require.Equal(t, []string{"api:fx.makeEffect POST /effect", "api:fx.holdOn POST /hold"}, calls)
 }
