@@ -27,6 +27,7 @@ import (
 	"github.com/pb33f/libopenapi"
 	"github.com/pb33f/libopenapi/datamodel"
 	"github.com/pb33f/libopenapi/datamodel/high/base"
+	"github.com/pb33f/libopenapi/index"
 )
 
 // OpenAPISpecMaxBytes bounds an OpenAPI document.
@@ -123,11 +124,18 @@ var (
 const moduleCacheMax = 256
 
 // compileModule parses m's document; errors name the field ("spec: ...").
-func compileModule(m agentfleet.OpenAPIModule) (*apiModule, error) {
+func compileModule(m agentfleet.OpenAPIModule) (mod *apiModule, err error) {
 	key := sha256.Sum256([]byte(m.Name + "\x00" + m.BaseURL + "\x00" + string(m.Spec)))
 	if c, ok := moduleCache.Load(key); ok {
 		return c.(*apiModule), nil
 	}
+	defer func() {
+		// The document is a tenant's: a parser bug it finds is its
+		// error, not the API server's or the worker's crash.
+		if r := recover(); r != nil {
+			mod, err = nil, fmt.Errorf("spec: the OpenAPI parser failed on this document: %v", r)
+		}
+	}()
 	doc, err := specBytes(m.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("spec: %v", err)
@@ -145,10 +153,10 @@ func compileModule(m agentfleet.OpenAPIModule) (*apiModule, error) {
 	if model == nil {
 		return nil, fmt.Errorf("spec: %v", err)
 	}
-	if err != nil {
+	if err := withoutCircular(err); err != nil {
 		return nil, fmt.Errorf("spec: %v", err)
 	}
-	mod := &apiModule{name: m.Name, baseURL: m.BaseURL, byName: map[string]*apiOp{}}
+	mod = &apiModule{name: m.Name, baseURL: m.BaseURL, byName: map[string]*apiOp{}}
 	if mod.baseURL == "" {
 		if len(model.Model.Servers) == 0 || model.Model.Servers[0].URL == "" {
 			return nil, fmt.Errorf("base_url: the document names no server: give base_url")
@@ -176,6 +184,13 @@ func compileModule(m agentfleet.OpenAPIModule) (*apiModule, error) {
 					o.params = slices.DeleteFunc(o.params, func(q apiParam) bool { return q.name == p.Name && q.in == p.In })
 					o.params = append(o.params, apiParam{name: p.Name, in: p.In, required: p.In == "path" || (p.Required != nil && *p.Required), ts: tsType(p.Schema)})
 				}
+				for _, pm := range pathParamRE.FindAllStringSubmatch(path, -1) {
+					// A template parameter the document forgot to
+					// declare is still one the URL needs.
+					if !slices.ContainsFunc(o.params, func(q apiParam) bool { return q.in == "path" && q.name == pm[1] }) {
+						o.params = append(o.params, apiParam{name: pm[1], in: "path", required: true, ts: "string"})
+					}
+				}
 				if rb := op.RequestBody; rb != nil {
 					o.body, o.bodyReq = true, rb.Required != nil && *rb.Required
 				}
@@ -198,6 +213,31 @@ func compileModule(m agentfleet.OpenAPIModule) (*apiModule, error) {
 	}
 	moduleCache.Store(key, mod)
 	return mod, nil
+}
+
+var pathParamRE = regexp.MustCompile(`\{([^{}/]+)\}`)
+
+// withoutCircular is err without the circular references libopenapi
+// reports (a recursive schema is a valid document), or nil.
+func withoutCircular(err error) error {
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	var keep []error
+	for _, e := range errs {
+		var re *index.ResolvingError
+		if errors.As(e, &re) && re.CircularReference != nil {
+			continue
+		}
+		keep = append(keep, e)
+	}
+	return errors.Join(keep...)
 }
 
 // specBytes is the document of a spec given as a JSON object or as a

@@ -268,3 +268,26 @@ func TestOpenAPIDeclarations(t *testing.T) {
 	require.Contains(t, d, "help('api:things')")
 	require.Less(t, len(d), 1000)
 }
+
+// A recursive schema is a valid document; a path template parameter the
+// document does not declare is still required; a $ref to nothing is
+// refused naming the parser's complaint.
+func TestOpenAPIDocumentEdges(t *testing.T) {
+	rec := json.RawMessage(`{"openapi":"3.0.3","info":{"title":"t","version":"1"},"servers":[{"url":"https://x.example.com"}],
+  "paths":{"/nodes/{nodeId}":{"get":{"operationId":"getNode","responses":{"200":{"description":"ok","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Node"}}}}}}}},
+  "components":{"schemas":{"Node":{"type":"object","properties":{"child":{"$ref":"#/components/schemas/Node"}}}}}}`)
+	require.NoError(t, CheckOpenAPIModules([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, nil))
+	require.Contains(t, OpenAPIDeclarations([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}), "getNode(p: {nodeId: string}): Res")
+	_, _, err := apiRequest([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, []byte(`{"module":"tree","operation":"getNode","params":{}}`))
+	require.ErrorContains(t, err, `parameter "nodeId" (path) is required`)
+	fa, tool, err := apiRequest([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, []byte(`{"module":"tree","operation":"getNode","params":{"nodeId":"a/b"}}`))
+	require.NoError(t, err)
+	require.Equal(t, "api:tree.getNode", tool)
+	require.Equal(t, "https://x.example.com/nodes/a%2Fb", fa.URL, "a path parameter stays one segment")
+
+	missing := json.RawMessage(`{"openapi":"3.0.3","info":{"title":"t","version":"1"},"servers":[{"url":"https://x.example.com"}],
+  "paths":{"/a":{"get":{"operationId":"getA","responses":{"200":{"description":"ok","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Gone"}}}}}}}}}`)
+	err = CheckOpenAPIModules([]agentfleet.OpenAPIModule{{Name: "m", Spec: missing}}, nil)
+	require.ErrorContains(t, err, "openapi[0].spec:")
+	t.Log(err)
+}
