@@ -279,6 +279,9 @@ type hostState struct {
 	approval    *agentfleet.ApprovalCall
 	// red is the turn's redactor (read only).
 	red *redactor
+	// apis are the turn's compiled OpenAPI modules by name, looked up
+	// once per turn rather than hashed again per call.
+	apis map[string]*apiModule
 }
 
 // appendNew appends the ids not in have yet.

@@ -40,7 +40,10 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	// is the HTTP request its document makes, on fetch's path.
 	var tool string
 	if pr == primAPI {
-		fa, t, err := apiRequest(req.OpenAPI, args)
+		if st.apis == nil {
+			st.apis = turnModules(req.OpenAPI)
+		}
+		fa, t, err := apiRequest(st.apis, args)
 		if err != nil {
 			return seq, hostError, []byte(err.Error())
 		}

@@ -3,7 +3,9 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/dop251/goja"
@@ -243,6 +245,9 @@ func (t *turnState) helpFn(c goja.FunctionCall) goja.Value {
 		return goja.Undefined()
 	}
 	t.s.logs.WriteString(declarations(t.prims, t.s.limits))
+	for _, name := range slices.Sorted(maps.Keys(t.apis)) {
+		t.s.logs.WriteString(fmt.Sprintf("// require('api:%s'): %d operations; help('api:%s') logs their declarations\n", name, len(t.apis[name].ops), name))
+	}
 	return goja.Undefined()
 }
 

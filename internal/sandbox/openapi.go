@@ -445,23 +445,25 @@ func parseModuleTable(s string) map[string]childModule {
 	return out
 }
 
+// turnModules compiles the turn's modules (from the cache), by name.
+func turnModules(mods []agentfleet.OpenAPIModule) map[string]*apiModule {
+	out := make(map[string]*apiModule, len(mods))
+	for _, m := range mods {
+		if c, err := compileModule(m); err == nil {
+			out[c.name] = c
+		}
+	}
+	return out
+}
+
 // apiRequest resolves an api call to the fetch arguments it sends, and
 // the name approvals and events know it by (api:<module>.<op>).
-func apiRequest(mods []agentfleet.OpenAPIModule, raw []byte) (fetchArgs, string, error) {
+func apiRequest(mods map[string]*apiModule, raw []byte) (fetchArgs, string, error) {
 	var a apiCallArgs
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return fetchArgs{}, "", fmt.Errorf("bad arguments: %v", err)
 	}
-	var mod *apiModule
-	for _, m := range mods {
-		if m.Name == a.Module {
-			c, err := compileModule(m)
-			if err != nil {
-				return fetchArgs{}, "", fmt.Errorf("module %q: %v", a.Module, err)
-			}
-			mod = c
-		}
-	}
+	mod := mods[a.Module]
 	if mod == nil {
 		return fetchArgs{}, "", fmt.Errorf("no module %q for this agent", a.Module)
 	}

@@ -249,11 +249,13 @@ func TestOpenAPIDeclarations(t *testing.T) {
 
 	res := execute(t, sharedPool(t), agentfleet.ExecRequest{OpenAPI: []agentfleet.OpenAPIModule{mod}, Script: `function run() {
   help('api:billing');
+  help();
   let e; try { require('api:nope'); } catch (x) { e = x.message; }
   return e;
 }`})
 	out := ok(t, res)
 	require.Contains(t, res.Logs, "getInvoice(p: {id: string; expand?: boolean}): Res")
+	require.Contains(t, res.Logs, "// require('api:billing'): 3 operations; help('api:billing') logs their declarations")
 	require.Contains(t, out, `unknown module \"api:nope\"`)
 	require.Contains(t, out, "api:billing")
 
@@ -278,9 +280,9 @@ func TestOpenAPIDocumentEdges(t *testing.T) {
   "components":{"schemas":{"Node":{"type":"object","properties":{"child":{"$ref":"#/components/schemas/Node"}}}}}}`)
 	require.NoError(t, CheckOpenAPIModules([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, nil))
 	require.Contains(t, OpenAPIDeclarations([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}), "getNode(p: {nodeId: string}): Res")
-	_, _, err := apiRequest([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, []byte(`{"module":"tree","operation":"getNode","params":{}}`))
+	_, _, err := apiRequest(turnModules([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}), []byte(`{"module":"tree","operation":"getNode","params":{}}`))
 	require.ErrorContains(t, err, `parameter "nodeId" (path) is required`)
-	fa, tool, err := apiRequest([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}, []byte(`{"module":"tree","operation":"getNode","params":{"nodeId":"a/b"}}`))
+	fa, tool, err := apiRequest(turnModules([]agentfleet.OpenAPIModule{{Name: "tree", Spec: rec}}), []byte(`{"module":"tree","operation":"getNode","params":{"nodeId":"a/b"}}`))
 	require.NoError(t, err)
 	require.Equal(t, "api:tree.getNode", tool)
 	require.Equal(t, "https://x.example.com/nodes/a%2Fb", fa.URL, "a path parameter stays one segment")
