@@ -39,6 +39,10 @@ const openAPIInlineDeclMaxChars = 400
 
 var moduleNameRE = regexp.MustCompile(`^[a-z0-9_]{1,64}$`)
 
+// opNameMax bounds an operation's name: api:<module>.<operation> is what
+// the journal and approvals record.
+const opNameMax = 128
+
 // apiModule is a compiled OpenAPI module.
 type apiModule struct {
 	name    string
@@ -173,6 +177,9 @@ func compileModule(m agentfleet.OpenAPIModule) (mod *apiModule, err error) {
 				o := apiOp{method: strings.ToUpper(method), path: path, name: op.OperationId, summary: firstLine(cmpOr(op.Summary, op.Description))}
 				if o.name == "" {
 					o.name = camelOp(method, path)
+				}
+				if len(o.name) > opNameMax {
+					return nil, fmt.Errorf("spec: paths.%s.%s: operation name %q is longer than %d characters", path, method, o.name[:32]+"…", opNameMax)
 				}
 				if _, dup := mod.byName[o.name]; dup {
 					return nil, fmt.Errorf("spec: paths.%s.%s: operation %q is defined twice", path, method, o.name)

@@ -293,3 +293,29 @@ func TestOpenAPIDocumentEdges(t *testing.T) {
 	require.ErrorContains(t, err, "openapi[0].spec:")
 	t.Log(err)
 }
+
+// BenchmarkOpenAPICall is one GET operation of a module against the same
+// request by fetch, on loopback: what resolving the operation adds.
+func BenchmarkOpenAPICall(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(`{}`)) }))
+	defer srv.Close()
+	p, err := New(Config{PoolSize: 1, Network: NetworkConfig{Allow: loopback}})
+	require.NoError(b, err)
+	defer p.Close()
+	mods := []agentfleet.OpenAPIModule{{Name: "billing", Spec: billingSpec(srv.URL)}}
+	for _, c := range []struct{ name, script string }{
+		{"fetch", `function run(a) { for (let i = 0; i < 100; i++) fetch(a.url + "/invoices/1"); return 1 }`},
+		{"api", `function run() { const b = require('api:billing'); for (let i = 0; i < 100; i++) b.getInvoice({id: "1"}); return 1 }`},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			req := agentfleet.ExecRequest{Script: c.script, Args: []byte(`{"url":"` + srv.URL + `"}`), OpenAPI: mods}
+			for b.Loop() {
+				res, err := p.Execute(b.Context(), req)
+				if err != nil || res.Err != nil {
+					b.Fatal(err, res.Err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*100), "µs/call")
+		})
+	}
+}
