@@ -87,12 +87,13 @@ var DefaultPolicy Policy = PolicyFunc(func(context.Context, Call) (Decision, str
 //	                       made it (fetch with {method}, or the http module's
 //	                       method); "del" is DELETE, and the same for every method
 //
-//	api:billing.createRefund  a call of that operation of the agent's OpenAPI
-//	api:billing.*          module billing (require('api:billing')); any operation of it
+//	api:billing.createRefund  that operation of the agent's OpenAPI module
+//	                       billing (require('api:billing'))
+//	api:billing.*          every operation of it
 //
-// (an operation's call is an HTTP request too: the fetch rules above
-// cover it by its method and URL), optionally followed by a space and a URL pattern, where * stands for
-// any run of characters ("http.post https://api.example.com/*"; "*
+// (an operation's call is an HTTP request too, which the fetch rules
+// cover by its method and URL), optionally followed by a space and a URL
+// pattern, where * stands for any run of characters ("http.post https://api.example.com/*"; "*
 // https://*.internal/*"). A pattern is matched against the request's
 // canonical URL (canonicalURL), itself canonicalized as far as its
 // wildcards allow, and without regard to case; it applies to fetch and
@@ -149,7 +150,7 @@ func parseApproveRule(s string) (approveRule, error) {
 	}
 	if pattern != "" {
 		if r.prim != "" && r.prim != "fetch" && r.prim != "api" {
-			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL (and api operations)", s)
+			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL (api: operations too)", s)
 		}
 		if strings.ContainsAny(pattern, " \t") {
 			return r, fmt.Errorf("approve rule %q: give at most one URL pattern", s)
