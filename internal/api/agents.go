@@ -63,6 +63,10 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.checkOpenAPISecrets(r.Context(), p.tenant, req.OpenAPI); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	_, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name})
 	existed := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -104,6 +108,22 @@ func (s *Server) checkAgentSecretsExist(ctx context.Context, tenant string, name
 // documents (each at most sandbox.OpenAPISpecMaxBytes, checked with its
 // field named) beside the rest.
 const agentMaxBodyBytes = 8 << 20
+
+// checkOpenAPISecrets refuses an OpenAPI module whose secret would never
+// be sent with its requests (not HTTPS, or not to one of its hosts).
+func (s *Server) checkOpenAPISecrets(ctx context.Context, tenant string, mods []agentfleet.OpenAPIModule) error {
+	if !slices.ContainsFunc(mods, func(m agentfleet.OpenAPIModule) bool { return m.Secret != "" }) {
+		return nil
+	}
+	have, err := s.cfg.Store.SecretList(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckOpenAPISecrets(mods, have); err != nil {
+		return errUnprocessable("%v", err)
+	}
+	return nil
+}
 
 // checkAgentSpec refuses what no worker could serve, naming the field.
 func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {

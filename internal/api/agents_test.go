@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -234,4 +235,23 @@ func TestAgentOpenAPIModules(t *testing.T) {
 	delete(obj, "servers")
 	r := e.do("PUT", "/v1/agents/tools", key, map[string]any{"openapi": []any{map[string]any{"name": "billing", "spec": obj}}})
 	requireError(t, r, http.StatusUnprocessableEntity, "unprocessable", "openapi[0].base_url: the document names no server")
+}
+
+// An OpenAPI module's secret must be one its requests carry: HTTPS, to
+// one of the secret's hosts; otherwise the agent is refused saying why.
+func TestAgentOpenAPIModuleSecretReachesItsHost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withBox(newBox(t, secrets.NewKey()), nil))
+	key := e.tenant("acme")
+	r := e.do("PUT", "/v1/secrets/pets_key", key, map[string]any{"value": "pets-key-0123456789", "hosts": []string{"pets.example.com"}})
+	require.Equal(t, http.StatusCreated, r.status, r.String())
+	mod := func(base string) map[string]any {
+		return map[string]any{"secrets": []string{"pets_key"},
+			"openapi": []any{map[string]any{"name": "pets", "spec": petSpec, "secret": "pets_key", "base_url": base}}}
+	}
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, mod("")), http.StatusCreated)
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("https://other.example.com")), http.StatusUnprocessableEntity, "unprocessable",
+		`openapi[0].secret "pets_key" is sent only to pets.example.com, and the module's requests go to other.example.com`)
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("http://pets.example.com")), http.StatusUnprocessableEntity, "unprocessable",
+		"over plain http, and a secret is sent over HTTPS only")
 }

@@ -534,3 +534,36 @@ func paramString(v json.RawMessage) string {
 	}
 	return string(v)
 }
+
+// CheckOpenAPISecrets says which of an agent's modules names a secret its
+// requests would never carry (have are the tenant's secrets, the module
+// already checked by CheckOpenAPIModules): a secret goes over HTTPS only,
+// to its hosts, so the module's base URL must be HTTPS on one of them.
+func CheckOpenAPISecrets(mods []agentfleet.OpenAPIModule, have []agentfleet.Secret) error {
+	for i, m := range mods {
+		if m.Secret == "" {
+			continue
+		}
+		c, err := compileModule(m)
+		if err != nil {
+			return fmt.Errorf("openapi[%d].%v", i, err)
+		}
+		u, err := url.Parse(c.baseURL)
+		if err != nil {
+			return fmt.Errorf("openapi[%d].base_url: %v", i, err)
+		}
+		for _, s := range have {
+			if s.Name != m.Secret {
+				continue
+			}
+			switch {
+			case u.Scheme != "https":
+				return fmt.Errorf("openapi[%d].secret %q: the module's requests go to %s over plain http, and a secret is sent over HTTPS only", i, m.Secret, c.baseURL)
+			case !credHost(&agentfleet.OpenSecret{Secret: s}, u):
+				return fmt.Errorf("openapi[%d].secret %q is sent only to %s, and the module's requests go to %s: add the host to the secret (agentctl secrets set %s --host %s)",
+					i, m.Secret, strings.Join(s.Hosts, ", "), u.Host, m.Secret, u.Hostname())
+			}
+		}
+	}
+	return nil
+}
