@@ -3,6 +3,9 @@ package api_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/egress"
 	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
@@ -127,7 +132,8 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"mcp not served":     {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, "mcp: MCP servers are not served yet by this fleet"},
 		"openapi bad name":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "Bill", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[0].name "Bill"`},
 		"openapi both":       {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0]: give spec or spec_url, not both"},
-		"openapi spec_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0].spec_url: documents fetched by URL are not served yet"},
+		"openapi spec_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "ftp://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, `openapi[0].spec_url: "ftp://x.example.com/o.json" is not an http(s) URL`},
+		"spec_url loopback":  {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "http://127.0.0.1:9/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0].spec_url:"},
 		"openapi bad yaml":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": "openapi: [3"}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
 		"openapi v2":         {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": map[string]any{"swagger": "2.0", "info": map[string]any{"title": "t", "version": "1"}, "paths": map[string]any{}}}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
 		"openapi secret":     {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "secret": "tok"}}}, http.StatusUnprocessableEntity, `openapi[0].secret "tok" is not one of the agent's secrets`},
@@ -254,4 +260,46 @@ func TestAgentOpenAPIModuleSecretReachesItsHost(t *testing.T) {
 		`openapi[0].secret "pets_key" is sent only to pets.example.com, and the module's requests go to other.example.com`)
 	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("http://pets.example.com")), http.StatusUnprocessableEntity, "unprocessable",
 		"over plain http, and a secret is sent over HTTPS only")
+}
+
+// A spec_url is fetched at apply time through the egress guard (here
+// opened to loopback by the operator), stored with the agent, and shown
+// as the URL alone, so the agent as shown puts back; a URL that does not
+// answer a document is refused naming it.
+func TestAgentOpenAPISpecURL(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		switch r.URL.Path {
+		case "/pets.yaml":
+			_, _ = w.Write([]byte(petSpec))
+		case "/broken.yaml":
+			_, _ = w.Write([]byte("openapi: 3.0.3\npaths: [nope"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEnv(t, func(c *api.Config) { c.Egress = egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}} })
+	key := e.tenant("acme")
+	body := map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/pets.yaml"}}}
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, body), http.StatusCreated)
+	require.Equal(t, srv.URL+"/pets.yaml", a.OpenAPI[0].SpecURL)
+	require.Empty(t, a.OpenAPI[0].Spec, "shown as its URL")
+	stored, err := e.store.AgentGetByName(e.ctx, store.AgentGetByNameParams{Tenant: "acme", Name: "pets"})
+	require.NoError(t, err)
+	var doc string
+	require.NoError(t, json.Unmarshal(stored.OpenAPI[0].Spec, &doc))
+	require.Equal(t, petSpec, doc, "the document fetched is what runs use")
+
+	// As shown, put back: fetched again, and unchanged.
+	again := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, a), http.StatusOK)
+	require.Equal(t, 1, again.Version)
+	require.EqualValues(t, 2, hits.Load())
+
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/gone.yaml"}}}),
+		http.StatusUnprocessableEntity, "unprocessable", "openapi[0].spec_url: fetching "+srv.URL+"/gone.yaml answered 404")
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/broken.yaml"}}}),
+		http.StatusUnprocessableEntity, "unprocessable", "openapi[0].spec_url: the document at "+srv.URL+"/broken.yaml:")
 }

@@ -74,9 +74,10 @@ type apiCallArgs struct {
 	Params    json.RawMessage `json:"params,omitempty"`
 }
 
-// CheckOpenAPIModules says what is wrong with an agent's openapi list
-// (naming the entry's field), given the names of the agent's secrets, or
-// returns nil. spec_url is not served yet: the document must be inline.
+// CheckOpenAPIModules says what is wrong with an agent's openapi list as
+// a tenant gives it (naming the entry's field), given the names of the
+// agent's secrets, or returns nil. A spec_url's document is the caller's
+// to fetch and check (CheckOpenAPIDocument).
 func CheckOpenAPIModules(mods []agentfleet.OpenAPIModule, secrets []string) error {
 	seen := map[string]bool{}
 	for i, m := range mods {
@@ -89,7 +90,9 @@ func CheckOpenAPIModules(mods []agentfleet.OpenAPIModule, secrets []string) erro
 		case m.SpecURL != "" && len(m.Spec) > 0:
 			return fmt.Errorf("%s: give spec or spec_url, not both", f)
 		case m.SpecURL != "":
-			return fmt.Errorf("%s.spec_url: documents fetched by URL are not served yet by this fleet: give the document inline as spec (a JSON object, or a string of JSON or YAML)", f)
+			if err := checkBaseURL(m.SpecURL); err != nil {
+				return fmt.Errorf("%s.spec_url: %v", f, err)
+			}
 		case len(m.Spec) == 0 || string(m.Spec) == "null":
 			return fmt.Errorf("%s.spec: give the OpenAPI 3 document (a JSON object, or a string of JSON or YAML)", f)
 		case m.Secret != "" && !slices.Contains(secrets, m.Secret):
@@ -101,9 +104,21 @@ func CheckOpenAPIModules(mods []agentfleet.OpenAPIModule, secrets []string) erro
 				return fmt.Errorf("%s.base_url: %v", f, err)
 			}
 		}
+		if m.SpecURL != "" {
+			continue
+		}
 		if _, err := compileModule(m); err != nil {
 			return fmt.Errorf("%s.%v", f, err)
 		}
+	}
+	return nil
+}
+
+// CheckOpenAPIDocument checks the document fetched from the i-th
+// module's spec_url (m.Spec), naming the URL.
+func CheckOpenAPIDocument(i int, m agentfleet.OpenAPIModule) error {
+	if _, err := compileModule(m); err != nil {
+		return fmt.Errorf("openapi[%d].spec_url: the document at %s: %v", i, m.SpecURL, strings.TrimPrefix(err.Error(), "spec: "))
 	}
 	return nil
 }

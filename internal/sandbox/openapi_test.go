@@ -221,7 +221,7 @@ func TestCheckOpenAPIModules(t *testing.T) {
 	}{
 		{agentfleet.OpenAPIModule{Name: "Bad-Name", Spec: spec}, `openapi[0].name "Bad-Name"`},
 		{agentfleet.OpenAPIModule{Name: "a", Spec: spec, SpecURL: "https://x/y"}, "openapi[0]: give spec or spec_url, not both"},
-		{agentfleet.OpenAPIModule{Name: "a", SpecURL: "https://x/y"}, "openapi[0].spec_url"},
+		{agentfleet.OpenAPIModule{Name: "a", SpecURL: "ftp://x/y"}, "openapi[0].spec_url"},
 		{agentfleet.OpenAPIModule{Name: "a"}, "openapi[0].spec: give the OpenAPI 3 document"},
 		{agentfleet.OpenAPIModule{Name: "a", Spec: spec, Secret: "nope"}, `openapi[0].secret "nope" is not one of the agent's secrets`},
 		{agentfleet.OpenAPIModule{Name: "a", Spec: spec, BaseURL: "ftp://x"}, "openapi[0].base_url"},
