@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -281,7 +281,9 @@ func TestAgentOpenAPISpecURL(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	e := newEnv(t, func(c *api.Config) { c.Egress = egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}} })
+	e := newEnv(t, func(c *api.Config) {
+		c.Egress = egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	})
 	key := e.tenant("acme")
 	body := map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/pets.yaml"}}}
 	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, body), http.StatusCreated)
