@@ -62,6 +62,14 @@ type ExecRequest struct {
 	// Approval throws a PolicyError.
 	Approve  []string
 	Approval ApprovalFunc
+
+	// OpenAPI is the agent's OpenAPI modules (require('api:<name>')):
+	// each call is an HTTP request on fetch's path (egress, policy,
+	// approvals, journal, credentials). ToolEvent, when set, is told
+	// of each call (EventToolCall) and its outcome (EventToolResult),
+	// redacted; the caller stamps, cuts and publishes them.
+	OpenAPI   []OpenAPIModule
+	ToolEvent func(Event)
 }
 
 // ScriptErrorKind classifies why a script failed.

@@ -2,11 +2,15 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/egress"
@@ -63,6 +67,14 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.fetchOpenAPIDocuments(r.Context(), &req.AgentSpec); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.checkOpenAPISecrets(r.Context(), p.tenant, req.OpenAPI); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	_, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name})
 	existed := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -78,7 +90,7 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 	if !existed {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, a)
+	writeJSON(w, status, agentView(a))
 }
 
 // checkAgentSecretsExist refuses an agent that names a secret its tenant
@@ -96,6 +108,117 @@ func (s *Server) checkAgentSecretsExist(ctx context.Context, tenant string, name
 		if !slices.ContainsFunc(have, func(sec agentfleet.Secret) bool { return sec.Name == name }) {
 			return errUnprocessable("secrets: tenant %s has no secret %q: set it first (PUT /v1/secrets/%s, or agentctl secrets set %s)", tenant, name, name, name)
 		}
+	}
+	return nil
+}
+
+// agentMaxBodyBytes bounds an agent's PUT: room for its OpenAPI
+// documents (each at most sandbox.OpenAPISpecMaxBytes, checked with its
+// field named) beside the rest.
+const agentMaxBodyBytes = 8 << 20
+
+// Bounds of fetching an OpenAPI document from its spec_url at apply time.
+const (
+	openAPIFetchTimeout   = 10 * time.Second
+	openAPIFetchRedirects = 3
+)
+
+// fetchOpenAPIDocuments fetches the documents of spec's modules given by
+// spec_url, through the egress guard (the fleet's allow-list and the
+// agent's egress), into their spec, and checks them: a run uses the
+// document as it was when its agent was applied.
+func (s *Server) fetchOpenAPIDocuments(ctx context.Context, spec *agentfleet.AgentSpec) error {
+	if !slices.ContainsFunc(spec.OpenAPI, func(m agentfleet.OpenAPIModule) bool { return m.SpecURL != "" }) {
+		return nil
+	}
+	cfg := s.cfg.Egress
+	entries, err := egress.ParseAgentEntries(spec.Egress)
+	if err != nil {
+		return errUnprocessable("egress: %v", err)
+	}
+	cfg.Agent = entries
+	guard := egress.New(cfg)
+	client := guard.HTTPClient(openAPIFetchRedirects)
+	defer client.CloseIdleConnections()
+	mods := slices.Clone(spec.OpenAPI)
+	for i := range mods {
+		m := &mods[i]
+		if m.SpecURL == "" {
+			continue
+		}
+		doc, err := fetchOpenAPIDocument(ctx, guard, client, m.SpecURL)
+		if err != nil {
+			return errUnprocessable("openapi[%d].spec_url: %v", i, err)
+		}
+		m.Spec, _ = json.Marshal(string(doc))
+		if err := sandbox.CheckOpenAPIDocument(i, *m); err != nil {
+			return errUnprocessable("%v", err)
+		}
+	}
+	spec.OpenAPI = mods
+	return nil
+}
+
+func fetchOpenAPIDocument(ctx context.Context, guard *egress.Guard, client *http.Client, raw string) ([]byte, error) {
+	if _, err := guard.CheckURL(raw); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, openAPIFetchTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json, application/yaml, text/yaml, */*")
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("fetching %s timed out after %s", raw, openAPIFetchTimeout)
+		}
+		return nil, fmt.Errorf("fetching %s: %v", raw, egress.URLErrorCause(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetching %s answered %s", raw, resp.Status)
+	}
+	doc, err := io.ReadAll(io.LimitReader(resp.Body, sandbox.OpenAPISpecMaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %v", raw, err)
+	}
+	if len(doc) > sandbox.OpenAPISpecMaxBytes {
+		return nil, fmt.Errorf("the document at %s is over the limit of 1 MiB", raw)
+	}
+	return doc, nil
+}
+
+// agentView is an agent as the API shows it: a document fetched from its
+// spec_url is shown as the URL alone, so that the agent as shown can be
+// put back (and is fetched again).
+func agentView(a agentfleet.Agent) agentfleet.Agent {
+	if !slices.ContainsFunc(a.OpenAPI, func(m agentfleet.OpenAPIModule) bool { return m.SpecURL != "" }) {
+		return a
+	}
+	a.OpenAPI = slices.Clone(a.OpenAPI)
+	for i := range a.OpenAPI {
+		if a.OpenAPI[i].SpecURL != "" {
+			a.OpenAPI[i].Spec = nil
+		}
+	}
+	return a
+}
+
+// checkOpenAPISecrets refuses an OpenAPI module whose secret would never
+// be sent with its requests (not HTTPS, or not to one of its hosts).
+func (s *Server) checkOpenAPISecrets(ctx context.Context, tenant string, mods []agentfleet.OpenAPIModule) error {
+	if !slices.ContainsFunc(mods, func(m agentfleet.OpenAPIModule) bool { return m.Secret != "" }) {
+		return nil
+	}
+	have, err := s.cfg.Store.SecretList(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckOpenAPISecrets(mods, have); err != nil {
+		return errUnprocessable("%v", err)
 	}
 	return nil
 }
@@ -137,6 +260,14 @@ func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 			return err
 		}
 	}
+	if len(spec.MCP) > 0 {
+		// Refused rather than stored and ignored: the agent would run
+		// without the tools it names.
+		return errUnprocessable("mcp: MCP servers are not served yet by this fleet")
+	}
+	if err := sandbox.CheckOpenAPIModules(spec.OpenAPI, spec.Secrets); err != nil {
+		return errUnprocessable("%v", err)
+	}
 	return nil
 }
 
@@ -155,6 +286,9 @@ func (s *Server) handleAgentList(w http.ResponseWriter, r *http.Request, p princ
 	out := wire.AgentList{Agents: res.Agents, NextCursor: res.NextCursor}
 	if out.Agents == nil {
 		out.Agents = []agentfleet.Agent{}
+	}
+	for i := range out.Agents {
+		out.Agents[i] = agentView(out.Agents[i])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -185,7 +319,7 @@ func (s *Server) handleAgentGet(w http.ResponseWriter, r *http.Request, p princi
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a)
+	writeJSON(w, http.StatusOK, agentView(a))
 }
 
 func (s *Server) handleAgentDelete(w http.ResponseWriter, r *http.Request, p principal) {

@@ -1,14 +1,21 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/internal/api"
+	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/secrets"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/wire"
 )
@@ -122,6 +129,18 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"text window":        {"/v1/agents/a", `{"context_window": "32k"}`, http.StatusBadRequest, "context_window"},
 		"summary model":      {"/v1/agents/a", map[string]any{"summary_model": "mini\tfast"}, http.StatusUnprocessableEntity, `summary_model "mini\tfast" is not a model name`},
 		"long summary model": {"/v1/agents/a", map[string]any{"summary_model": strings.Repeat("m", 201)}, http.StatusUnprocessableEntity, "summary_model"},
+		"mcp not served":     {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, "mcp: MCP servers are not served yet by this fleet"},
+		"openapi bad name":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "Bill", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[0].name "Bill"`},
+		"openapi both":       {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0]: give spec or spec_url, not both"},
+		"openapi spec_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "ftp://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, `openapi[0].spec_url: "ftp://x.example.com/o.json" is not an http(s) URL`},
+		"spec_url loopback":  {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "http://127.0.0.1:9/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0].spec_url:"},
+		"openapi bad yaml":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": "openapi: [3"}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
+		"openapi v2":         {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": map[string]any{"swagger": "2.0", "info": map[string]any{"title": "t", "version": "1"}, "paths": map[string]any{}}}}}, http.StatusUnprocessableEntity, "openapi[0].spec:"},
+		"openapi secret":     {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "secret": "tok"}}}, http.StatusUnprocessableEntity, `openapi[0].secret "tok" is not one of the agent's secrets`},
+		"openapi twice":      {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec}, map[string]any{"name": "b", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[1].name "b" is listed twice`},
+		"openapi base_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "base_url": "ftp://x"}}}, http.StatusUnprocessableEntity, "openapi[0].base_url"},
+		"openapi too big":    {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": strings.Repeat(" ", 1<<20+1)}}}, http.StatusUnprocessableEntity, "over the limit of 1 MiB"},
+		"api approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"api:billing"}}, http.StatusUnprocessableEntity, "api:<module>.<operationId>"},
 	} {
 		r := e.do("PUT", c.path, key, c.body)
 		code := map[int]string{http.StatusBadRequest: "bad_request", http.StatusUnprocessableEntity: "unprocessable"}[c.status]
@@ -181,4 +200,108 @@ func TestTriggerOfADeletedAgentRejectsDeliveries(t *testing.T) {
 	require.EqualValues(t, store.DeliveryRejected, log[0].Outcome)
 	require.Contains(t, log[0].Reason, `the trigger's agent "triage" does not exist`)
 	require.Empty(t, log[0].RunID)
+}
+
+// petSpec is an OpenAPI 3 document in YAML, as a string.
+const petSpec = `openapi: 3.0.3
+info: {title: pets, version: "1"}
+servers: [{url: "https://pets.example.com/v1"}]
+paths:
+  /pets/{id}:
+    get:
+      operationId: getPet
+      parameters: [{name: id, in: path, required: true, schema: {type: string}}]
+      responses: {"200": {description: ok}}
+`
+
+// An agent's OpenAPI documents, inline as YAML or as a JSON object, are
+// stored as given, with the approve rules that name their operations.
+func TestAgentOpenAPIModules(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	key := e.tenant("acme")
+	obj := map[string]any{"openapi": "3.1.0", "info": map[string]any{"title": "b", "version": "1"},
+		"paths": map[string]any{"/refunds": map[string]any{"post": map[string]any{"operationId": "createRefund", "responses": map[string]any{"201": map[string]any{"description": "made"}}}}}}
+	spec := map[string]any{
+		"openapi": []any{map[string]any{"name": "pets", "spec": petSpec}, map[string]any{"name": "billing", "spec": obj, "base_url": "https://billing.example.com"}},
+		"approve": []string{"api:billing.createRefund", "api:pets.*"},
+	}
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/tools", key, spec), http.StatusCreated)
+	require.Len(t, a.OpenAPI, 2)
+	require.Equal(t, "pets", a.OpenAPI[0].Name)
+	var yaml string
+	require.NoError(t, json.Unmarshal(a.OpenAPI[0].Spec, &yaml))
+	require.Equal(t, petSpec, yaml)
+	require.Equal(t, "https://billing.example.com", a.OpenAPI[1].BaseURL)
+	got := decode[agentfleet.Agent](t, e.do("GET", "/v1/agents/tools", key, nil), http.StatusOK)
+	require.Equal(t, a.OpenAPI[1].Name, got.OpenAPI[1].Name)
+	require.JSONEq(t, string(a.OpenAPI[1].Spec), string(got.OpenAPI[1].Spec))
+
+	// No server in the document and no base_url: nowhere to send.
+	delete(obj, "servers")
+	r := e.do("PUT", "/v1/agents/tools", key, map[string]any{"openapi": []any{map[string]any{"name": "billing", "spec": obj}}})
+	requireError(t, r, http.StatusUnprocessableEntity, "unprocessable", "openapi[0].base_url: the document names no server")
+}
+
+// An OpenAPI module's secret must be one its requests carry: HTTPS, to
+// one of the secret's hosts; otherwise the agent is refused saying why.
+func TestAgentOpenAPIModuleSecretReachesItsHost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withBox(newBox(t, secrets.NewKey()), nil))
+	key := e.tenant("acme")
+	r := e.do("PUT", "/v1/secrets/pets_key", key, map[string]any{"value": "pets-key-0123456789", "hosts": []string{"pets.example.com"}})
+	require.Equal(t, http.StatusCreated, r.status, r.String())
+	mod := func(base string) map[string]any {
+		return map[string]any{"secrets": []string{"pets_key"},
+			"openapi": []any{map[string]any{"name": "pets", "spec": petSpec, "secret": "pets_key", "base_url": base}}}
+	}
+	decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, mod("")), http.StatusCreated)
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("https://other.example.com")), http.StatusUnprocessableEntity, "unprocessable",
+		`openapi[0].secret "pets_key" is sent only to pets.example.com, and the module's requests go to other.example.com`)
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("http://pets.example.com")), http.StatusUnprocessableEntity, "unprocessable",
+		"over plain http, and a secret is sent over HTTPS only")
+}
+
+// A spec_url is fetched at apply time through the egress guard (here
+// opened to loopback by the operator), stored with the agent, and shown
+// as the URL alone, so the agent as shown puts back; a URL that does not
+// answer a document is refused naming it.
+func TestAgentOpenAPISpecURL(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		switch r.URL.Path {
+		case "/pets.yaml":
+			_, _ = w.Write([]byte(petSpec))
+		case "/broken.yaml":
+			_, _ = w.Write([]byte("openapi: 3.0.3\npaths: [nope"))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	e := newEnv(t, func(c *api.Config) {
+		c.Egress = egress.Config{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+	})
+	key := e.tenant("acme")
+	body := map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/pets.yaml"}}}
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, body), http.StatusCreated)
+	require.Equal(t, srv.URL+"/pets.yaml", a.OpenAPI[0].SpecURL)
+	require.Empty(t, a.OpenAPI[0].Spec, "shown as its URL")
+	stored, err := e.store.AgentGetByName(e.ctx, store.AgentGetByNameParams{Tenant: "acme", Name: "pets"})
+	require.NoError(t, err)
+	var doc string
+	require.NoError(t, json.Unmarshal(stored.OpenAPI[0].Spec, &doc))
+	require.Equal(t, petSpec, doc, "the document fetched is what runs use")
+
+	// As shown, put back: fetched again, and unchanged.
+	again := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/pets", key, a), http.StatusOK)
+	require.Equal(t, 1, again.Version)
+	require.EqualValues(t, 2, hits.Load())
+
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/gone.yaml"}}}),
+		http.StatusUnprocessableEntity, "unprocessable", "openapi[0].spec_url: fetching "+srv.URL+"/gone.yaml answered 404")
+	requireError(t, e.do("PUT", "/v1/agents/pets", key, map[string]any{"openapi": []any{map[string]any{"name": "pets", "spec_url": srv.URL + "/broken.yaml"}}}),
+		http.StatusUnprocessableEntity, "unprocessable", "openapi[0].spec_url: the document at "+srv.URL+"/broken.yaml:")
 }

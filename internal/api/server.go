@@ -257,7 +257,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsGet))
 	s.mux.HandleFunc("DELETE /v1/tenants/{id}/nats-creds", s.adminOnly(s.handleNATSCredsRevoke))
 	// Agents (agents.go).
-	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentPut)))
+	s.mux.HandleFunc("PUT /v1/agents/{name}", s.authedBody(max(s.cfg.MaxBodyBytes, agentMaxBodyBytes), s.tenantAgent(s.handleAgentPut)))
 	s.mux.HandleFunc("GET /v1/agents", s.authed(s.tenantAgent(s.handleAgentList)))
 	s.mux.HandleFunc("GET /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentGet)))
 	s.mux.HandleFunc("DELETE /v1/agents/{name}", s.authed(s.tenantAgent(s.handleAgentDelete)))

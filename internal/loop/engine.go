@@ -47,6 +47,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/redact"
+	"github.com/agentfleet/agentfleet/internal/sandbox"
 )
 
 // Defaults of Config.
@@ -240,10 +241,16 @@ func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
 		sep |= 2
 	}
 	key := agent.Persona + promptKeySep[sep] + strings.Join(agent.Primitives, ",")
+	var modules string
+	if len(agent.OpenAPI) > 0 {
+		// An agent without modules pays nothing here.
+		modules = sandbox.OpenAPIDeclarations(agent.OpenAPI)
+		key += "\x04" + modules
+	}
 	if p, ok := e.prompts.Load(key); ok {
 		return p.(string)
 	}
-	p := SystemPrompt(agent.Persona, e.cfg.Sandbox.Declarations(agent.Primitives, secret), agent.Primitives == nil)
+	p := SystemPrompt(agent.Persona, withModules(e.cfg.Sandbox.Declarations(agent.Primitives, secret), modules), agent.Primitives == nil)
 	e.prompts.Store(key, p)
 	return p
 }

@@ -38,6 +38,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 			Secrets: t.in.Secrets, TenantSecrets: t.in.TenantSecrets, Credentials: t.creds,
 			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
 		}
+		if len(t.in.Agent.OpenAPI) > 0 {
+			req.OpenAPI, req.ToolEvent = t.in.Agent.OpenAPI, t.toolEvent
+		}
 		if cfg.Journal != nil {
 			t.journal = &turnJournal{t: t, pending: map[int]pendingCharge{}}
 			req.Journal = t.journal

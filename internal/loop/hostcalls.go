@@ -6,7 +6,9 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -123,4 +125,17 @@ func (t *turn) admitSubCall(prompt int64) (maxTokens int64, err error) {
 	}
 	t.calls++
 	return maxTokens, nil
+}
+
+// toolEvent publishes a tool_call or tool_result event of the script's
+// tool modules (the sandbox cuts bodies; emit redacts), held to the
+// event cap: Args past EventArgsMaxBytes are replaced by a note.
+func (t *turn) toolEvent(ev agentfleet.Event) {
+	if len(ev.Args) > EventArgsMaxBytes {
+		ev.Args = json.RawMessage(fmt.Sprintf(`{"truncated":true,"bytes":%d}`, len(ev.Args)))
+	}
+	if len(ev.Summary) > EventArgsMaxBytes {
+		ev.Summary = strings.ToValidUTF8(ev.Summary[:EventArgsMaxBytes], "")
+	}
+	t.emit(ev)
 }

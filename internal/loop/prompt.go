@@ -89,6 +89,19 @@ func apiDeclarations(decls string, brief bool) string {
 	return strings.Join(kept, "\n")
 }
 
+// withModules adds the declarations of an agent's tool modules to the
+// sandbox's, before the limits line, which stays last.
+func withModules(decls, modules string) string {
+	if modules == "" {
+		return decls
+	}
+	decls = strings.TrimRight(decls, "\n")
+	if i := strings.LastIndexByte(decls, '\n'); i >= 0 && strings.HasPrefix(decls[i+1:], "// Limits") {
+		return decls[:i+1] + modules + "\n" + decls[i+1:] + "\n"
+	}
+	return decls + "\n" + modules + "\n"
+}
+
 var declNames = regexp.MustCompile(`^declare (?:function|const) ([A-Za-z_$][\w$]*)(\(m: '([\w-]+)'\))?`)
 
 // declaredName is what a declaration declares: a function's or constant's
@@ -100,6 +113,10 @@ func declaredName(decl string) (string, bool) {
 		return "", false
 	case m[1] == "require" && m[3] != "":
 		return "require('" + m[3] + "')", true
+	case m[1] == "require":
+		// A tool module (require('api:billing')): its line is already
+		// as brief as it gets (past a length, a catalog and help()).
+		return "", false
 	}
 	return m[1], true
 }

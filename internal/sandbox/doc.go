@@ -199,6 +199,20 @@
 // script sees their outcome (journal.go); the HTTP ones carry
 // Idempotency-Key <run>/<turn>/<number>.
 //
+// # OpenAPI modules
+//
+// ExecRequest.OpenAPI are the agent's OpenAPI 3 documents (openapi.go):
+// require('api:<name>') has one function per operation, and a call is a
+// host call (api) that the parent resolves from the document, compiled
+// once per content, into the HTTP request it makes. From there it is a
+// fetch: the egress guard, the Policy (which sees it as fetch), the
+// approve rules (api:<name>.<operation>, api:<name>.*, and the HTTP
+// rules by method and URL), the journal (non-GET operations, recorded
+// as api:<name>.<operation>) and the credentials. Each call is told to
+// ExecRequest.ToolEvent as tool_call and tool_result events, redacted
+// and cut (toolevents.go). CheckOpenAPIModules validates an agent's
+// documents; OpenAPIDeclarations is their lines of the prompt.
+//
 // fetch and http only reach public http(s) addresses: loopback, private,
 // link-local, CGNAT, multicast, unspecified, broadcast, reserved and cloud
 // metadata addresses are refused, in the URL (including non-canonical forms

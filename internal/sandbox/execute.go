@@ -42,6 +42,9 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	c.seq++
 	seq := c.seq
 	msg := execMsg{seq: seq, prims: set, script: req.Script, args: req.Args}
+	if set.has(primAPI) {
+		msg.tools = moduleTable(req.OpenAPI)
+	}
 	frame := encodeExec(&c.enc, &msg)
 	if len(frame) > maxFrame(lim.CarryBytes) {
 		// The process would refuse the frame; say why instead.
@@ -276,6 +279,9 @@ type hostState struct {
 	approval    *agentfleet.ApprovalCall
 	// red is the turn's redactor (read only).
 	red *redactor
+	// apis are the turn's compiled OpenAPI modules by name, looked up
+	// once per turn rather than hashed again per call.
+	apis map[string]*apiModule
 }
 
 // appendNew appends the ids not in have yet.

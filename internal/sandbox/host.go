@@ -36,7 +36,21 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
 	name := prims[pr].name
-	if pr == primFetch || pr == primHTTP {
+	// tool names an api call (api:<module>.<operation>): from here on it
+	// is the HTTP request its document makes, on fetch's path.
+	var tool string
+	if pr == primAPI {
+		if st.apis == nil {
+			st.apis = turnModules(req.OpenAPI)
+		}
+		fa, t, err := apiRequest(st.apis, args)
+		if err != nil {
+			return seq, hostError, []byte(err.Error())
+		}
+		tool, name = t, t
+		args, _ = json.Marshal(fa)
+	}
+	if isHTTP(pr) {
 		// Rules, approvals, the journal and the network all see the
 		// request in its one canonical spelling.
 		var err error
@@ -48,19 +62,30 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		}
 	}
 	call, journaled := journalCall(req, pr, args, st.calls)
+	if tool != "" {
+		call.Primitive = tool
+	}
 	if journaled {
 		st.calls++
 		if req.Journal != nil {
 			if status, data, ok := replay(ctx, req.Journal, call, st); ok {
+				if tool != "" {
+					toolEvents(req, st.red, tool, args, status, data, true)
+				}
 				return seq, status, data
 			}
 		}
 	}
 	policyArgs := args
-	if pr == primFetch || pr == primHTTP {
+	if isHTTP(pr) {
 		policyArgs = withoutBody(args)
 	}
+	// A Policy sees an api call as the fetch it is: one written for
+	// fetch governs the requests of OpenAPI modules too.
 	pc := Call{Primitive: name, Args: policyArgs, Tenant: req.Tenant, RunID: req.RunID, Turn: req.Turn, Index: st.hostCalls}
+	if tool != "" {
+		pc.Primitive = "fetch"
+	}
 	dec, reason := p.cfg.Policy.Check(ctx, pc)
 	if dec == Allow && pr != primWait && pr != primSecret && len(req.Approve) > 0 {
 		method, target := callTarget(pr, policyArgs)
@@ -74,18 +99,21 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		// (A call the journal replayed above was approved on an
 		// earlier attempt of the turn: it is not asked about again.)
 		keyed := journaled && req.RunID != ""
-		if status, data, ok := p.approval(ctx, req, pr, pc.Index, args, keyed, reason, st); !ok {
+		if status, data, ok := p.approval(ctx, req, pr, tool, pc.Index, args, keyed, reason, st); !ok {
 			return seq, status, data
 		}
 	default:
 		return seq, hostDenied, []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+	}
+	if tool != "" {
+		toolCallEvent(req, st.red, tool, args)
 	}
 	var (
 		status byte
 		data   []byte
 	)
 	switch pr {
-	case primFetch, primHTTP:
+	case primFetch, primHTTP, primAPI:
 		var key string
 		if journaled && req.RunID != "" {
 			key = call.IdempotencyKey()
@@ -109,8 +137,15 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 	if journaled && req.Journal != nil {
 		status, data = record(ctx, req.Journal, call, status, data, st.usage, st)
 	}
+	if tool != "" {
+		toolResultEvent(req, st.red, tool, status, data, false)
+	}
 	return seq, status, data
 }
+
+// isHTTP says whether pr's calls are HTTP requests (fetch, http, and the
+// operations of OpenAPI modules, resolved to their request).
+func isHTTP(pr prim) bool { return pr == primFetch || pr == primHTTP || pr == primAPI }
 
 // spawn starts a child run through the caller's SpawnFunc.
 func spawn(ctx context.Context, fn agentfleet.SpawnFunc, index int, raw []byte) (byte, []byte) {
@@ -171,12 +206,15 @@ func wait(ctx context.Context, isChild func(context.Context, string) (bool, erro
 // Digest (requestDigest) changes with anything the call would send
 // differently, so a call that differs from the one approved asks again.
 // keyed says the request carries the journal's Idempotency-Key.
-func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr prim, index int, args []byte, keyed bool, reason string, st *hostState) (status byte, data []byte, ok bool) {
-	name := prims[pr].name
+func (p *Pool) approval(ctx context.Context, req *agentfleet.ExecRequest, pr prim, tool string, index int, args []byte, keyed bool, reason string, st *hostState) (status byte, data []byte, ok bool) {
+	name := cmpOr(tool, prims[pr].name)
 	if req.Approval == nil {
 		return hostDenied, []byte(fmt.Sprintf("%s needs approval (%s), and this run cannot ask for one", name, orUnspecified(reason))), false
 	}
 	call := approvalCall(pr, index, args, st.red)
+	if tool != "" {
+		call.Primitive = tool
+	}
 	call.Digest = requestDigest(pr, args, keyed)
 	state, why, err := req.Approval(ctx, call)
 	switch {
@@ -200,7 +238,7 @@ func approvalCall(pr prim, index int, args []byte, red *redactor) agentfleet.App
 	c := agentfleet.ApprovalCall{Index: index, Primitive: prims[pr].name}
 	var preview string
 	switch pr {
-	case primFetch, primHTTP:
+	case primFetch, primHTTP, primAPI:
 		var a fetchArgs
 		_ = json.Unmarshal(args, &a)
 		c.Method, c.URL = callTarget(pr, args)
@@ -228,7 +266,7 @@ func approvalCall(pr prim, index int, args []byte, red *redactor) agentfleet.App
 // callTarget is the method and URL of a fetch or http call, whose args
 // are canonical (canonicalRequest), and empty for other primitives.
 func callTarget(pr prim, args []byte) (method, target string) {
-	if pr != primFetch && pr != primHTTP {
+	if !isHTTP(pr) {
 		return "", ""
 	}
 	var a fetchArgs
@@ -278,7 +316,7 @@ func scriptHeader(a fetchArgs) http.Header {
 func requestDigest(pr prim, args []byte, keyed bool) string {
 	sum := sha256.New()
 	switch pr {
-	case primFetch, primHTTP:
+	case primFetch, primHTTP, primAPI:
 		var a fetchArgs
 		_ = json.Unmarshal(args, &a)
 		var body []byte

@@ -29,7 +29,7 @@ const journalRecordTimeout = 10 * time.Second
 func journalCall(req *agentfleet.ExecRequest, pr prim, args []byte, index int) (agentfleet.JournalEntry, bool) {
 	e := agentfleet.JournalEntry{RunID: req.RunID, Turn: req.Turn, Index: index, Primitive: prims[pr].name}
 	switch pr {
-	case primFetch, primHTTP:
+	case primFetch, primHTTP, primAPI:
 		var a struct {
 			Method string `json:"method"`
 			URL    string `json:"url"`

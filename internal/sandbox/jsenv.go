@@ -3,7 +3,9 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/dop251/goja"
@@ -94,7 +96,7 @@ func (e *jsEnv) restrict(set primSet) {
 		// fresh runtime allocations.
 		_ = g.Set("secret", e.t.secretFn)
 	}
-	if len(set.modules()) == 0 {
+	if len(set.modules()) == 0 && len(e.t.apis) == 0 {
 		_ = g.Delete("require")
 	}
 }
@@ -106,6 +108,8 @@ type turnState struct {
 	ctl     *turnCtl
 	prims   primSet
 	modules map[string]*goja.Object
+	// apis are the turn's OpenAPI modules by name (require('api:<name>')).
+	apis map[string]childModule
 	// denials are the PolicyError objects thrown this turn: an uncaught
 	// one makes the turn fail with kind denied.
 	denials map[*goja.Object]bool
@@ -231,8 +235,19 @@ func (t *turnState) assertFn(c goja.FunctionCall) goja.Value {
 	return nil
 }
 
-func (t *turnState) helpFn(goja.FunctionCall) goja.Value {
+func (t *turnState) helpFn(c goja.FunctionCall) goja.Value {
+	if name, ok := strings.CutPrefix(c.Argument(0).String(), "api:"); ok {
+		m, ok := t.apis[name]
+		if !ok {
+			t.throw("Error", fmt.Sprintf("help: this agent has no module %q", "api:"+name))
+		}
+		t.s.logs.WriteString(m.help + "\n")
+		return goja.Undefined()
+	}
 	t.s.logs.WriteString(declarations(t.prims, t.s.limits))
+	for _, name := range slices.Sorted(maps.Keys(t.apis)) {
+		t.s.logs.WriteString(fmt.Sprintf("// require('api:%s'): %d operations; help('api:%s') logs their declarations\n", name, len(t.apis[name].ops), name))
+	}
 	return goja.Undefined()
 }
 
@@ -293,8 +308,14 @@ func (t *turnState) requireFn(c goja.FunctionCall) goja.Value {
 		m = t.httpModule()
 	case name == "markdown" && t.prims.has(primMarkdown):
 		m = t.markdownModule()
+	case strings.HasPrefix(name, "api:") && t.prims.has(primAPI):
+		api, ok := t.apis[name[len("api:"):]]
+		if !ok {
+			t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.moduleNames(), ", ")))
+		}
+		m = t.apiModule(name[len("api:"):], api)
 	default:
-		t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.prims.modules(), ", ")))
+		t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.moduleNames(), ", ")))
 	}
 	if t.modules == nil {
 		t.modules = map[string]*goja.Object{}

@@ -7,7 +7,9 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/dop251/goja"
@@ -109,10 +111,14 @@ func (t *turnState) request(p prim, a *fetchArgs) goja.Value {
 	if err != nil {
 		t.throw("Error", prims[p].name+": "+err.Error())
 	}
-	data := t.host(p, args)
+	return t.response(prims[p].name, t.host(p, args))
+}
+
+// response is the Res of a fetch, http or api call's reply.
+func (t *turnState) response(name string, data []byte) goja.Value {
 	var r fetchResult
 	if err := json.Unmarshal(data, &r); err != nil {
-		t.throw("Error", prims[p].name+": bad reply from host: "+err.Error())
+		t.throw("Error", name+": bad reply from host: "+err.Error())
 	}
 	vm := t.env.vm
 	o := vm.NewObject()
@@ -283,4 +289,42 @@ func (t *turnState) host(p prim, args []byte) []byte {
 		t.throw("Error", string(data))
 	}
 	return nil
+}
+
+// moduleNames lists the modules require() gives this turn (for messages).
+func (t *turnState) moduleNames() []string {
+	var out []string
+	for _, m := range t.prims.modules() {
+		if !strings.HasPrefix(m, "api:") {
+			out = append(out, m)
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(t.apis)) {
+		out = append(out, "api:"+n)
+	}
+	return out
+}
+
+// apiModule is require('api:<name>'): one function per operation, each
+// taking one object of parameters by name and returning Res, made by
+// the parent from the module's document (openapi.go).
+func (t *turnState) apiModule(name string, m childModule) *goja.Object {
+	o := t.env.vm.NewObject()
+	for _, op := range m.ops {
+		_ = o.Set(op, func(c goja.FunctionCall) goja.Value {
+			var params []byte
+			if p := c.Argument(0); !goja.IsUndefined(p) && !goja.IsNull(p) {
+				if _, ok := p.(*goja.Object); !ok {
+					t.throw("TypeError", fmt.Sprintf("api:%s.%s: give one object of parameters by name ({id, body, ...})", name, op))
+				}
+				var err error
+				if params, err = t.toJSON(p); err != nil {
+					rethrow(err)
+				}
+			}
+			args, _ := json.Marshal(apiCallArgs{Module: name, Operation: op, Params: params})
+			return t.response("api:"+name+"."+op, t.host(primAPI, args))
+		})
+	}
+	return o
 }

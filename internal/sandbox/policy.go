@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -86,8 +87,13 @@ var DefaultPolicy Policy = PolicyFunc(func(context.Context, Call) (Decision, str
 //	                       made it (fetch with {method}, or the http module's
 //	                       method); "del" is DELETE, and the same for every method
 //
-// optionally followed by a space and a URL pattern, where * stands for
-// any run of characters ("http.post https://api.example.com/*"; "*
+//	api:billing.createRefund  that operation of the agent's OpenAPI module
+//	                       billing (require('api:billing'))
+//	api:billing.*          every operation of it
+//
+// (an operation's call is an HTTP request too, which the fetch rules
+// cover by its method and URL), optionally followed by a space and a URL
+// pattern, where * stands for any run of characters ("http.post https://api.example.com/*"; "*
 // https://*.internal/*"). A pattern is matched against the request's
 // canonical URL (canonicalURL), itself canonicalized as far as its
 // wildcards allow, and without regard to case; it applies to fetch and
@@ -100,16 +106,27 @@ type approveRule struct {
 	prim   string
 	method string
 	url    string
+	// tool is the operation pattern of an "api" rule ("billing.*").
+	tool string
 }
 
 // approvable are the primitives a rule may name.
-var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn"}
+var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn", "api:<module>.<operation>"}
+
+// opNameRE is what an approve rule may name an operation by.
+var opNameRE = regexp.MustCompile(`^[A-Za-z0-9_.$-]{1,128}$`)
 
 func parseApproveRule(s string) (approveRule, error) {
 	head, pattern, _ := strings.Cut(strings.TrimSpace(s), " ")
 	pattern = strings.TrimSpace(pattern)
 	var r approveRule
-	if head != "*" {
+	if spec, ok := strings.CutPrefix(head, "api:"); ok {
+		mod, op, _ := strings.Cut(spec, ".")
+		if !moduleNameRE.MatchString(mod) || op == "" || (op != "*" && !opNameRE.MatchString(op)) {
+			return r, fmt.Errorf("approve rule %q: name an operation of an OpenAPI module as api:<module>.<operationId> or api:<module>.*", s)
+		}
+		r.prim, r.tool = "api", spec
+	} else if head != "*" {
 		name, method, hasMethod := strings.Cut(head, ".")
 		if !hasMethod {
 			name, method, hasMethod = strings.Cut(head, ":")
@@ -132,8 +149,8 @@ func parseApproveRule(s string) (approveRule, error) {
 		}
 	}
 	if pattern != "" {
-		if r.prim != "" && r.prim != "fetch" {
-			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL", s)
+		if r.prim != "" && r.prim != "fetch" && r.prim != "api" {
+			return r, fmt.Errorf("approve rule %q: only fetch and http calls have a URL (api: operations too)", s)
 		}
 		if strings.ContainsAny(pattern, " \t") {
 			return r, fmt.Errorf("approve rule %q: give at most one URL pattern", s)
@@ -150,7 +167,7 @@ func parseApproveRule(s string) (approveRule, error) {
 // httpClass names fetch and http alike ("fetch"): an approve rule covers
 // an HTTP request whichever of the two made it.
 func httpClass(primitive string) string {
-	if primitive == "http" {
+	if primitive == "http" || strings.HasPrefix(primitive, "api:") {
 		return "fetch"
 	}
 	return primitive
@@ -172,8 +189,15 @@ func CheckApproveRules(rules []string) error {
 // spawn).
 func (r approveRule) matches(primitive, method, url string) bool {
 	switch {
+	case r.prim == "api":
+		tool, ok := strings.CutPrefix(primitive, "api:")
+		if !ok || !globMatch(r.tool, tool) {
+			return false
+		}
 	case r.prim != "" && r.prim != httpClass(primitive):
 		return false
+	}
+	switch {
 	case r.method != "" && r.method != method:
 		return false
 	case r.url != "":

@@ -161,6 +161,9 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if len(req.Credentials) > 0 {
 		set |= 1 << primSecret
 	}
+	if len(req.OpenAPI) > 0 {
+		set |= 1 << primAPI
+	}
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil
 	}

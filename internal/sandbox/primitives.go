@@ -27,6 +27,7 @@ const (
 	primWait
 	primRequire
 	primSecret
+	primAPI
 	numPrims
 )
 
@@ -73,11 +74,15 @@ var prims = [numPrims]primInfo{
 	// when the agent names secrets (ExecRequest.Credentials), declared
 	// when one of them is exposed.
 	primSecret: {name: "secret", host: true, decl: "declare function secret(name: string): string; // the value of a secret your agent names that is exposed to scripts"},
+	// api is the host call of require('api:<name>') operations: not
+	// listed in primitives, enabled when the agent names OpenAPI
+	// documents (ExecRequest.OpenAPI), declared per module (openapi.go).
+	primAPI: {name: "api", host: true},
 }
 
 // defaultSet is what ExecRequest.Primitives nil enables: every listable
 // primitive.
-const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret)
+const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret) &^ (1 << primAPI)
 
 // resTypesDecl declares the types fetch and http share, once.
 const resTypesDecl = "type Res = {status: number; headers: Record<string, string>; body: string; url: string; truncated?: true; json(): any};\n" +
@@ -86,7 +91,7 @@ const resTypesDecl = "type Res = {status: number; headers: Record<string, string
 var primByName = func() map[string]prim {
 	m := make(map[string]prim, numPrims)
 	for i, p := range prims {
-		if prim(i) != primSecret {
+		if prim(i) != primSecret && prim(i) != primAPI {
 			m[p.name] = prim(i)
 		}
 	}
@@ -97,7 +102,7 @@ var primByName = func() map[string]prim {
 func DefaultPrimitives() []string {
 	out := make([]string, 0, numPrims)
 	for i, p := range prims {
-		if prim(i) != primRequire && prim(i) != primSecret {
+		if prim(i) != primRequire && prim(i) != primSecret && prim(i) != primAPI {
 			out = append(out, p.name)
 		}
 	}
@@ -141,6 +146,9 @@ func (s primSet) modules() []string {
 	}
 	if s.has(primMarkdown) {
 		m = append(m, "markdown")
+	}
+	if s.has(primAPI) {
+		m = append(m, "api:<name> (this agent's OpenAPI modules)")
 	}
 	return m
 }

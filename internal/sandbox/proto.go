@@ -185,6 +185,9 @@ type execMsg struct {
 	// args is the carried value, JSON. Decoded, it aliases the frame:
 	// it is valid only until the next frame is read.
 	args []byte
+	// tools is the turn's OpenAPI modules as the child defines them
+	// (moduleTable); empty for an agent without any.
+	tools string
 }
 
 func encodeExec(e *encoder, m *execMsg) []byte {
@@ -193,6 +196,7 @@ func encodeExec(e *encoder, m *execMsg) []byte {
 	e.uint(uint64(m.prims))
 	e.str(m.script)
 	e.bytes(m.args)
+	e.str(m.tools)
 	return e.frame()
 }
 
@@ -200,6 +204,7 @@ func decodeExec(p []byte) (execMsg, error) {
 	d := decoder{b: p}
 	m := execMsg{seq: d.uint(), prims: primSet(d.uint()), script: d.str()}
 	m.args = d.bytes()
+	m.tools = d.str()
 	return m, d.err
 }
 

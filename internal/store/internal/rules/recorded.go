@@ -161,8 +161,10 @@ func JournalRecord(p store.JournalRecordParams, now time.Time) (store.JournalRec
 	if e.RunID == "" || e.Turn < 1 || e.Index < 0 {
 		return p, Invalidf("journal entry: run id, a turn from 1 and an index from 0 are required")
 	}
-	if !slices.Contains(JournalPrimitives, e.Primitive) {
-		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s)",
+	// An operation of an OpenAPI module is journaled by its name,
+	// api:<module>.<operation>.
+	if !slices.Contains(JournalPrimitives, e.Primitive) && !(strings.HasPrefix(e.Primitive, "api:") && len(e.Primitive) <= 200) {
+		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s, api:<module>.<operation>)",
 			e.RunID, e.Turn, e.Primitive, strings.Join(JournalPrimitives, ", "))
 	}
 	if e.Usage.PromptTokens < 0 || e.Usage.CompletionTokens < 0 {

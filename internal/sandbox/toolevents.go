@@ -1,0 +1,85 @@
+// tool_call and tool_result events of the calls of OpenAPI modules: what
+// the call sent and what came back, redacted and cut, for the run's
+// events (the caller stamps and publishes them, ExecRequest.ToolEvent).
+
+package sandbox
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/agentfleet/agentfleet"
+)
+
+// ToolEventBodyMaxBytes bounds the body a tool event carries, so that
+// the event stays within the run's event cap.
+const ToolEventBodyMaxBytes = 4 << 10
+
+// toolEventArgs is a tool event's Args.
+type toolEventArgs struct {
+	Tool      string `json:"tool"`
+	Method    string `json:"method,omitempty"`
+	URL       string `json:"url,omitempty"`
+	Status    int    `json:"status,omitempty"`
+	Body      string `json:"body,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Replayed  bool   `json:"replayed,omitempty"`
+}
+
+func cutBody(red *redactor, s string) (string, bool) {
+	s = red.str(s)
+	if len(s) <= ToolEventBodyMaxBytes {
+		return s, false
+	}
+	return string(trimPartialRune([]byte(s[:ToolEventBodyMaxBytes]))), true
+}
+
+// toolCallEvent tells of a call about to be sent (args canonical fetch
+// arguments, without the credentials, which are set at send time).
+func toolCallEvent(req *agentfleet.ExecRequest, red *redactor, tool string, args []byte) {
+	if req.ToolEvent == nil {
+		return
+	}
+	var a fetchArgs
+	_ = json.Unmarshal(args, &a)
+	ev := toolEventArgs{Tool: tool, Method: a.Method, URL: red.str(a.URL)}
+	if a.Body != nil {
+		ev.Body, ev.Truncated = cutBody(red, *a.Body)
+	}
+	doc, _ := json.Marshal(ev)
+	req.ToolEvent(agentfleet.Event{Type: agentfleet.EventToolCall, Summary: tool + " " + ev.Method + " " + ev.URL, Args: doc})
+}
+
+// toolResultEvent tells of a call's outcome: its response (status and
+// body) or its error.
+func toolResultEvent(req *agentfleet.ExecRequest, red *redactor, tool string, status byte, data []byte, replayed bool) {
+	if req.ToolEvent == nil {
+		return
+	}
+	ev := toolEventArgs{Tool: tool, Replayed: replayed}
+	summary := tool
+	if status == hostOK {
+		var r fetchResult
+		_ = json.Unmarshal(data, &r)
+		ev.Status = r.Status
+		ev.Body, ev.Truncated = cutBody(red, r.Body)
+		ev.Truncated = ev.Truncated || r.Truncated
+		summary += " " + strconv.Itoa(r.Status)
+	} else {
+		ev.Error, _ = cutBody(red, string(data))
+		summary += " failed"
+	}
+	if replayed {
+		summary += " (replayed from the journal)"
+	}
+	doc, _ := json.Marshal(ev)
+	req.ToolEvent(agentfleet.Event{Type: agentfleet.EventToolResult, Summary: summary, Args: doc})
+}
+
+// toolEvents tells of a call the journal replayed: both events, so the
+// run's turn shows it whichever attempt ran.
+func toolEvents(req *agentfleet.ExecRequest, red *redactor, tool string, args []byte, status byte, data []byte, replayed bool) {
+	toolCallEvent(req, red, tool, args)
+	toolResultEvent(req, red, tool, status, data, replayed)
+}
