@@ -248,9 +248,11 @@ func (c *Client) ListTools(ctx context.Context) (*ToolList, error) {
 			list.Tools = append(list.Tools, c.cut(t))
 		}
 		if list.Cut || res.NextCursor == "" {
-			if res.NextCursor != "" && len(list.Tools) == c.cfg.MaxTools {
-				list.Cut = true
-			}
+			break
+		}
+		if len(list.Tools) == c.cfg.MaxTools {
+			// More pages follow a full list: they are not read.
+			list.Cut = true
 			break
 		}
 		if res.NextCursor == cursor {
