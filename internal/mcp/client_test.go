@@ -243,7 +243,9 @@ func TestClientCutsHugeSchema(t *testing.T) {
 	ts.AddTool(&sdk.Tool{
 		Name: "huge", Description: "A tool with a 10 MiB schema",
 		InputSchema: map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string", "description": huge}}},
-	}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return textResult("ran"), nil })
+	}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		return textResult("ran"), nil
+	})
 	addTool(ts.Server, "small", func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return textResult(""), nil })
 
 	c := dial(t, Config{Name: "s", URL: ts.URL})
