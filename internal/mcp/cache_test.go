@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,4 +159,39 @@ func TestCacheCloseStopsGoroutines(t *testing.T) {
 	ts.http.CloseClientConnections()
 	ts.http.Close()
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+}
+
+func TestCacheRedialsAfterServerRestart(t *testing.T) {
+	t.Parallel()
+	srv := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
+	addTool(srv, "t", okTool)
+	var current atomic.Pointer[sdk.StreamableHTTPHandler]
+	restart := func() {
+		current.Store(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	}
+	restart()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		current.Load().ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { hs.CloseClientConnections(); hs.Close() })
+
+	cache := NewCache(CacheConfig{})
+	t.Cleanup(func() { _ = cache.Close() })
+	key := Key{Tenant: "t", Agent: "a", Version: 1, Server: "s"}
+	cfg := Config{Name: "s", URL: hs.URL}
+	ctx := context.Background()
+	_, err := cache.Call(ctx, key, cfg, "t", nil)
+	require.NoError(t, err)
+
+	// The server restarts and forgets its sessions: at most one call
+	// fails (naming the server), and the one after it dials afresh.
+	restart()
+	_, err = cache.Call(ctx, key, cfg, "t", nil)
+	if err != nil {
+		require.Contains(t, err.Error(), "mcp:s: call t")
+		t.Logf("first call after the restart: %v", err)
+	}
+	res, err := cache.Call(ctx, key, cfg, "t", nil)
+	require.NoError(t, err)
+	require.Equal(t, "ok", res.Text)
 }

@@ -214,6 +214,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // Name is the server's name.
 func (c *Client) Name() string { return c.cfg.Name }
 
+// ProtocolVersion is the MCP version the session negotiated.
+func (c *Client) ProtocolVersion() string {
+	if r := c.session.InitializeResult(); r != nil {
+		return r.ProtocolVersion
+	}
+	return ""
+}
+
 // Close ends the session.
 func (c *Client) Close() error {
 	return c.session.Close()

@@ -131,6 +131,7 @@ func TestClientListsAndCalls(t *testing.T) {
 		})
 
 	c := dial(t, Config{Name: "calc", URL: ts.URL, Header: func(r *http.Request) { r.Header.Set("Authorization", "Bearer s3cret") }})
+	t.Logf("negotiated protocol %s", c.ProtocolVersion())
 	list, err := c.ListTools(context.Background())
 	require.NoError(t, err)
 	require.False(t, list.Cut)

@@ -110,6 +110,12 @@ func TestEverythingServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
+	direct, err := Dial(ctx, Config{Name: "everything", URL: url})
+	require.NoError(t, err)
+	t.Logf("negotiated protocol %s", direct.ProtocolVersion())
+	require.NotEmpty(t, direct.ProtocolVersion())
+	require.NoError(t, direct.Close())
+
 	cache := NewCache(CacheConfig{})
 	t.Cleanup(func() { _ = cache.Close() })
 	key := Key{Tenant: "t1", Agent: "a", Version: 1, Server: "everything"}
