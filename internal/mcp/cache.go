@@ -98,7 +98,8 @@ var ErrClosed = errors.New("mcp: cache closed")
 
 // Tools returns key's tool list, dialling with cfg when there is no
 // session and listing when there is no fresh list. The list is shared:
-// callers must not change it.
+// callers must not change it. cfg.OnToolsChanged is replaced by the
+// cache's own.
 func (c *Cache) Tools(ctx context.Context, key Key, cfg Config) (*ToolList, error) {
 	e, err := c.entry(key, cfg)
 	if err != nil {

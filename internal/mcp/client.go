@@ -49,6 +49,8 @@ type Config struct {
 	HTTPClient *http.Client
 	// Header, when set, is called on each outgoing request just before it
 	// is sent, so the caller can add credentials the script never sees.
+	// It sees every request, redirects included: it must check the
+	// request's URL (host, https) before adding a secret.
 	Header func(*http.Request)
 	// OnToolsChanged, when set, is called (on the SDK's goroutine; it must
 	// not block) when the server sends notifications/tools/list_changed.
