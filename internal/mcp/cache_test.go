@@ -126,6 +126,14 @@ func TestCacheTTLAndKeys(t *testing.T) {
 	res, err := cache.Call(ctx, v1, cfg, "t", json.RawMessage(`{"a":1}`))
 	require.NoError(t, err)
 	require.Equal(t, "ok", res.Text)
+
+	// Sessions unused for a TTL are ended by the sweep.
+	clk.Add(time.Minute)
+	_, err = cache.Tools(ctx, v2, cfg)
+	require.NoError(t, err)
+	clk.Add(TTLDefault - time.Minute)
+	cache.sweep()
+	require.Equal(t, 1, cache.Len(), "v1 idle for a TTL went, v2 used a minute later stays")
 }
 
 func TestCacheCloseStopsGoroutines(t *testing.T) {
