@@ -105,6 +105,7 @@ func TestCacheTTLAndKeys(t *testing.T) {
 	// Another agent version, another tenant: their own lists.
 	v2 := v1
 	v2.Version = 2
+	clk.Add(time.Second) // so v1 is the least recently used
 	_, err = cache.Tools(ctx, v2, cfg)
 	require.NoError(t, err)
 	require.Equal(t, int32(3), ts.lists.Load())
