@@ -16,6 +16,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // testServer is an in-process MCP server (the SDK's own) behind a real
@@ -402,4 +403,40 @@ func TestClientGarbage(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "mcp:junk: call t")
 	t.Logf("garbage call: %v", err)
+}
+
+// A failed dial or a failed call leaves no goroutine behind: the worker
+// dials servers for every agent version and must not accumulate them.
+func TestClientFailuresLeaveNoGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	junk := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"hello":"world"}`)
+	}))
+	_, err := Dial(context.Background(), Config{Name: "junk", URL: junk.URL})
+	require.Error(t, err)
+	junk.Close()
+	_, err = Dial(context.Background(), Config{Name: "gone", URL: junk.URL})
+	require.Error(t, err)
+
+	ts := newTestServer(t, nil, nil)
+	release := make(chan struct{})
+	ts.AddTool(&sdk.Tool{Name: "slow", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			select {
+			case <-ctx.Done():
+			case <-release:
+			}
+			return textResult("late"), nil
+		})
+	c, err := Dial(context.Background(), Config{Name: "slow", URL: ts.URL, CallTimeout: 100 * time.Millisecond})
+	require.NoError(t, err)
+	_, err = c.Call(context.Background(), "slow", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	close(release)
+	require.NoError(t, c.Close())
+	ts.http.CloseClientConnections()
+	ts.http.Close()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 }
