@@ -83,7 +83,7 @@ func ToolName(tools []Tool, called string) (string, bool) {
 	return "", false
 }
 
-// Member is how a declaration names a tool: its alias when it has one
+// member is how a declaration names a tool: its alias when it has one
 // that no other tool's name takes, else the name (quoted when it is no
 // identifier).
 func member(tools []Tool, t Tool) (key string, aliased bool) {
