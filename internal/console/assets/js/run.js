@@ -129,6 +129,18 @@ export function runPage(root, id) {
         return h('div', { class: 'block error' }, h('h3', null, 'Error'), h('pre', { class: 'text' }, ev.content || ''));
       case 'warning':
         return h('div', { class: 'block warning' }, h('h3', null, 'Warning'), h('pre', { class: 'text' }, ev.content || ev.summary || ''));
+      case 'tool_call':
+        return h('div', { class: 'block tool' },
+          h('h3', null, 'Tool call ', h('span', { class: 'meta' }, ev.summary || '')),
+          ev.args && ev.args.body && h('details', null, h('summary', null, 'Body sent'), h('pre', { class: 'text' }, ev.args.body)));
+      case 'tool_result': {
+        const a = ev.args || {};
+        const failed = !!a.error || a.status >= 400;
+        return h('div', { class: 'block tool result' + (failed ? ' error' : '') },
+          h('h3', null, 'Tool result ', h('span', { class: 'meta' }, ev.summary || '')),
+          (a.error || a.body) && h('details', null, h('summary', null, a.error ? 'Error' : 'Body' + (a.truncated ? ' (cut)' : '')),
+            h('pre', { class: 'text' }, a.error || a.body)));
+      }
       case 'child_spawned':
         return h('div', { class: 'block child' }, 'Spawned ', link('/runs/' + encodeURIComponent(ev.summary), ev.summary), ev.content ? ': ' + ev.content : '');
       case 'budget_waiting': case 'compacted': case 'cancelled':
