@@ -361,6 +361,9 @@ func (r recorder) RecordReply(ctx context.Context, rep loop.Reply, charge *agent
 	if errors.Is(err, store.ErrConflict) {
 		return loop.Reply{}, false, false, loop.ErrStale
 	}
+	if errors.Is(err, store.ErrInvalid) {
+		return loop.Reply{}, false, false, fmt.Errorf("%w: %w", loop.ErrRejected, err)
+	}
 	if err != nil {
 		return loop.Reply{}, false, false, err
 	}
@@ -388,6 +391,9 @@ func (r recorder) JournalRecord(ctx context.Context, e agentfleet.JournalEntry, 
 	res, err := r.s.JournalRecord(ctx, p)
 	if errors.Is(err, store.ErrConflict) {
 		return false, false, loop.ErrStale
+	}
+	if errors.Is(err, store.ErrInvalid) {
+		return false, false, fmt.Errorf("%w: %w", loop.ErrRejected, err)
 	}
 	if err != nil {
 		return false, false, err

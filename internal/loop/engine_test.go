@@ -412,6 +412,19 @@ func TestStepDoesNotRetryAStaleRecord(t *testing.T) {
 	require.Equal(t, 1, b.rec.records, "a stale turn is someone else's: no second try")
 }
 
+func TestStepDoesNotRetryARejectedRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, llm.Reply{Content: js(`function run(){ answer("done") }`), Usage: agentfleet.Usage{PromptTokens: 30, CompletionTokens: 12}})
+	b.rec.failNext, b.rec.failErr = 1000, fmt.Errorf("%w: journal: primitive %q is not one the store keeps", loop.ErrRejected, "api:x.y")
+	start := time.Now()
+	_, err := b.engine.Step(context.Background(), loop.TurnInput{Run: agentfleet.Run{ID: "r", Tenant: "acme", Message: "t"}})
+	require.ErrorIs(t, err, loop.ErrRejected)
+	require.ErrorContains(t, err, "is not one the store keeps", "the store's reason")
+	require.Equal(t, 1, b.rec.records, "the store would refuse it again: no second try")
+	require.Less(t, time.Since(start), time.Second, "not RecordRetryFor's 30 s")
+	require.EqualValues(t, 42, b.meter.used, "the call was made: its tokens are charged")
+}
+
 func TestStepWithoutBudgetParks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

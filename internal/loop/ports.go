@@ -77,3 +77,9 @@ type Journal interface {
 // someone else: the caller should not commit, only re-publish what the
 // commit owed.
 var ErrStale = errors.New("turn already committed or run ended")
+
+// ErrRejected means the store refused what a turn would record as
+// malformed (an entry no schema takes): writing it again cannot help, so
+// the engine gives up at once instead of retrying (retryRecord), and the
+// turn fails with the store's reason.
+var ErrRejected = errors.New("the store refused the record")

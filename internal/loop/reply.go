@@ -104,8 +104,9 @@ func (e *Engine) record(ctx context.Context, r Reply, res *agentfleet.Reservatio
 }
 
 // retryRecord calls write until it succeeds, for up to RecordRetryFor or
-// until ctx ends, backing off from 50ms to 1s. ErrStale ends it at once:
-// the turn is someone else's now.
+// until ctx ends, backing off from 50ms to 1s. ErrStale ends it at once
+// (the turn is someone else's now), and so does ErrRejected (the store
+// will refuse the same record again).
 func (e *Engine) retryRecord(ctx context.Context, write func() error) error {
 	const firstDelay, maxDelay = 50 * time.Millisecond, time.Second
 	// Real time, as the waits below are: Config.Now stamps what a turn
@@ -113,7 +114,7 @@ func (e *Engine) retryRecord(ctx context.Context, write func() error) error {
 	giveUp := time.Now().Add(e.cfg.RecordRetryFor)
 	for delay, tries := firstDelay, 1; ; delay, tries = min(2*delay, maxDelay), tries+1 {
 		err := write()
-		if err == nil || errors.Is(err, ErrStale) {
+		if err == nil || errors.Is(err, ErrStale) || errors.Is(err, ErrRejected) {
 			return err
 		}
 		if ctx.Err() != nil || time.Now().Add(delay).After(giveUp) {
