@@ -45,6 +45,9 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	if set.has(primAPI) {
 		msg.tools = moduleTable(req.OpenAPI)
 	}
+	if set.has(primMCP) {
+		msg.tools += p.mcpTable(turnCtx, req)
+	}
 	frame := encodeExec(&c.enc, &msg)
 	if len(frame) > maxFrame(lim.CarryBytes) {
 		// The process would refuse the frame; say why instead.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/mcp"
 )
 
 // ErrClosed is returned by Execute once the pool is closed.
@@ -36,6 +37,7 @@ type Pool struct {
 	decls  string // declarations of the default set
 	red    atomic.Pointer[redactorEntry]
 	spawn  *spawner
+	mcp    *mcp.Cache
 
 	// procs holds one token per Execute that has or will get a process:
 	// at most MaxProcesses. compute holds one per script running
@@ -119,6 +121,9 @@ func New(cfg Config) (*Pool, error) {
 	p.base = guardedNet{guard: g, client: p.httpClient(g)}
 	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
 	p.decls = declarations(defaultSet, cfg.Limits)
+	// MCP sessions and tool lists, per agent server (mcprun.go); its
+	// goroutine is Close's to stop.
+	p.mcp = mcp.NewCache(mcp.CacheConfig{})
 	return p, nil
 }
 
@@ -163,6 +168,9 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	}
 	if len(req.OpenAPI) > 0 {
 		set |= 1 << primAPI
+	}
+	if len(req.MCP) > 0 {
+		set |= 1 << primMCP
 	}
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil
@@ -447,6 +455,7 @@ func (p *Pool) Close() error {
 	}
 	p.spawn.stopAndWait()
 	p.base.client.CloseIdleConnections()
+	_ = p.mcp.Close()
 	p.egress.close()
 	return nil
 }
