@@ -336,4 +336,3 @@ func mcpToolEvents(req *agentfleet.ExecRequest, red *redactor, tool string, args
 	mcpToolCallEvent(req, red, tool, args)
 	mcpToolResultEvent(req, red, tool, status, data, replayed)
 }
-
