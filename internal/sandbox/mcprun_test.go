@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -25,9 +26,12 @@ type mcpTestServer struct {
 	sums  atomic.Int32
 	mu    sync.Mutex
 	heads []string
+	roots *x509.CertPool // of the TLS server
 }
 
-func newMCPTestServer(t *testing.T) *mcpTestServer {
+func newMCPTestServer(t *testing.T) *mcpTestServer { return newMCPServerTLS(t, false) }
+
+func newMCPServerTLS(t *testing.T, tls bool) *mcpTestServer {
 	t.Helper()
 	ts := &mcpTestServer{}
 	s := sdk.NewServer(&sdk.Implementation{Name: "test", Version: "1"}, nil)
@@ -52,12 +56,19 @@ func newMCPTestServer(t *testing.T) *mcpTestServer {
 			return &sdk.CallToolResult{}, nil
 		})
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts.mu.Lock()
 		ts.heads = append(ts.heads, r.Header.Get("Authorization"))
 		ts.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
+	if tls {
+		srv.StartTLS()
+		ts.roots = x509.NewCertPool()
+		ts.roots.AddCert(srv.Certificate())
+	} else {
+		srv.Start()
+	}
 	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
 	ts.URL = srv.URL + "/mcp"
 	return ts
@@ -186,4 +197,27 @@ func TestMCPSecretNotSentOverPlainHTTP(t *testing.T) {
 	defer ts.mu.Unlock()
 	require.NotEmpty(t, ts.heads)
 	require.NotContains(t, strings.Join(ts.heads, ","), "s3cret")
+}
+
+// Over HTTPS to one of the secret's hosts, every request to the server
+// carries the secret in its header; the script never sees it.
+func TestMCPSecretSentOverHTTPS(t *testing.T) {
+	t.Parallel()
+	ts := newMCPServerTLS(t, true)
+	p, err := New(Config{PoolSize: 1, Network: NetworkConfig{Allow: loopback, RootCAs: ts.roots}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	res, err := p.Execute(context.Background(), agentfleet.ExecRequest{
+		Credentials: []agentfleet.OpenSecret{{Secret: agentfleet.Secret{Name: "tok", Hosts: []string{"127.0.0.1"}}, Value: "s3cret-value-123"}},
+		MCP:         []agentfleet.MCPServer{{Name: "calc", URL: ts.URL, Secret: "tok"}},
+		Script:      `function run() { return require('mcp:calc').getSum({a: 1, b: 2}); }`})
+	require.NoError(t, err)
+	require.Nil(t, res.Err, "%v", res.Err)
+	require.JSONEq(t, `"The sum of 1 and 2 is 3."`, string(res.Return))
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	require.NotEmpty(t, ts.heads)
+	for _, h := range ts.heads {
+		require.Equal(t, "Bearer s3cret-value-123", h)
+	}
 }

@@ -169,8 +169,18 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if len(req.OpenAPI) > 0 {
 		set |= 1 << primAPI
 	}
+	var mcpTools string
 	if len(req.MCP) > 0 {
 		set |= 1 << primMCP
+		// Listed before a process is taken, so a slow server holds
+		// none; bounded by the turn's timeout.
+		wall := p.cfg.Limits.TurnTimeout
+		if req.TurnTimeout > 0 && req.TurnTimeout < wall {
+			wall = req.TurnTimeout
+		}
+		lctx, cancel := context.WithTimeout(ctx, wall)
+		mcpTools = p.mcpTable(lctx, &req)
+		cancel()
 	}
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil
@@ -200,7 +210,7 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 		}
 		return agentfleet.ExecResult{}, err
 	}
-	res, reusable, err := p.run(ctx, c, &req, set, &computing)
+	res, reusable, err := p.run(ctx, c, &req, set, mcpTools, &computing)
 	p.release(c, reusable)
 	res.Duration = time.Since(start)
 	return res, err
