@@ -221,3 +221,31 @@ func TestMCPSecretSentOverHTTPS(t *testing.T) {
 		require.Equal(t, "Bearer s3cret-value-123", h)
 	}
 }
+
+// The Policy sees a tool call as mcp:<server>.<tool>: denied, the script
+// gets a PolicyError it can catch, and the tool is not called.
+func TestMCPPolicyDenies(t *testing.T) {
+	t.Parallel()
+	ts := newMCPTestServer(t)
+	var seen []string
+	p, err := New(Config{PoolSize: 1, Network: NetworkConfig{Allow: loopback}, Policy: PolicyFunc(func(_ context.Context, c Call) (Decision, string) {
+		seen = append(seen, c.Primitive)
+		if c.Primitive == "mcp:calc.get-sum" {
+			return Deny, "no sums today"
+		}
+		return Allow, ""
+	})})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	res, err := p.Execute(context.Background(), agentfleet.ExecRequest{
+		MCP: []agentfleet.MCPServer{{Name: "calc", URL: ts.URL}},
+		Script: `function run() {
+  const c = require('mcp:calc');
+  try { c.getSum({a: 1, b: 2}); return "called"; } catch (e) { return e.name + ": " + e.message + " / " + c.weather().temp; }
+}`})
+	require.NoError(t, err)
+	require.Nil(t, res.Err, "%v", res.Err)
+	require.JSONEq(t, `"PolicyError: mcp:calc.get-sum denied by policy: no sums today / 21"`, string(res.Return))
+	require.Zero(t, ts.sums.Load())
+	require.Equal(t, []string{"mcp:calc.get-sum", "mcp:calc.weather"}, seen)
+}
