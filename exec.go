@@ -70,6 +70,10 @@ type ExecRequest struct {
 	// redacted; the caller stamps, cuts and publishes them.
 	OpenAPI   []OpenAPIModule
 	ToolEvent func(Event)
+	// MCP is the agent's MCP servers (require('mcp:<name>')): each tool
+	// call goes through the policy, approvals, the journal (tools
+	// without readOnlyHint) and ToolEvent, over the agent's egress.
+	MCP []MCPServer
 }
 
 // ScriptErrorKind classifies why a script failed.

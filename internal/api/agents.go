@@ -75,6 +75,10 @@ func (s *Server) handleAgentPut(w http.ResponseWriter, r *http.Request, p princi
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.checkMCPSecrets(r.Context(), p.tenant, req.MCP); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	_, err := s.cfg.Store.AgentGetByName(r.Context(), store.AgentGetByNameParams{Tenant: p.tenant, Name: name})
 	existed := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -223,6 +227,22 @@ func (s *Server) checkOpenAPISecrets(ctx context.Context, tenant string, mods []
 	return nil
 }
 
+// checkMCPSecrets refuses an MCP server whose secret would never be
+// sent to it (not HTTPS, or not one of the secret's hosts).
+func (s *Server) checkMCPSecrets(ctx context.Context, tenant string, servers []agentfleet.MCPServer) error {
+	if !slices.ContainsFunc(servers, func(m agentfleet.MCPServer) bool { return m.Secret != "" }) {
+		return nil
+	}
+	have, err := s.cfg.Store.SecretList(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if err := sandbox.CheckMCPSecrets(servers, have); err != nil {
+		return errUnprocessable("%v", err)
+	}
+	return nil
+}
+
 // checkAgentSpec refuses what no worker could serve, naming the field.
 func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 	for _, m := range []struct{ field, name string }{{"model", spec.Model}, {"summary_model", spec.SummaryModel}} {
@@ -260,10 +280,8 @@ func (s *Server) checkAgentSpec(spec agentfleet.AgentSpec) error {
 			return err
 		}
 	}
-	if len(spec.MCP) > 0 {
-		// Refused rather than stored and ignored: the agent would run
-		// without the tools it names.
-		return errUnprocessable("mcp: MCP servers are not served yet by this fleet")
+	if err := sandbox.CheckMCPServers(spec.MCP, spec.Secrets); err != nil {
+		return errUnprocessable("%v", err)
 	}
 	if err := sandbox.CheckOpenAPIModules(spec.OpenAPI, spec.Secrets); err != nil {
 		return errUnprocessable("%v", err)

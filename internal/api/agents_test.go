@@ -129,7 +129,13 @@ func TestAgentPutRefusesWhatNoWorkerServes(t *testing.T) {
 		"text window":        {"/v1/agents/a", `{"context_window": "32k"}`, http.StatusBadRequest, "context_window"},
 		"summary model":      {"/v1/agents/a", map[string]any{"summary_model": "mini\tfast"}, http.StatusUnprocessableEntity, `summary_model "mini\tfast" is not a model name`},
 		"long summary model": {"/v1/agents/a", map[string]any{"summary_model": strings.Repeat("m", 201)}, http.StatusUnprocessableEntity, "summary_model"},
-		"mcp not served":     {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, "mcp: MCP servers are not served yet by this fleet"},
+		"mcp bad name":       {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "Git-Hub", "url": "https://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, `mcp[0].name "Git-Hub"`},
+		"mcp twice":          {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp"}, map[string]any{"name": "gh", "url": "https://b.example.com/mcp"}}}, http.StatusUnprocessableEntity, `mcp[1].name "gh" is listed twice`},
+		"mcp no url":         {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh"}}}, http.StatusUnprocessableEntity, "mcp[0].url: give the server's streamable HTTP endpoint"},
+		"mcp ftp url":        {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "ftp://mcp.example.com/mcp"}}}, http.StatusUnprocessableEntity, `mcp[0].url: "ftp://mcp.example.com/mcp" is not an http(s) URL`},
+		"mcp secret":         {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp", "secret": "tok"}}}, http.StatusUnprocessableEntity, `mcp[0].secret "tok" is not one of the agent's secrets`},
+		"mcp empty tool":     {"/v1/agents/a", map[string]any{"mcp": []any{map[string]any{"name": "gh", "url": "https://mcp.example.com/mcp", "tools": []string{"get_issue", " "}}}}, http.StatusUnprocessableEntity, `mcp[0].tools[1] " " is not a tool name`},
+		"mcp approve rule":   {"/v1/agents/a", map[string]any{"approve": []string{"mcp:gh"}}, http.StatusUnprocessableEntity, "mcp:<server>.<tool>"},
 		"openapi bad name":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "Bill", "spec": petSpec}}}, http.StatusUnprocessableEntity, `openapi[0].name "Bill"`},
 		"openapi both":       {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec": petSpec, "spec_url": "https://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, "openapi[0]: give spec or spec_url, not both"},
 		"openapi spec_url":   {"/v1/agents/a", map[string]any{"openapi": []any{map[string]any{"name": "b", "spec_url": "ftp://x.example.com/o.json"}}}, http.StatusUnprocessableEntity, `openapi[0].spec_url: "ftp://x.example.com/o.json" is not an http(s) URL`},
@@ -260,6 +266,29 @@ func TestAgentOpenAPIModuleSecretReachesItsHost(t *testing.T) {
 		`openapi[0].secret "pets_key" is sent only to pets.example.com, and the module's requests go to other.example.com`)
 	requireError(t, e.do("PUT", "/v1/agents/pets", key, mod("http://pets.example.com")), http.StatusUnprocessableEntity, "unprocessable",
 		"over plain http, and a secret is sent over HTTPS only")
+}
+
+// An agent's MCP servers are stored and shown as given; a server's secret
+// must reach it (HTTPS, one of the secret's hosts), else the agent is
+// refused naming the field.
+func TestAgentMCPServers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withBox(newBox(t, secrets.NewKey()), nil))
+	key := e.tenant("acme")
+	r := e.do("PUT", "/v1/secrets/gh_token", key, map[string]any{"value": "gh-token-0123456789", "hosts": []string{"mcp.example.com"}})
+	require.Equal(t, http.StatusCreated, r.status, r.String())
+	srv := func(url string) map[string]any {
+		return map[string]any{"secrets": []string{"gh_token"}, "approve": []string{"mcp:gh.create_issue", "mcp:gh.*"},
+			"mcp": []any{map[string]any{"name": "gh", "url": url, "secret": "gh_token", "tools": []string{"create_issue", "get-issue"}}}}
+	}
+	a := decode[agentfleet.Agent](t, e.do("PUT", "/v1/agents/gh", key, srv("https://mcp.example.com/mcp")), http.StatusCreated)
+	require.Equal(t, []agentfleet.MCPServer{{Name: "gh", URL: "https://mcp.example.com/mcp", Secret: "gh_token", Tools: []string{"create_issue", "get-issue"}}}, a.MCP)
+	got := decode[agentfleet.Agent](t, e.do("GET", "/v1/agents/gh", key, nil), http.StatusOK)
+	require.Equal(t, a.MCP, got.MCP)
+	requireError(t, e.do("PUT", "/v1/agents/gh", key, srv("https://other.example.com/mcp")), http.StatusUnprocessableEntity, "unprocessable",
+		`mcp[0].secret "gh_token" is sent only to mcp.example.com, and the server is at other.example.com`)
+	requireError(t, e.do("PUT", "/v1/agents/gh", key, srv("http://mcp.example.com/mcp")), http.StatusUnprocessableEntity, "unprocessable",
+		`mcp[0].secret "gh_token": the server http://mcp.example.com/mcp is plain http`)
 }
 
 // A spec_url is fetched at apply time through the egress guard (here

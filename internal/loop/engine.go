@@ -230,6 +230,23 @@ var promptKeySep = [4]string{"\x00", "\x01", "\x02", "\x03"}
 // systemPrompt is the system prompt of an agent; secret declares
 // secret(), for an agent that names a secret exposed to scripts.
 func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
+	return e.systemPromptTools(agent, secret, "")
+}
+
+// mcpDeclarations is the prompt's lines of the agent's MCP servers, their
+// tools listed at turn start (cached by the sandbox): "" for an agent
+// without any.
+func (t *turn) mcpDeclarations(ctx context.Context) string {
+	d, ok := t.e.cfg.Sandbox.(MCPDeclarer)
+	if !ok || len(t.in.Agent.MCP) == 0 {
+		return ""
+	}
+	return d.MCPDeclarations(ctx, agentfleet.ExecRequest{Tenant: t.run.Tenant, Egress: t.in.Agent.Egress, Credentials: t.creds, MCP: t.in.Agent.MCP})
+}
+
+// systemPromptTools is systemPrompt with the declarations of the agent's
+// MCP servers (mcp) after its OpenAPI modules'.
+func (e *Engine) systemPromptTools(agent agentfleet.Agent, secret bool, mcp string) string {
 	// nil primitives (all) and none are two prompts; so are with and
 	// without secret(): the separator says which, costing nothing more
 	// on a path every turn takes.
@@ -246,6 +263,10 @@ func (e *Engine) systemPrompt(agent agentfleet.Agent, secret bool) string {
 		// An agent without modules pays nothing here.
 		modules = sandbox.OpenAPIDeclarations(agent.OpenAPI)
 		key += "\x04" + modules
+	}
+	if mcp != "" {
+		modules = strings.TrimLeft(modules+"\n"+mcp, "\n")
+		key += "\x05" + mcp
 	}
 	if p, ok := e.prompts.Load(key); ok {
 		return p.(string)

@@ -41,6 +41,9 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 		if len(t.in.Agent.OpenAPI) > 0 {
 			req.OpenAPI, req.ToolEvent = t.in.Agent.OpenAPI, t.toolEvent
 		}
+		if len(t.in.Agent.MCP) > 0 {
+			req.MCP, req.ToolEvent = t.in.Agent.MCP, t.toolEvent
+		}
 		if cfg.Journal != nil {
 			t.journal = &turnJournal{t: t, pending: map[int]pendingCharge{}}
 			req.Journal = t.journal

@@ -25,6 +25,13 @@ type Sandbox interface {
 	Declarations(primitives []string, secret bool) string
 }
 
+// MCPDeclarer is a Sandbox that serves agents' MCP servers: it lists
+// their tools (through its cache) for the prompt's declarations. A
+// Sandbox without it runs no MCP tools, and the prompt declares none.
+type MCPDeclarer interface {
+	MCPDeclarations(ctx context.Context, req agentfleet.ExecRequest) string
+}
+
 // Meter holds tenants' token budgets. Reserve refuses with a
 // *agentfleet.BudgetExhaustedError when the tenant has no budget left.
 // ReserveUnlimited is Reserve for a tenant the caller already knows to be

@@ -213,6 +213,22 @@
 // and cut (toolevents.go). CheckOpenAPIModules validates an agent's
 // documents; OpenAPIDeclarations is their lines of the prompt.
 //
+// # MCP servers
+//
+// ExecRequest.MCP are the agent's MCP servers (mcprun.go): the pool
+// lists their tools before the turn takes a process, through its
+// mcp.Cache (created by New, closed by Close), and require('mcp:<name>')
+// has one function per allowed tool, by name and camelCase alias. A call
+// is a host call (mcp) the parent makes through the cache, over the
+// egress guard of the agent's egress, the server's secret added only
+// over HTTPS to the secret's hosts. It passes the Policy (primitive
+// mcp:<server>.<tool>), the approve rules (mcp:<server>.<tool>,
+// mcp:<server>.*; a readOnlyHint tool only when named exactly) and, for
+// a tool without readOnlyHint, the journal; it is told as tool_call and
+// tool_result events. The value back is the structured content, else
+// the text; isError throws its text. CheckMCPServers and CheckMCPSecrets
+// validate an agent's servers; MCPDeclarations is their prompt lines.
+//
 // fetch and http only reach public http(s) addresses: loopback, private,
 // link-local, CGNAT, multicast, unspecified, broadcast, reserved and cloud
 // metadata addresses are refused, in the URL (including non-canonical forms

@@ -18,7 +18,7 @@ import (
 // computing is whether the turn holds a compute token; run gives it back
 // for each host call and takes it again after, and clears computing when
 // the turn ended (cancelled, or the pool closed) before it got it back.
-func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
+func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, set primSet, mcpTools string, computing *bool) (res agentfleet.ExecResult, reusable bool, err error) {
 	lim := p.cfg.Limits
 	wall := lim.TurnTimeout
 	if req.TurnTimeout > 0 && req.TurnTimeout < wall {
@@ -45,6 +45,7 @@ func (p *Pool) run(ctx context.Context, c *child, req *agentfleet.ExecRequest, s
 	if set.has(primAPI) {
 		msg.tools = moduleTable(req.OpenAPI)
 	}
+	msg.tools += mcpTools // the turn's MCP servers (mcpTable)
 	frame := encodeExec(&c.enc, &msg)
 	if len(frame) > maxFrame(lim.CarryBytes) {
 		// The process would refuse the frame; say why instead.

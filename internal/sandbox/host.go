@@ -35,6 +35,10 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		// other is refused here too, not trusted.
 		return seq, hostDenied, []byte(fmt.Sprintf("primitive #%d is not enabled for this agent", pr))
 	}
+	if pr == primMCP {
+		status, data := p.mcpHostCall(ctx, req, args, st)
+		return seq, status, data
+	}
 	name := prims[pr].name
 	// tool names an api call (api:<module>.<operation>): from here on it
 	// is the HTTP request its document makes, on fetch's path.
@@ -253,6 +257,10 @@ func approvalCall(pr prim, index int, args []byte, red *redactor) agentfleet.App
 		var a agentfleet.SpawnRequest
 		_ = json.Unmarshal(args, &a)
 		preview = a.Message
+	case primMCP:
+		var a mcpCallArgs
+		_ = json.Unmarshal(args, &a)
+		preview = string(a.Args)
 	}
 	c.URL = red.str(c.URL)
 	preview = red.str(preview)

@@ -96,7 +96,7 @@ func (e *jsEnv) restrict(set primSet) {
 		// fresh runtime allocations.
 		_ = g.Set("secret", e.t.secretFn)
 	}
-	if len(set.modules()) == 0 && len(e.t.apis) == 0 {
+	if len(set.modules()) == 0 && len(e.t.apis) == 0 && len(e.t.mcps) == 0 {
 		_ = g.Delete("require")
 	}
 }
@@ -110,6 +110,8 @@ type turnState struct {
 	modules map[string]*goja.Object
 	// apis are the turn's OpenAPI modules by name (require('api:<name>')).
 	apis map[string]childModule
+	// mcps are the turn's MCP servers by name (require('mcp:<name>')).
+	mcps map[string]childModule
 	// denials are the PolicyError objects thrown this turn: an uncaught
 	// one makes the turn fail with kind denied.
 	denials map[*goja.Object]bool
@@ -236,6 +238,14 @@ func (t *turnState) assertFn(c goja.FunctionCall) goja.Value {
 }
 
 func (t *turnState) helpFn(c goja.FunctionCall) goja.Value {
+	if name, ok := strings.CutPrefix(c.Argument(0).String(), "mcp:"); ok {
+		m, ok := t.mcps[name]
+		if !ok {
+			t.throw("Error", fmt.Sprintf("help: this agent has no module %q", "mcp:"+name))
+		}
+		t.s.logs.WriteString(m.help + "\n")
+		return goja.Undefined()
+	}
 	if name, ok := strings.CutPrefix(c.Argument(0).String(), "api:"); ok {
 		m, ok := t.apis[name]
 		if !ok {
@@ -314,6 +324,16 @@ func (t *turnState) requireFn(c goja.FunctionCall) goja.Value {
 			t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.moduleNames(), ", ")))
 		}
 		m = t.apiModule(name[len("api:"):], api)
+	case strings.HasPrefix(name, "mcp:") && t.prims.has(primMCP):
+		srv, ok := t.mcps[name[len("mcp:"):]]
+		if !ok {
+			t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.moduleNames(), ", ")))
+		}
+		if len(srv.ops) == 0 && strings.Contains(srv.help, mcpUnlisted) {
+			// Its tools could not be listed: say why, catchably.
+			t.throw("Error", strings.TrimPrefix(srv.help, "// "))
+		}
+		m = t.mcpModule(name[len("mcp:"):], srv)
 	default:
 		t.throw("Error", fmt.Sprintf("require: unknown module %q; available modules: %s", name, strings.Join(t.moduleNames(), ", ")))
 	}

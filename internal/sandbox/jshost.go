@@ -295,12 +295,15 @@ func (t *turnState) host(p prim, args []byte) []byte {
 func (t *turnState) moduleNames() []string {
 	var out []string
 	for _, m := range t.prims.modules() {
-		if !strings.HasPrefix(m, "api:") {
+		if !strings.HasPrefix(m, "api:") && !strings.HasPrefix(m, "mcp:") {
 			out = append(out, m)
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(t.apis)) {
 		out = append(out, "api:"+n)
+	}
+	for _, n := range slices.Sorted(maps.Keys(t.mcps)) {
+		out = append(out, "mcp:"+n)
 	}
 	return out
 }

@@ -90,6 +90,10 @@ var DefaultPolicy Policy = PolicyFunc(func(context.Context, Call) (Decision, str
 //	api:billing.createRefund  that operation of the agent's OpenAPI module
 //	                       billing (require('api:billing'))
 //	api:billing.*          every operation of it
+//	mcp:github.create_issue  that tool of the agent's MCP server github
+//	                       (require('mcp:github'))
+//	mcp:github.*           every tool of it; a tool with readOnlyHint
+//	                       needs approval only from a rule naming it exactly
 //
 // (an operation's call is an HTTP request too, which the fetch rules
 // cover by its method and URL), optionally followed by a space and a URL
@@ -106,12 +110,13 @@ type approveRule struct {
 	prim   string
 	method string
 	url    string
-	// tool is the operation pattern of an "api" rule ("billing.*").
+	// tool is the operation pattern of an "api" rule ("billing.*"), or
+	// the tool pattern of an "mcp" rule ("github.*").
 	tool string
 }
 
 // approvable are the primitives a rule may name.
-var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn", "api:<module>.<operation>"}
+var approvable = []string{"fetch", "http", "ai", "aiJSON", "spawn", "api:<module>.<operation>", "mcp:<server>.<tool>"}
 
 // opNameRE is what an approve rule may name an operation by.
 var opNameRE = regexp.MustCompile(`^[A-Za-z0-9_.$-]{1,128}$`)
@@ -126,6 +131,15 @@ func parseApproveRule(s string) (approveRule, error) {
 			return r, fmt.Errorf("approve rule %q: name an operation of an OpenAPI module as api:<module>.<operationId> or api:<module>.*", s)
 		}
 		r.prim, r.tool = "api", spec
+	} else if spec, ok := strings.CutPrefix(head, "mcp:"); ok {
+		srv, tool, _ := strings.Cut(spec, ".")
+		if !moduleNameRE.MatchString(srv) || tool == "" || (tool != "*" && !opNameRE.MatchString(tool)) {
+			return r, fmt.Errorf("approve rule %q: name a tool of an MCP server as mcp:<server>.<tool> or mcp:<server>.*", s)
+		}
+		if pattern != "" {
+			return r, fmt.Errorf("approve rule %q: an MCP tool has no URL", s)
+		}
+		r.prim, r.tool = "mcp", spec
 	} else if head != "*" {
 		name, method, hasMethod := strings.Cut(head, ".")
 		if !hasMethod {
@@ -194,6 +208,11 @@ func (r approveRule) matches(primitive, method, url string) bool {
 		if !ok || !globMatch(r.tool, tool) {
 			return false
 		}
+	case r.prim == "mcp":
+		tool, ok := strings.CutPrefix(primitive, "mcp:")
+		if !ok || !globMatch(r.tool, tool) {
+			return false
+		}
 	case r.prim != "" && r.prim != httpClass(primitive):
 		return false
 	}
@@ -213,6 +232,23 @@ func needsApproval(rules []string, primitive, method, url string) bool {
 	for _, s := range rules {
 		r, err := parseApproveRule(s)
 		if err != nil || r.matches(primitive, method, url) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsMCPApproval reports whether rules cover a call of tool on the
+// MCP server: as any call, except that a read-only tool (readOnlyHint)
+// needs a rule naming it exactly (mcp:<server>.<tool>).
+func needsMCPApproval(rules []string, server, tool string, readOnly bool) bool {
+	primitive := "mcp:" + server + "." + tool
+	if !readOnly {
+		return needsApproval(rules, primitive, "", "")
+	}
+	for _, s := range rules {
+		r, err := parseApproveRule(s)
+		if err != nil || (r.prim == "mcp" && r.tool == server+"."+tool) {
 			return true
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/egress"
+	"github.com/agentfleet/agentfleet/internal/mcp"
 )
 
 // ErrClosed is returned by Execute once the pool is closed.
@@ -36,6 +37,7 @@ type Pool struct {
 	decls  string // declarations of the default set
 	red    atomic.Pointer[redactorEntry]
 	spawn  *spawner
+	mcp    *mcp.Cache
 
 	// procs holds one token per Execute that has or will get a process:
 	// at most MaxProcesses. compute holds one per script running
@@ -119,6 +121,9 @@ func New(cfg Config) (*Pool, error) {
 	p.base = guardedNet{guard: g, client: p.httpClient(g)}
 	p.memTotal = memoryTotal(cfg.MemoryTotal, p.perProcess, cgroupMemoryLimit)
 	p.decls = declarations(defaultSet, cfg.Limits)
+	// MCP sessions and tool lists, per agent server (mcprun.go); its
+	// goroutine is Close's to stop.
+	p.mcp = mcp.NewCache(mcp.CacheConfig{})
 	return p, nil
 }
 
@@ -164,6 +169,19 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if len(req.OpenAPI) > 0 {
 		set |= 1 << primAPI
 	}
+	var mcpTools string
+	if len(req.MCP) > 0 {
+		set |= 1 << primMCP
+		// Listed before a process is taken, so a slow server holds
+		// none; bounded by the turn's timeout.
+		wall := p.cfg.Limits.TurnTimeout
+		if req.TurnTimeout > 0 && req.TurnTimeout < wall {
+			wall = req.TurnTimeout
+		}
+		lctx, cancel := context.WithTimeout(ctx, wall)
+		mcpTools = p.mcpTable(lctx, &req)
+		cancel()
+	}
 	if ctx.Err() != nil {
 		return cancelledResult(start), nil
 	}
@@ -192,7 +210,7 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 		}
 		return agentfleet.ExecResult{}, err
 	}
-	res, reusable, err := p.run(ctx, c, &req, set, &computing)
+	res, reusable, err := p.run(ctx, c, &req, set, mcpTools, &computing)
 	p.release(c, reusable)
 	res.Duration = time.Since(start)
 	return res, err
@@ -447,6 +465,7 @@ func (p *Pool) Close() error {
 	}
 	p.spawn.stopAndWait()
 	p.base.client.CloseIdleConnections()
+	_ = p.mcp.Close()
 	p.egress.close()
 	return nil
 }

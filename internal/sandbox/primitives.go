@@ -28,6 +28,7 @@ const (
 	primRequire
 	primSecret
 	primAPI
+	primMCP
 	numPrims
 )
 
@@ -78,11 +79,15 @@ var prims = [numPrims]primInfo{
 	// listed in primitives, enabled when the agent names OpenAPI
 	// documents (ExecRequest.OpenAPI), declared per module (openapi.go).
 	primAPI: {name: "api", host: true},
+	// mcp is the host call of require('mcp:<name>') tools: enabled when
+	// the agent names MCP servers (ExecRequest.MCP), declared per
+	// server (mcprun.go).
+	primMCP: {name: "mcp", host: true},
 }
 
 // defaultSet is what ExecRequest.Primitives nil enables: every listable
 // primitive.
-const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret) &^ (1 << primAPI)
+const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret) &^ (1 << primAPI) &^ (1 << primMCP)
 
 // resTypesDecl declares the types fetch and http share, once.
 const resTypesDecl = "type Res = {status: number; headers: Record<string, string>; body: string; url: string; truncated?: true; json(): any};\n" +
@@ -91,7 +96,7 @@ const resTypesDecl = "type Res = {status: number; headers: Record<string, string
 var primByName = func() map[string]prim {
 	m := make(map[string]prim, numPrims)
 	for i, p := range prims {
-		if prim(i) != primSecret && prim(i) != primAPI {
+		if prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP {
 			m[p.name] = prim(i)
 		}
 	}
@@ -102,7 +107,7 @@ var primByName = func() map[string]prim {
 func DefaultPrimitives() []string {
 	out := make([]string, 0, numPrims)
 	for i, p := range prims {
-		if prim(i) != primRequire && prim(i) != primSecret && prim(i) != primAPI {
+		if prim(i) != primRequire && prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP {
 			out = append(out, p.name)
 		}
 	}
@@ -149,6 +154,9 @@ func (s primSet) modules() []string {
 	}
 	if s.has(primAPI) {
 		m = append(m, "api:<name> (this agent's OpenAPI modules)")
+	}
+	if s.has(primMCP) {
+		m = append(m, "mcp:<name> (this agent's MCP servers)")
 	}
 	return m
 }

@@ -38,7 +38,7 @@ func (s *childServer) runTurn(ctl *turnCtl, m *execMsg) resultMsg {
 	t := env.t
 	t.ctl = ctl
 	t.prims = m.prims
-	t.apis = parseModuleTable(m.tools)
+	t.apis, t.mcps = splitMCP(parseModuleTable(m.tools))
 	s.logs.reset(s.spec.logBytes)
 	env.restrict(m.prims)
 

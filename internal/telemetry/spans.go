@@ -96,6 +96,16 @@ func (ts tracedSandbox) Declarations(primitives []string, secret bool) string {
 	return ts.s.Declarations(primitives, secret)
 }
 
+// MCPDeclarations passes through to a sandbox that serves MCP servers.
+func (ts tracedSandbox) MCPDeclarations(ctx context.Context, req agentfleet.ExecRequest) string {
+	if d, ok := ts.s.(interface {
+		MCPDeclarations(context.Context, agentfleet.ExecRequest) string
+	}); ok {
+		return d.MCPDeclarations(ctx, req)
+	}
+	return ""
+}
+
 func (ts tracedSandbox) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error) {
 	ctx, span := ts.t.tracer.Start(ctx, "execute_js", trace.WithAttributes(
 		attribute.String("agentfleet.run.id", req.RunID), attribute.Int("agentfleet.turn", req.Turn),

@@ -162,9 +162,10 @@ func JournalRecord(p store.JournalRecordParams, now time.Time) (store.JournalRec
 		return p, Invalidf("journal entry: run id, a turn from 1 and an index from 0 are required")
 	}
 	// An operation of an OpenAPI module is journaled by its name,
-	// api:<module>.<operation>.
-	if !slices.Contains(JournalPrimitives, e.Primitive) && !(strings.HasPrefix(e.Primitive, "api:") && len(e.Primitive) <= 200) {
-		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s, api:<module>.<operation>)",
+	// api:<module>.<operation>, and a tool of an MCP server by
+	// mcp:<server>.<tool>.
+	if !slices.Contains(JournalPrimitives, e.Primitive) && !((strings.HasPrefix(e.Primitive, "api:") || strings.HasPrefix(e.Primitive, "mcp:")) && len(e.Primitive) <= 200) {
+		return p, Invalidf("journal entry of run %s turn %d: primitive %q is not journaled (journaled: %s, api:<module>.<operation>, mcp:<server>.<tool>)",
 			e.RunID, e.Turn, e.Primitive, strings.Join(JournalPrimitives, ", "))
 	}
 	if e.Usage.PromptTokens < 0 || e.Usage.CompletionTokens < 0 {
