@@ -3,15 +3,10 @@ package fleet_test
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,33 +16,10 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
+	"github.com/agentfleet/agentfleet/internal/mcp/mcptest"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
 	"github.com/agentfleet/agentfleet/wire"
 )
-
-// Environment variables of the test against the npm MCP server (as
-// internal/mcp's interoperability test reads them).
-const (
-	envMCPEverything      = "AGENTFLEET_TEST_MCP_EVERYTHING"
-	envRequireIntegration = "AGENTFLEET_REQUIRE_INTEGRATION"
-)
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // everythingServer runs @modelcontextprotocol/server-everything in
 // streamable HTTP mode on loopback, behind a proxy that counts the
@@ -66,58 +38,11 @@ func (e *everythingServer) called(tool string) int {
 
 func startEverythingServer(t *testing.T) *everythingServer {
 	t.Helper()
-	dir := os.Getenv(envMCPEverything)
-	if dir == "" {
-		if os.Getenv(envRequireIntegration) == "1" {
-			t.Fatalf("%s is unset but %s=1: npm install @modelcontextprotocol/server-everything and point it at node_modules/@modelcontextprotocol/server-everything", envMCPEverything, envRequireIntegration)
-		}
-		t.Skipf("%s is unset: skipping the fleet test against @modelcontextprotocol/server-everything", envMCPEverything)
-	}
-	node, err := exec.LookPath("node")
-	require.NoError(t, err, "node is needed to run %s", dir)
-	entry := filepath.Join(dir, "dist", "index.js")
-	_, err = os.Stat(entry)
-	require.NoError(t, err, "%s does not hold an installed server-everything", dir)
-
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	endpoint, err := url.Parse(mcptest.StartEverything(t))
 	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	var out syncBuffer
-	cmd := exec.Command(node, entry, "streamableHttp")
-	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("server-everything output:\n%s", out.String())
-		}
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("server-everything exited before listening: %v\n%s", err, out.String())
-		default:
-		}
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server-everything did not listen on %s within 60s:\n%s", addr, out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
 	e := &everythingServer{calls: map[string]int{}}
-	target, _ := url.Parse("http://" + addr)
+	target := &url.URL{Scheme: endpoint.Scheme, Host: endpoint.Host}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.FlushInterval = -1 // the server answers in event streams
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
