@@ -6,21 +6,10 @@
 
 import { api, query } from './api.js';
 import { h, replace, when, ago, flash } from './dom.js';
-import { pager, table } from './triggers.js';
+import { pager, table, tenantForm } from './triggers.js';
 
 const POLL_MS = 10000;
 
-function tenantForm(root, message) {
-  const input = h('input', { id: 'secrets-tenant', name: 'tenant', type: 'text', required: true, spellcheck: 'false', autocomplete: 'off' });
-  replace(root, h('section', { class: 'page secrets' },
-    h('h1', null, 'Secrets'),
-    h('p', { class: 'hint' }, message),
-    h('form', { class: 'tenant-pick', onsubmit: (e) => {
-      e.preventDefault();
-      location.hash = '#/secrets' + query({ tenant: input.value.trim() });
-    } }, h('label', { for: 'secrets-tenant' }, 'Tenant'), input, h('button', { type: 'submit' }, 'Show secrets'))));
-  input.focus();
-}
 
 export function secretsPage(root, params) {
   const tenant = params.get('tenant') || '';
@@ -47,7 +36,7 @@ export function secretsPage(root, params) {
     poll = setInterval(list.refresh, POLL_MS);
   }).catch((err) => {
     if (stopped) return;
-    if (err.status === 422 || err.status === 404) tenantForm(root, err.message);
+    if (err.status === 422 || err.status === 404) tenantForm(root, 'secrets', 'Secrets', err.message);
     else flash(err.message, 'error');
   });
   return () => { stopped = true; clearInterval(poll); };

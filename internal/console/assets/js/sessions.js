@@ -7,7 +7,7 @@
 
 import { api, query } from './api.js';
 import { h, replace, link, num, when, ago, statusBadge, isTerminal, flash } from './dom.js';
-import { pager, table } from './triggers.js';
+import { pager, table, tenantForm } from './triggers.js';
 
 const POLL_MS = 5000;
 
@@ -20,17 +20,6 @@ export function sessionRoute(id, tenant) {
   return '/sessions/' + encodeURIComponent(id) + query({ tenant });
 }
 
-function tenantForm(root, message) {
-  const input = h('input', { id: 'sessions-tenant', name: 'tenant', type: 'text', required: true, spellcheck: 'false', autocomplete: 'off' });
-  replace(root, h('section', { class: 'page sessions' },
-    h('h1', null, 'Sessions'),
-    h('p', { class: 'hint' }, message),
-    h('form', { class: 'tenant-pick', onsubmit: (e) => {
-      e.preventDefault();
-      location.hash = '#/sessions' + query({ tenant: input.value.trim() });
-    } }, h('label', { for: 'sessions-tenant' }, 'Tenant'), input, h('button', { type: 'submit' }, 'Show sessions'))));
-  input.focus();
-}
 
 export function sessionsPage(root, params) {
   const tenant = params.get('tenant') || '';
@@ -56,7 +45,7 @@ export function sessionsPage(root, params) {
     poll = setInterval(list.refresh, POLL_MS);
   }).catch((err) => {
     if (stopped) return;
-    if (err.status === 422 || err.status === 404) tenantForm(root, err.message);
+    if (err.status === 422 || err.status === 404) tenantForm(root, 'sessions', 'Sessions', err.message);
     else flash(err.message, 'error');
   });
   return () => { stopped = true; clearInterval(poll); };

@@ -15,6 +15,21 @@ const POLL_MS = 5000;
 // reading the next; refresh reads the first page again and puts what
 // is new on top; put draws one item again. key names a row, draw makes
 // its cells, state (when given) its data-state.
+// tenantForm asks the admin token which tenant's page (route: "secrets",
+// "sessions") to show, after the API said it must name one.
+export function tenantForm(root, route, title, message) {
+  const id = route + '-tenant';
+  const input = h('input', { id, name: 'tenant', type: 'text', required: true, spellcheck: 'false', autocomplete: 'off' });
+  replace(root, h('section', { class: 'page ' + route },
+    h('h1', null, title),
+    h('p', { class: 'hint' }, message),
+    h('form', { class: 'tenant-pick', onsubmit: (e) => {
+      e.preventDefault();
+      location.hash = '#/' + route + query({ tenant: input.value.trim() });
+    } }, h('label', { for: id }, 'Tenant'), input, h('button', { type: 'submit' }, 'Show ' + route))));
+  input.focus();
+}
+
 export function pager(path, plural, tbody, key, draw, state) {
   const rows = new Map();
   let cursor = null;
