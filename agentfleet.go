@@ -231,6 +231,12 @@ type Tokens struct {
 
 // Event is a RunEvent: one observable step of a run. Seq is dense per run
 // (1, 2, 3, ...) so a consumer can detect gaps and dedupe.
+//
+// A response_chunk event is the exception: a piece of a streamed model
+// reply, published on core NATS (af.stream.<tenant>.<run>) and
+// interleaved into SSE, never stored. It has Seq 0, Index (the chunk's
+// place in its turn's reply, from 1) and Text; the turn's chunks
+// concatenated are the reply the turn records.
 type Event struct {
 	V         int             `json:"v"`
 	RunID     string          `json:"run_id"`
@@ -244,6 +250,8 @@ type Event struct {
 	Args      json.RawMessage `json:"args,omitempty"`
 	Tokens    *Tokens         `json:"tokens,omitempty"`
 	Summary   string          `json:"summary,omitempty"`
+	Index     int             `json:"index,omitempty"`
+	Text      string          `json:"text,omitempty"`
 }
 
 // Terminal reports whether the event is the last one of a run: every run
