@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -49,14 +50,16 @@ func startEverythingServer(t *testing.T) *everythingServer {
 		if r.Method == http.MethodPost {
 			body, _ := io.ReadAll(r.Body)
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if s := string(body); strings.Contains(s, `"tools/call"`) {
-				for _, tool := range []string{"echo", "get-sum"} {
-					if strings.Contains(s, `"name":"`+tool+`"`) {
-						e.mu.Lock()
-						e.calls[tool]++
-						e.mu.Unlock()
-					}
-				}
+			var call struct {
+				Method string `json:"method"`
+				Params struct {
+					Name string `json:"name"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(body, &call) == nil && call.Method == "tools/call" {
+				e.mu.Lock()
+				e.calls[call.Params.Name]++
+				e.mu.Unlock()
 			}
 		}
 		proxy.ServeHTTP(w, r)
