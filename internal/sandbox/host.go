@@ -104,10 +104,17 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		// earlier attempt of the turn: it is not asked about again.)
 		keyed := journaled && req.RunID != ""
 		if status, data, ok := p.approval(ctx, req, pr, tool, pc.Index, args, keyed, reason, st); !ok {
+			if tool != "" && status != hostPark {
+				toolEvents(req, st.red, tool, args, status, data, false)
+			}
 			return seq, status, data
 		}
 	default:
-		return seq, hostDenied, []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+		data := []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+		if tool != "" {
+			toolEvents(req, st.red, tool, args, hostDenied, data, false)
+		}
+		return seq, hostDenied, data
 	}
 	if tool != "" {
 		toolCallEvent(req, st.red, tool, args)

@@ -242,10 +242,15 @@ func (p *Pool) mcpHostCall(ctx context.Context, req *agentfleet.ExecRequest, raw
 	case NeedsApproval:
 		keyed := journaled && req.RunID != ""
 		if status, data, ok := p.approval(ctx, req, primMCP, name, pc.Index, args, keyed, reason, st); !ok {
+			if status != hostPark {
+				mcpToolEvents(req, st.red, name, args, status, data, false)
+			}
 			return status, data
 		}
 	default:
-		return hostDenied, []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+		data := []byte(fmt.Sprintf("%s denied by policy: %s", name, orUnspecified(reason)))
+		mcpToolEvents(req, st.red, name, args, hostDenied, data, false)
+		return hostDenied, data
 	}
 	mcpToolCallEvent(req, st.red, name, args)
 	status, data := p.mcpCall(ctx, req, srv, a)
@@ -323,7 +328,7 @@ func mcpToolResultEvent(req *agentfleet.ExecRequest, red *redactor, tool string,
 		summary += " ok"
 	} else {
 		ev.Error, _ = cutBody(red, string(data))
-		summary += " failed"
+		summary += failedOrDenied(status)
 	}
 	if replayed {
 		summary += " (replayed from the journal)"
@@ -332,6 +337,8 @@ func mcpToolResultEvent(req *agentfleet.ExecRequest, red *redactor, tool string,
 	req.ToolEvent(agentfleet.Event{Type: agentfleet.EventToolResult, Summary: summary, Args: doc})
 }
 
+// mcpToolEvents tells of a call not made (replayed, or refused): both
+// events, so the run's turn shows it.
 func mcpToolEvents(req *agentfleet.ExecRequest, red *redactor, tool string, args []byte, status byte, data []byte, replayed bool) {
 	mcpToolCallEvent(req, red, tool, args)
 	mcpToolResultEvent(req, red, tool, status, data, replayed)

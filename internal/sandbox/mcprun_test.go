@@ -237,8 +237,10 @@ func TestMCPPolicyDenies(t *testing.T) {
 	})})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
+	var events []string
 	res, err := p.Execute(context.Background(), agentfleet.ExecRequest{
-		MCP: []agentfleet.MCPServer{{Name: "calc", URL: ts.URL}},
+		MCP:       []agentfleet.MCPServer{{Name: "calc", URL: ts.URL}},
+		ToolEvent: func(e agentfleet.Event) { events = append(events, string(e.Type)+" "+e.Summary) },
 		Script: `function run() {
   const c = require('mcp:calc');
   try { c.getSum({a: 1, b: 2}); return "called"; } catch (e) { return e.name + ": " + e.message + " / " + c.weather().temp; }
@@ -248,4 +250,6 @@ func TestMCPPolicyDenies(t *testing.T) {
 	require.JSONEq(t, `"PolicyError: mcp:calc.get-sum denied by policy: no sums today / 21"`, string(res.Return))
 	require.Zero(t, ts.sums.Load())
 	require.Equal(t, []string{"mcp:calc.get-sum", "mcp:calc.weather"}, seen)
+	require.Equal(t, []string{"tool_call mcp:calc.get-sum", "tool_result mcp:calc.get-sum denied",
+		"tool_call mcp:calc.weather", "tool_result mcp:calc.weather ok"}, events, "the refused call is told too")
 }

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -318,4 +320,36 @@ func BenchmarkOpenAPICall(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*100), "µs/call")
 		})
 	}
+}
+
+// A Policy that refuses an operation's request: the script catches a
+// PolicyError, nothing is sent, and the refused call is told as
+// tool_call and a tool_result that says denied.
+func TestOpenAPIPolicyDenialIsTold(t *testing.T) {
+	t.Parallel()
+	srv := newBillingServer(t)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	p := newPool(t, Config{PoolSize: 1, Network: NetworkConfig{Allow: loopback, RootCAs: roots,
+		Resolver: fakeResolver{"example.com": addrs("127.0.0.1")}},
+		Policy: PolicyFunc(func(_ context.Context, c Call) (Decision, string) {
+			if c.Primitive == "fetch" && strings.Contains(string(c.Args), "/refunds") {
+				return Deny, "no refunds"
+			}
+			return Allow, ""
+		})})
+	var events []string
+	req := agentfleet.ExecRequest{RunID: "run-1", Turn: 1, Credentials: credentials(), TenantSecrets: credentials(),
+		OpenAPI:   []agentfleet.OpenAPIModule{billingModule(srv)},
+		ToolEvent: func(ev agentfleet.Event) { events = append(events, string(ev.Type)+" "+ev.Summary) },
+		Script: `function run() {
+  const b = require('api:billing');
+  try { b.createRefund({id: "in_1", body: {amount: 5}}); return "sent"; } catch (e) { return e.name + ": " + e.message; }
+}`}
+	out := ok(t, execute(t, p, req))
+	require.Contains(t, out, `PolicyError: api:billing.createRefund denied by policy: no refunds`)
+	require.Empty(t, srv.requests(), "nothing was sent")
+	require.Len(t, events, 2)
+	require.True(t, strings.HasPrefix(events[0], "tool_call api:billing.createRefund POST "), events[0])
+	require.Equal(t, "tool_result api:billing.createRefund denied", events[1])
 }

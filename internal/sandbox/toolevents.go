@@ -68,7 +68,7 @@ func toolResultEvent(req *agentfleet.ExecRequest, red *redactor, tool string, st
 		summary += " " + strconv.Itoa(r.Status)
 	} else {
 		ev.Error, _ = cutBody(red, string(data))
-		summary += " failed"
+		summary += failedOrDenied(status)
 	}
 	if replayed {
 		summary += " (replayed from the journal)"
@@ -77,8 +77,18 @@ func toolResultEvent(req *agentfleet.ExecRequest, red *redactor, tool string, st
 	req.ToolEvent(agentfleet.Event{Type: agentfleet.EventToolResult, Summary: summary, Args: doc})
 }
 
-// toolEvents tells of a call the journal replayed: both events, so the
-// run's turn shows it whichever attempt ran.
+// failedOrDenied ends a tool_result's summary for a call that threw: a
+// refusal (policy, approval) reads "denied".
+func failedOrDenied(status byte) string {
+	if status == hostDenied {
+		return " denied"
+	}
+	return " failed"
+}
+
+// toolEvents tells of a call not made: replayed by the journal, or
+// refused by the policy or an approval. Both events, so the run's turn
+// shows it whichever attempt ran.
 func toolEvents(req *agentfleet.ExecRequest, red *redactor, tool string, args []byte, status byte, data []byte, replayed bool) {
 	toolCallEvent(req, red, tool, args)
 	toolResultEvent(req, red, tool, status, data, replayed)
