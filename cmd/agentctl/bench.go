@@ -15,7 +15,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch|session] [flags]
+const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch|session|tools] [flags]
 
 Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
@@ -40,6 +40,10 @@ Scenarios (defaults: runs x turns, model latency, workers x slots):
                                       (the last at most 2x the first), the prompt prefix
                                       kept between calls; and a run of 6 calls carrying
                                       a 200-item list: its prompt characters in all
+  tools       1000 calls, 0,    1 x 8   a local MCP server of 30 tools: an agent's first
+                                      prompt without it, with 12 tools declared and with
+                                      all 30 (a catalog line); a tool call's latency from a
+                                      script (read-only and journaled) against a direct call
 
 Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
   --database-url URL   Postgres (a fresh schema) instead of SQLite

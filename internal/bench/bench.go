@@ -24,10 +24,11 @@ const (
 	Webhooks   = "webhooks"
 	Batch      = "batch"
 	Session    = "session"
+	Tools      = "tools"
 )
 
 // Scenarios lists the scenarios in the order the CLI documents them.
-var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch, Session}
+var Scenarios = []string{Throughput, Latency, Scale, Fairness, Chaos, Fanout, Webhooks, Batch, Session, Tools}
 
 // defaults of each scenario; a zero Config field takes them.
 type defaults struct {
@@ -45,6 +46,7 @@ var scenarioDefaults = map[string]defaults{
 	Webhooks:   {runs: 5000, turns: 1, workers: 1, slots: 64},
 	Batch:      {runs: 100_000, turns: 2, workers: 1, slots: 64},
 	Session:    {runs: 30, turns: 2, workers: 1, slots: 8},
+	Tools:      {runs: 1000, turns: 1, workers: 1, slots: 8}, // runs: calls per series
 }
 
 // Other defaults.
@@ -429,6 +431,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		runErr = e.batch(ctx)
 	case Session:
 		runErr = e.session(ctx)
+	case Tools:
+		runErr = e.tools(ctx)
 	}
 	e.stopProgress()
 	closeErr := e.fleet.close()

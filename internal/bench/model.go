@@ -237,6 +237,9 @@ func (m *model) respond(r fakeserver.Request) (string, agentfleet.Usage, error) 
 	if text, ok := m.scripted(r.Messages); ok {
 		return m.withUsage(r, text)
 	}
+	if text, ok := toolsReply(r.Messages); ok {
+		return m.withUsage(r, text)
+	}
 	task := r.FirstUser()
 	if strings.HasPrefix(task, "effect ") {
 		m.mu.Lock()

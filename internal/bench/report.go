@@ -75,6 +75,7 @@ type Figures struct {
 	Webhooks   *WebhookFigures    `json:"webhooks,omitempty"`
 	Batch      *BatchFigures      `json:"batch,omitempty"`
 	Session    *SessionFigures    `json:"session,omitempty"`
+	Tools      *ToolsFigures      `json:"tools,omitempty"`
 	// Effects is what the side-effect target and the usage ledger saw
 	// (with Config.SideEffects).
 	Effects *EffectFigures `json:"side_effects,omitempty"`
@@ -461,6 +462,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if se := f.Session; se != nil {
 		se.rows(row)
+	}
+	if to := f.Tools; to != nil {
+		to.rows(row)
 	}
 	if tr := f.Tracing; tr != nil {
 		row("spans exported", "%d in %d exports, %s (%d refused)", tr.Spans, tr.Exports, mib(tr.Bytes), tr.Refused)

@@ -123,7 +123,9 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 		AckWait: cfg.AckWait, MaxWaiting: mw, ReadyDepth: cfg.ReadyDepth,
 		Model: llm.Config{Model: ModelName, BaseURL: m.URL()},
 	}
-	if cfg.SideEffects {
+	if cfg.SideEffects || cfg.Scenario == Tools {
+		// The side-effect target and the tools scenario's MCP server
+		// listen on loopback.
 		fcfg.EgressAllow = "127.0.0.1"
 	}
 	mc, err := openaiwire.New(openaiwire.Config{BaseURL: m.URL(), Model: ModelName, HTTPClient: modelHTTPClient(slots, cfg.ModelHTTP1)})
