@@ -52,7 +52,15 @@ export async function startDevFleet(): Promise<DevFleet> {
   let out = "";
   let errOut = "";
   child.stderr!.setEncoding("utf8").on("data", (s: string) => { errOut += s; });
-  const exited = new Promise<number | null>((res) => child.on("exit", (code) => res(code)));
+  let spawnError = "";
+  const exited = new Promise<number | null>((res) => {
+    child.on("exit", (code) => res(code));
+    // A binary that cannot be started never exits: say why instead.
+    child.on("error", (err) => {
+      spawnError = `${bin}: ${err.message}`;
+      res(null);
+    });
+  });
   const cleanup = () => {
     process.off("exit", killOnExit);
     rmSync(dir, { recursive: true, force: true });
@@ -70,7 +78,7 @@ export async function startDevFleet(): Promise<DevFleet> {
       });
       void exited.then((code) => {
         clearTimeout(timer);
-        rej(new Error(`agentctl dev exited (${code}) before it was ready; stderr:\n${errOut}`));
+        rej(new Error(spawnError || `agentctl dev exited (${code}) before it was ready; stderr:\n${errOut}`));
       });
     });
     await waitReady(url);
@@ -90,8 +98,10 @@ export async function startDevFleet(): Promise<DevFleet> {
       },
     };
   } catch (err) {
-    child.kill("SIGKILL");
-    await exited;
+    if (child.exitCode === null && child.signalCode === null && !spawnError) {
+      child.kill("SIGKILL");
+      await exited;
+    }
     cleanup();
     throw err;
   }
