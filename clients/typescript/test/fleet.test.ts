@@ -3,6 +3,8 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { createServer, request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import type { AddressInfo } from "node:net";
 import { ApiError, Client, isNotFound, type RunEvent } from "../src/index.js";
 import { startDevFleet, type DevFleet } from "./dev-fleet.js";
 
@@ -109,6 +111,54 @@ describe("runs", () => {
     const seqs = [...first, ...second].map((e) => e.seq);
     assert.deepEqual(seqs, seqs.map((_, i) => i + 1));
     assert.equal(second.at(-1)!.type, "done");
+  });
+
+  test("a connection to the real fleet dropped midway is resumed with Last-Event-ID", async (t) => {
+    // A proxy in front of the fleet passes the first event stream through
+    // up to the middle of its fourth message, then drops the connection.
+    const seen: IncomingHttpHeaders[] = [];
+    const upstream = new URL(fleet.url);
+    const proxy = createServer((req, res) => {
+      const n = req.url?.endsWith("/events") ? seen.push(req.headers) : 0;
+      const up = httpRequest({ host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers }, (ur) => {
+        res.writeHead(ur.statusCode ?? 502, ur.headers);
+        let sent = "";
+        let cut = false;
+        ur.setEncoding("utf8").on("data", (s: string) => {
+          if (n !== 1) return void res.write(s);
+          if (cut) return;
+          sent += s;
+          const end = sent.split("\n\n").slice(0, 3).join("\n\n").length + 2;
+          if (sent.length > end + 20) {
+            cut = true;
+            res.write(sent.slice(0, end + 20));
+            // Drop it a moment later, as a network does: a fetch body
+            // that errors at once discards what it had not yet handed
+            // to its reader.
+            setTimeout(() => {
+              res.socket?.destroy();
+              up.destroy();
+            }, 50);
+          }
+        });
+        ur.on("end", () => res.end());
+      });
+      up.on("error", () => res.socket?.destroy());
+      req.pipe(up);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    t.after(() => new Promise<void>((r) => {
+      proxy.closeAllConnections();
+      proxy.close(() => r());
+    }));
+    const via = new Client({ baseUrl: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`, token: fleet.tenantKey });
+    const run = await via.runs.create({ message: "List the prime numbers below 50" });
+    const evs = storedOf(await collect(via.runs.events(run.id, { maxRetries: 3 })));
+    assert.deepEqual(evs.map((e) => e.seq), evs.map((_, i) => i + 1), "every stored event once, in order");
+    assert.equal(evs.at(-1)!.type, "done");
+    assert.ok(seen.length >= 2, `${seen.length} connections`);
+    assert.equal(seen[0]!["last-event-id"], undefined);
+    assert.equal(seen[1]!["last-event-id"], "3", "resumed after the last whole event of the dropped stream");
   });
 
   test("cancel a parked run; delete an ended one", async () => {
