@@ -1,6 +1,7 @@
 // CI's drift check: generates the types from internal/api/openapi.json
 // into a temporary file, as `npm run generate` does, and fails when they
-// differ from the committed src/schema.ts.
+// differ from the committed src/schema.ts. Two optional arguments name
+// another document and types file (the tests use them).
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -8,8 +9,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const doc = join(root, "..", "..", "internal", "api", "openapi.json");
-const committed = join(root, "src", "schema.ts");
+const doc = process.argv[2] ?? join(root, "..", "..", "internal", "api", "openapi.json");
+const committed = process.argv[3] ?? join(root, "src", "schema.ts");
 const dir = mkdtempSync(join(tmpdir(), "agentfleet-schema-"));
 try {
   const fresh = join(dir, "schema.ts");
@@ -22,13 +23,13 @@ try {
     const a = have.split("\n"), b = want.split("\n");
     let i = 0;
     while (i < a.length && i < b.length && a[i] === b[i]) i++;
-    console.error(`clients/typescript/src/schema.ts is not what internal/api/openapi.json generates (first difference at line ${i + 1}):`);
+    console.error(`${committed} is not what ${doc} generates (first difference at line ${i + 1}):`);
     console.error(`  committed: ${JSON.stringify(a[i] ?? "<end of file>")}`);
     console.error(`  generated: ${JSON.stringify(b[i] ?? "<end of file>")}`);
     console.error("run `npm run generate` in clients/typescript and commit src/schema.ts");
     process.exit(1);
   }
-  console.log("clients/typescript/src/schema.ts matches internal/api/openapi.json");
+  console.log(`${committed} matches ${doc}`);
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
