@@ -73,7 +73,15 @@ export class Client {
     const init: RequestInit = { method, headers };
     if (body !== undefined) init.body = body;
     if (req.signal) init.signal = req.signal;
-    const res = await this.#fetch(this.baseUrl + path + queryString(req.query), init);
+    let res: Response;
+    try {
+      res = await this.#fetch(this.baseUrl + path + queryString(req.query), init);
+    } catch (err) {
+      if (req.signal?.aborted) throw err;
+      // fetch says only "fetch failed"; the cause says why (ECONNREFUSED, ...).
+      const cause = (err as { cause?: { message?: string } }).cause?.message;
+      throw new Error(`${method} ${this.baseUrl}${path}: ${(err as Error).message}${cause ? `: ${cause}` : ""}`, { cause: err });
+    }
     if (res.status >= 400) throw await ApiError.fromResponse(res);
     return res;
   }

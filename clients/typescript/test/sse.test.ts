@@ -192,3 +192,18 @@ test("readSSE parses CRLF and CR line ends, multi-line data and lines split acro
     { id: undefined, event: "message", data: "x" },
   ], "the message cut off by the end of the stream is dropped");
 });
+
+test("a dispatcher that cannot be reached is an error naming the call and the cause", async () => {
+  const srv = await serve(() => {});
+  const url = srv.url;
+  await srv.close(); // nothing listens there now
+  const c = new Client({ baseUrl: url });
+  await assert.rejects(c.runs.get("r1"), (err: unknown) => {
+    assert.ok(!(err instanceof ApiError));
+    assert.match((err as Error).message, new RegExp(`^GET ${url}/v1/runs/r1: fetch failed: .*ECONNREFUSED`));
+    return true;
+  });
+  await assert.rejects(async () => {
+    for await (const _ of c.runs.events("r1", { maxRetries: 1 })) assert.fail("no event expected");
+  }, /ECONNREFUSED/);
+});
