@@ -1178,8 +1178,8 @@ export interface components {
             turn: number;
             /** @description The turn's journaled calls counted from 0, in call order. */
             index: number;
-            /** @description The journaled call: a primitive, or an operation of one of the agent's OpenAPI modules (api:<module>.<operation>). */
-            primitive: string | ("fetch" | "http" | "ai" | "aiJSON" | "spawn") | unknown;
+            /** @description The journaled call: a primitive, an operation of one of the agent's OpenAPI modules (api:<module>.<operation>), or a tool without readOnlyHint of one of its MCP servers (mcp:<server>.<tool>). */
+            primitive: string | ("fetch" | "http" | "ai" | "aiJSON" | "spawn") | unknown | unknown;
             method?: string;
             url?: string;
             /** @description What the call returned to the script (absent when it threw error). */
