@@ -114,7 +114,7 @@ func orDash(s string) string {
 // (-f -: standard input). The agent's name is the file's name field or
 // the NAME argument; given both, they must match.
 func (e cliEnv) agentsApplyCmd() *cobra.Command {
-	return leaf("apply -f FILE [NAME]", "Define or replace an agent from a YAML or JSON file (a new version if it changed)",
+	return leaf("apply -f FILE [flags] [NAME]", "Define or replace an agent from a YAML or JSON file (a new version if it changed)",
 		"agentctl agents apply -f triage.yaml\nagentctl agents show triage | agentctl agents apply -f - triage",
 		func(fs *pflag.FlagSet) runFunc {
 			file := fs.StringP("file", "f", "", "the agent file, YAML or JSON (- reads standard input)")

@@ -5,6 +5,10 @@
 // them), run the whole fleet in one process (agentctl dev) and measure it
 // (agentctl bench).
 //
+// Every command is declared once, in the command tree (cli.go, on
+// cobra): dispatch, --help, `agentctl help`, shell completion and
+// docs/cli.md's command reference all come from it.
+//
 // Clients read AGENTFLEET_URL (default http://127.0.0.1:8080) and
 // AGENTFLEET_TOKEN (a tenant's API key, or the admin token for tenant
 // administration).
