@@ -33,6 +33,7 @@ type runFunc func(ctx context.Context, args []string) error
 // (only "[flags]") takes no arguments.
 func leaf(use, short, example string, setup func(fs *pflag.FlagSet) runFunc) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Example: example}
+	c.Flags().SortFlags = false // help lists them as declared, related ones together
 	run := setup(c.Flags())
 	c.Args = func(c *cobra.Command, args []string) error {
 		if !takesArgs(c.Use) && len(args) > 0 {
