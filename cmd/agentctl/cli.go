@@ -292,11 +292,13 @@ func flagError(c *cobra.Command, err error) error {
 	msg := err.Error()
 	switch {
 	case errors.As(err, &notExist):
-		name := "--" + notExist.GetSpecifiedName()
-		if notExist.GetSpecifiedShortnames() != "" {
-			name = "-" + notExist.GetSpecifiedName()
+		msg = "unknown flag --" + notExist.GetSpecifiedName()
+		if short := notExist.GetSpecifiedShortnames(); len(short) > 1 {
+			// -json reads as -j -s -o -n, as in kubectl and gh.
+			msg = fmt.Sprintf("unknown flag -%s in -%s (a long flag takes two dashes: --%s)", notExist.GetSpecifiedName(), short, short)
+		} else if short != "" {
+			msg = "unknown flag -" + short
 		}
-		msg = "unknown flag " + name
 	case errors.As(err, &noValue):
 		msg = fmt.Sprintf("flag --%s needs a value", noValue.GetFlag().Name)
 	case errors.As(err, &badValue):

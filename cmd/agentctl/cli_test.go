@@ -103,6 +103,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"batch", "submit", "--foo", "in.jsonl"}, "agentctl batch submit: unknown flag --foo\nRun 'agentctl batch submit --help' for usage.\n"},
 		{[]string{"runs", "ls", "-x"}, "agentctl runs ls: unknown flag -x\n"},
+		{[]string{"runs", "ls", "-json"}, "agentctl runs ls: unknown flag -j in -json (a long flag takes two dashes: --json)\n"},
 		{[]string{"--bogus"}, "agentctl: unknown flag --bogus\n"},
 		{[]string{"runs", "ls", "--limit", "many"}, `agentctl runs ls: bad value "many" for --limit: want a whole number`},
 		{[]string{"runs", "ls", "--limit"}, "agentctl runs ls: flag --limit needs a value"},
