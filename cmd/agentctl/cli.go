@@ -220,27 +220,29 @@ func helpCmd() *cobra.Command {
 // agentctl itself (its hidden __complete command) what completes a word,
 // so they follow the tree of the binary on the PATH.
 func completionCmd() *cobra.Command {
-	c := leaf("completion bash|zsh|fish", "Print a shell completion script for commands, subcommands and flags",
+	var c *cobra.Command
+	c = leaf("completion bash|zsh|fish", "Print a shell completion script for commands, subcommands and flags",
 		`source <(agentctl completion bash)
 agentctl completion zsh > "${fpath[1]}/_agentctl"
 agentctl completion fish > ~/.config/fish/completions/agentctl.fish`,
-		func(fs *pflag.FlagSet) runFunc { return nil })
+		func(*pflag.FlagSet) runFunc {
+			return func(_ context.Context, args []string) error {
+				if len(args) != 1 {
+					return usagef("completion takes one shell: bash, zsh or fish")
+				}
+				root, w := c.Root(), c.OutOrStdout()
+				switch args[0] {
+				case "bash":
+					return root.GenBashCompletionV2(w, true)
+				case "zsh":
+					return root.GenZshCompletion(w)
+				case "fish":
+					return root.GenFishCompletion(w, true)
+				}
+				return usagef("completion: no script for shell %q: use bash, zsh or fish", args[0])
+			}
+		})
 	c.ValidArgs = []string{"bash", "zsh", "fish"}
-	c.RunE = func(c *cobra.Command, args []string) error {
-		if len(args) != 1 {
-			return usagef("completion takes one shell: bash, zsh or fish")
-		}
-		root, w := c.Root(), c.OutOrStdout()
-		switch args[0] {
-		case "bash":
-			return root.GenBashCompletionV2(w, true)
-		case "zsh":
-			return root.GenZshCompletion(w)
-		case "fish":
-			return root.GenFishCompletion(w, true)
-		}
-		return usagef("completion: no script for shell %q: use bash, zsh or fish", args[0])
-	}
 	return long(c, `Prints a completion script for bash, zsh or fish on stdout. Load it in the
 shell's start-up file (bash: ~/.bashrc; zsh: a directory of $fpath, with
 compinit; fish: ~/.config/fish/completions).`)
