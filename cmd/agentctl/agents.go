@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,87 +12,83 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
 )
 
-func (e cliEnv) cmdAgents(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("agents needs a subcommand: apply, ls, show or rm")
-	}
-	c := e.client()
-	switch args[0] {
-	case "apply":
-		return e.agentsApply(ctx, c, args[1:])
-	case "ls", "list":
-		fs := flag.NewFlagSet("agents ls", flag.ContinueOnError)
-		limit := fs.Int("limit", 50, "page size")
-		cursor := fs.String("cursor", "", "page cursor from a previous listing")
-		asJSON := fs.Bool("json", false, "JSON output")
-		if pos, err := parse(fs, args[1:]); err != nil {
-			return err
-		} else if len(pos) > 0 {
-			return usagef("agents ls takes no arguments")
-		}
-		list, err := c.ListAgents(ctx, *limit, *cursor)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, list)
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tVERSION\tMODEL\tPRIMITIVES\tAPPROVE\tUPDATED")
-		for _, a := range list.Agents {
-			prims := "*"
-			if a.Primitives != nil {
-				prims = strings.Join(a.Primitives, ",")
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", a.Name, a.Version, orDash(a.Model), orDash(prims),
-				orDash(strings.Join(a.Approve, ",")), a.UpdatedAt.Local().Format(time.DateTime))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if list.NextCursor != "" {
-			fmt.Fprintf(e.stderr, "more: agentctl agents ls --cursor %s\n", list.NextCursor)
-		}
-		return nil
-	case "show":
-		fs := flag.NewFlagSet("agents show", flag.ContinueOnError)
-		version := fs.Int("version", 0, "a past version (what a run's agent_version names); 0: the current one")
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usagef("agents show takes one agent NAME")
-		}
-		a, err := c.GetAgent(ctx, pos[0], *version)
-		if err != nil {
-			return err
-		}
-		// The profile goes to stderr: stdout stays what apply -f takes back.
-		fmt.Fprintln(e.stderr, profileLine(a.AgentSpec))
-		return writeJSON(e.stdout, a)
-	case "rm", "delete":
-		fs := flag.NewFlagSet("agents rm", flag.ContinueOnError)
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usagef("agents rm takes one agent NAME")
-		}
-		if err := c.DeleteAgent(ctx, pos[0]); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "agent %s deleted (runs admitted under it finish with it)\n", pos[0])
-		return nil
-	}
-	return usagef("unknown agents subcommand %q: use apply, ls, show or rm", args[0])
+func (e cliEnv) agentsCmd() *cobra.Command {
+	return group("agents", "Define, list, show and delete agents",
+		e.agentsApplyCmd(),
+		aliases(leaf("ls [flags]", "List agents with their current versions",
+			"agentctl agents ls\nagentctl agents ls --json | jq -r '.agents[].name'",
+			func(fs *pflag.FlagSet) runFunc {
+				limit := fs.Int("limit", 50, "page size")
+				cursor := fs.String("cursor", "", "page cursor from a previous listing")
+				asJSON := fs.Bool("json", false, "JSON output")
+				return func(ctx context.Context, _ []string) error {
+					list, err := e.client().ListAgents(ctx, *limit, *cursor)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return writeJSON(e.stdout, list)
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tVERSION\tMODEL\tPRIMITIVES\tAPPROVE\tUPDATED")
+					for _, a := range list.Agents {
+						prims := "*"
+						if a.Primitives != nil {
+							prims = strings.Join(a.Primitives, ",")
+						}
+						fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", a.Name, a.Version, orDash(a.Model), orDash(prims),
+							orDash(strings.Join(a.Approve, ",")), a.UpdatedAt.Local().Format(time.DateTime))
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if list.NextCursor != "" {
+						fmt.Fprintf(e.stderr, "more: agentctl agents ls --cursor %s\n", list.NextCursor)
+					}
+					return nil
+				}
+			}), "list"),
+		leaf("show [flags] NAME", "Show an agent as JSON (what apply -f takes back); its prompt profile on stderr",
+			"agentctl agents show triage\nagentctl agents show --version 2 triage > triage.json",
+			func(fs *pflag.FlagSet) runFunc {
+				version := fs.Int("version", 0, "a past version (what a run's agent_version names); 0: the current one")
+				jsonFlag(fs)
+				return func(ctx context.Context, pos []string) error {
+					if len(pos) != 1 {
+						return usagef("agents show takes one agent NAME")
+					}
+					a, err := e.client().GetAgent(ctx, pos[0], *version)
+					if err != nil {
+						return err
+					}
+					// The profile goes to stderr: stdout stays what apply -f takes back.
+					fmt.Fprintln(e.stderr, profileLine(a.AgentSpec))
+					return writeJSON(e.stdout, a)
+				}
+			}),
+		aliases(leaf("rm NAME", "Delete an agent (runs admitted under it finish with it)",
+			"agentctl agents rm triage",
+			func(fs *pflag.FlagSet) runFunc {
+				return func(ctx context.Context, pos []string) error {
+					if len(pos) != 1 {
+						return usagef("agents rm takes one agent NAME")
+					}
+					if err := e.client().DeleteAgent(ctx, pos[0]); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "agent %s deleted (runs admitted under it finish with it)\n", pos[0])
+					return nil
+				}
+			}), "delete"),
+	)
 }
 
 // profileLine says how the agent's prompts spend its context window.
@@ -115,31 +110,37 @@ func orDash(s string) string {
 	return s
 }
 
-// agentsApply defines or replaces an agent from a YAML or JSON file (-f
-// -: standard input). The agent's name is the file's name field or the
-// NAME argument; given both, they must match.
-func (e cliEnv) agentsApply(ctx context.Context, c *client.Client, args []string) error {
-	fs := flag.NewFlagSet("agents apply", flag.ContinueOnError)
-	file := fs.String("f", "", "the agent file, YAML or JSON (- reads standard input)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if *file == "" || len(pos) > 1 {
-		return usagef("agents apply takes -f FILE (YAML or JSON) and, when the file names none, the agent's NAME")
-	}
+// agentsApplyCmd defines or replaces an agent from a YAML or JSON file
+// (-f -: standard input). The agent's name is the file's name field or
+// the NAME argument; given both, they must match.
+func (e cliEnv) agentsApplyCmd() *cobra.Command {
+	return leaf("apply -f FILE [flags] [NAME]", "Define or replace an agent from a YAML or JSON file (a new version if it changed)",
+		"agentctl agents apply -f triage.yaml\nagentctl agents show triage | agentctl agents apply -f - triage",
+		func(fs *pflag.FlagSet) runFunc {
+			file := fs.StringP("file", "f", "", "the agent file, YAML or JSON (- reads standard input)")
+			return func(ctx context.Context, pos []string) error {
+				if *file == "" || len(pos) > 1 {
+					return usagef("agents apply takes -f FILE (YAML or JSON) and, when the file names none, the agent's NAME")
+				}
+				return e.agentsApply(ctx, e.client(), *file, pos)
+			}
+		})
+}
+
+func (e cliEnv) agentsApply(ctx context.Context, c *client.Client, file string, pos []string) error {
+	var err error
 	var raw []byte
-	if *file == "-" {
+	if file == "-" {
 		raw, err = io.ReadAll(os.Stdin)
 	} else {
-		raw, err = os.ReadFile(*file)
+		raw, err = os.ReadFile(file)
 	}
 	if err != nil {
 		return usagef("agents apply: %v", err)
 	}
 	body, name, err := agentFile(raw)
 	if err != nil {
-		return usagef("agents apply: %s: %v", *file, err)
+		return usagef("agents apply: %s: %v", file, err)
 	}
 	switch {
 	case len(pos) == 1 && name != "" && pos[0] != name:
@@ -147,7 +148,7 @@ func (e cliEnv) agentsApply(ctx context.Context, c *client.Client, args []string
 	case len(pos) == 1:
 		name = pos[0]
 	case name == "":
-		return usagef("agents apply: %s has no name: add name: to it, or give the NAME argument", *file)
+		return usagef("agents apply: %s has no name: add name: to it, or give the NAME argument", file)
 	}
 	before, err := c.GetAgent(ctx, name, 0)
 	if err != nil && !client.IsNotFound(err) {

@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
@@ -20,99 +22,97 @@ import (
 // batch's counts.
 var batchPoll = 500 * time.Millisecond
 
-func (e cliEnv) cmdBatch(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("batch needs a subcommand: submit, ls, show, results, cancel or retry")
-	}
-	c := e.client()
-	switch args[0] {
-	case "submit":
-		return e.batchSubmit(ctx, c, args[1:])
-	case "ls", "list":
-		fs := flag.NewFlagSet("batch ls", flag.ContinueOnError)
-		limit := fs.Int("limit", 20, "page size")
-		cursor := fs.String("cursor", "", "next_cursor of the previous page")
-		asJSON := fs.Bool("json", false, "print the page as JSON")
-		if _, err := parse(fs, args[1:]); err != nil {
-			return err
+func (e cliEnv) batchCmd() *cobra.Command {
+	return group("batch", "Submit batches of runs, follow them and gather their results",
+		e.batchSubmitCmd(),
+		aliases(leaf("ls [flags]", "List batches, newest first",
+			"agentctl batch ls\nagentctl batch ls --json | jq -r '.batches[].id'",
+			func(fs *pflag.FlagSet) runFunc {
+				limit := fs.Int("limit", 20, "page size")
+				cursor := fs.String("cursor", "", "next_cursor of the previous page")
+				asJSON := fs.Bool("json", false, "print the page as JSON")
+				return func(ctx context.Context, _ []string) error {
+					page, err := e.client().ListBatches(ctx, *limit, *cursor)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return writeJSON(e.stdout, page)
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "ID\tSTATUS\tTOTAL\tAGENT\tCREATED")
+					for _, b := range page.Batches {
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, b.Total, b.Agent, b.CreatedAt.Local().Format(time.DateTime))
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if page.NextCursor != "" {
+						fmt.Fprintf(e.stderr, "more: --cursor %s\n", page.NextCursor)
+					}
+					return nil
+				}
+			}), "list"),
+		leaf("show [flags] BATCH", "Show a batch: its status and its runs' counts by status",
+			"agentctl batch show bat_01JD3X\nagentctl batch show --json bat_01JD3X",
+			func(fs *pflag.FlagSet) runFunc {
+				asJSON := fs.Bool("json", false, "print the batch as JSON")
+				return func(ctx context.Context, pos []string) error {
+					if len(pos) != 1 {
+						return usagef("batch show takes one BATCH id")
+					}
+					b, err := e.client().GetBatch(ctx, pos[0])
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return writeJSON(e.stdout, b)
+					}
+					printBatch(e.stdout, b)
+					return nil
+				}
+			}),
+		leaf("results [flags] BATCH", "Print a batch's results as JSONL, in input order",
+			"agentctl batch results --wait --out results.jsonl bat_01JD3X\nagentctl batch results --after 99 bat_01JD3X",
+			func(fs *pflag.FlagSet) runFunc {
+				wait := fs.Bool("wait", false, "write each line as its run ends, until the last")
+				after := fs.Int("after", -1, "start after this input index (0-based)")
+				out := fs.String("out", "", "write the JSONL to this file instead of stdout")
+				fs.Bool("json", true, "JSONL output (the default: one JSON object a line)")
+				return func(ctx context.Context, pos []string) error {
+					if len(pos) != 1 {
+						return usagef("batch results takes one BATCH id")
+					}
+					w, done, err := e.output(*out)
+					if err != nil {
+						return err
+					}
+					err = e.client().BatchResults(ctx, pos[0], *after, *wait, func(r wire.BatchResult) error { return writeJSONLine(w, r) })
+					return errors.Join(err, done())
+				}
+			}),
+		e.batchChangeCmd("cancel", "Cancel a batch: its runs not started are cancelled, running ones stop at a turn boundary",
+			"agentctl batch cancel bat_01JD3X", (*client.Client).CancelBatch),
+		e.batchChangeCmd("retry", "Submit a batch's failed, cancelled and max-turns inputs again, as a new batch",
+			"agentctl batch retry bat_01JD3X", (*client.Client).RetryBatch),
+	)
+}
+
+// batchChangeCmd is batch cancel or retry: change, then print the batch.
+func (e cliEnv) batchChangeCmd(name, short, example string, change func(*client.Client, context.Context, string) (wire.Batch, error)) *cobra.Command {
+	return leaf(name+" BATCH", short, example, func(fs *pflag.FlagSet) runFunc {
+		return func(ctx context.Context, pos []string) error {
+			if len(pos) != 1 {
+				return usagef("batch %s takes one BATCH id", name)
+			}
+			b, err := change(e.client(), ctx, pos[0])
+			if err != nil {
+				return err
+			}
+			printBatch(e.stdout, b)
+			return nil
 		}
-		page, err := c.ListBatches(ctx, *limit, *cursor)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, page)
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tSTATUS\tTOTAL\tAGENT\tCREATED")
-		for _, b := range page.Batches {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", b.ID, b.Status, b.Total, b.Agent, b.CreatedAt.Local().Format(time.DateTime))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if page.NextCursor != "" {
-			fmt.Fprintf(e.stderr, "more: --cursor %s\n", page.NextCursor)
-		}
-		return nil
-	case "show":
-		fs := flag.NewFlagSet("batch show", flag.ContinueOnError)
-		asJSON := fs.Bool("json", false, "print the batch as JSON")
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usagef("batch show takes one BATCH id")
-		}
-		b, err := c.GetBatch(ctx, pos[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, b)
-		}
-		printBatch(e.stdout, b)
-		return nil
-	case "results":
-		fs := flag.NewFlagSet("batch results", flag.ContinueOnError)
-		wait := fs.Bool("wait", false, "write each line as its run ends, until the last")
-		after := fs.Int("after", -1, "start after this input index (0-based)")
-		out := fs.String("out", "", "write the JSONL to this file instead of stdout")
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usagef("batch results takes one BATCH id")
-		}
-		w, done, err := e.output(*out)
-		if err != nil {
-			return err
-		}
-		err = c.BatchResults(ctx, pos[0], *after, *wait, func(r wire.BatchResult) error { return writeJSONLine(w, r) })
-		return errors.Join(err, done())
-	case "cancel", "retry":
-		pos, err := parse(flag.NewFlagSet("batch "+args[0], flag.ContinueOnError), args[1:])
-		if err != nil {
-			return err
-		}
-		if len(pos) != 1 {
-			return usagef("batch %s takes one BATCH id", args[0])
-		}
-		var b wire.Batch
-		if args[0] == "cancel" {
-			b, err = c.CancelBatch(ctx, pos[0])
-		} else {
-			b, err = c.RetryBatch(ctx, pos[0])
-		}
-		if err != nil {
-			return err
-		}
-		printBatch(e.stdout, b)
-		return nil
-	}
-	return usagef("unknown batch subcommand %q: use submit, ls, show, results, cancel or retry", args[0])
+	})
 }
 
 func printBatch(w io.Writer, b wire.Batch) {
@@ -148,30 +148,42 @@ func (e cliEnv) output(path string) (io.Writer, func() error, error) {
 	return f, f.Close, nil
 }
 
-func (e cliEnv) batchSubmit(ctx context.Context, c *client.Client, args []string) error {
-	fs := flag.NewFlagSet("batch submit", flag.ContinueOnError)
-	var p client.BatchSubmitParams
-	fs.StringVar(&p.Agent, "agent", "", "agent of every run (default: the tenant's default agent)")
-	fs.IntVar(&p.MaxConcurrent, "max-concurrent", 0, "most runs of the batch in flight at once (0: no cap)")
-	fs.IntVar(&p.MaxTurns, "max-turns", 0, "turn cap of each run (0: the agent's)")
-	fs.Int64Var(&p.MaxTokens, "max-tokens", 0, "token cap of each run (0: none)")
-	fs.StringVar(&p.IdempotencyKey, "idempotency-key", "", "submitting again with the same key returns the first batch")
-	fs.StringVar(&p.CallbackURL, "callback-url", "", "receives the batch's done event, signed with the tenant's callback secret")
-	wait := fs.Bool("wait", false, "wait for every run to end, with a progress bar; exit as 'run --wait' does, the worst status deciding")
-	out := fs.String("out", "", "with --wait, write the results (JSONL, input order) to this file as runs end")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("batch submit takes one file of inputs, JSONL (one {\"message\",...} object a line; - for stdin)")
-	}
-	if *out != "" && !*wait {
-		return usagef("--out needs --wait (or use 'agentctl batch results --out FILE BATCH')")
-	}
+func (e cliEnv) batchSubmitCmd() *cobra.Command {
+	return long(leaf("submit [flags] FILE", "Submit a file of inputs (JSONL) as a batch of runs",
+		`agentctl batch submit inputs.jsonl
+agentctl batch submit --agent triage --max-concurrent 20 --wait --out results.jsonl inputs.jsonl
+jq -c '{message: .title}' issues.json | agentctl batch submit -`,
+		func(fs *pflag.FlagSet) runFunc {
+			var p client.BatchSubmitParams
+			fs.StringVar(&p.Agent, "agent", "", "agent of every run (default: the tenant's default agent)")
+			fs.IntVar(&p.MaxConcurrent, "max-concurrent", 0, "most runs of the batch in flight at once (0: no cap)")
+			fs.IntVar(&p.MaxTurns, "max-turns", 0, "turn cap of each run (0: the agent's)")
+			fs.Int64Var(&p.MaxTokens, "max-tokens", 0, "token cap of each run (0: none)")
+			fs.StringVar(&p.IdempotencyKey, "idempotency-key", "", "submitting again with the same key returns the first batch")
+			fs.StringVar(&p.CallbackURL, "callback-url", "", "receives the batch's done event, signed with the tenant's callback secret")
+			wait := fs.Bool("wait", false, "wait for every run to end, with a progress bar; exit as 'run --wait' does, the worst status deciding")
+			out := fs.String("out", "", "with --wait, write the results (JSONL, input order) to this file as runs end")
+			return func(ctx context.Context, pos []string) error {
+				if len(pos) != 1 {
+					return usagef("batch submit takes one FILE of inputs, JSONL (one {\"message\",...} object a line; - for stdin)")
+				}
+				if *out != "" && !*wait {
+					return usagef("--out needs --wait (or use 'agentctl batch results --out FILE BATCH')")
+				}
+				return e.batchSubmit(ctx, e.client(), p, pos[0], *wait, *out)
+			}
+		}), `Submits FILE (- for stdin), one JSON object a line ({"message",
+"custom_id", "context", "session_id", "metadata"}), as a batch and prints
+its id. With --wait it follows the batch with a progress bar on a terminal
+(plain lines on stderr otherwise, the results as JSONL on stdout unless
+--out) and exits with the code of the worst status among its runs: 1
+failed, then 4 cancelled, then 2 max turns.`)
+}
+
+func (e cliEnv) batchSubmit(ctx context.Context, c *client.Client, p client.BatchSubmitParams, file string, wait bool, out string) error {
 	in := io.Reader(os.Stdin)
-	if pos[0] != "-" {
-		f, err := os.Open(pos[0])
+	if file != "-" {
+		f, err := os.Open(file)
 		if err != nil {
 			return err
 		}
@@ -182,12 +194,12 @@ func (e cliEnv) batchSubmit(ctx context.Context, c *client.Client, args []string
 	if err != nil {
 		return err
 	}
-	if !*wait {
+	if !wait {
 		fmt.Fprintln(e.stdout, b.ID)
 		fmt.Fprintf(e.stderr, "batch %s: %d inputs admitted (agentctl batch show %s)\n", b.ID, b.Total, b.ID)
 		return nil
 	}
-	return e.batchWait(ctx, c, b, *out)
+	return e.batchWait(ctx, c, b, out)
 }
 
 // batchWait follows a batch to its end: a progress bar on a terminal

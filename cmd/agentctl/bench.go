@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime/pprof"
@@ -12,12 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/agentfleet/agentfleet/internal/bench"
 )
 
-const benchUsage = `agentctl bench [throughput|latency|scale|fairness|chaos|fanout|webhooks|batch|session|tools] [flags]
-
-Measures a fleet against an OpenAI-wire fake model started in this process.
+const benchUsage = `Measures a fleet against an OpenAI-wire fake model started in this process.
 Progress goes to stderr, the figures to stdout (a table, or one JSON object
 with --json). Exits 1 when a run failed or was lost, or another check failed.
 
@@ -56,8 +55,18 @@ Fleet (default: embedded NATS + SQLite in a temp dir, in this process):
                        OPENAI_BASE_URL=<the URL printed>), fixed with --model-listen
 `
 
-func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+func (e cliEnv) benchCmd() *cobra.Command {
+	c := long(leaf("bench [flags] [SCENARIO]", "Measure a fleet against a fake model: throughput, latency, scale, fairness, chaos, ...",
+		`agentctl bench throughput --runs 2000 --workers 1 --slots 64 --turns 2
+agentctl bench latency --json
+agentctl bench chaos --database-url 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'`,
+		e.cmdBench), benchUsage)
+	c.ValidArgs = bench.Scenarios
+	return c
+}
+
+// cmdBench declares bench's flags on fs; what it returns runs the bench.
+func (e cliEnv) cmdBench(fs *pflag.FlagSet) runFunc {
 	var cfg bench.Config
 	fs.IntVar(&cfg.Runs, "runs", 0, "runs (fairness: tenant A's backlog); 0: the scenario's default")
 	fs.IntVar(&cfg.Turns, "turns", 0, "turns per run")
@@ -96,24 +105,27 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Secrets, "secrets", 0, "secrets each bench tenant holds (random values, bound to a host no run calls): every turn loads them and redacts their values")
 	fs.BoolVar(&cfg.TraceStub, "trace-stub", false, "turn the fleet's tracing on, exporting OTLP/HTTP to a stub collector in the bench that counts the spans")
 	fs.BoolVar(&cfg.KeepDir, "keep", false, "keep the bench's temporary directory (fleet data, process logs)")
-	verbose := fs.Bool("v", false, "fleet logs (info and up) to stderr")
+	verbose := fs.BoolP("verbose", "v", false, "fleet logs (info and up) to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the fleet, when embedded) to this file")
 	traceFile := fs.String("trace", "", "write a runtime execution trace of this process to this file")
 	fs.StringVar(&cfg.HeapProfile, "heapprofile", "", "scale: write a heap profile of this process on the plateau to this file")
 	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "with --spawn or chaos: write a CPU profile of each fleet process to this directory")
 	asJSON := fs.Bool("json", false, "one JSON object instead of the table")
 	jsonFile := fs.String("json-file", "", "also write the JSON report to this file")
-	help := fs.Bool("h", false, "this help")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+	return func(ctx context.Context, pos []string) error {
+		return e.runBench(ctx, cfg, pos, benchOutput{verbose: *verbose, cpuProfile: *cpuProfile, traceFile: *traceFile, asJSON: *asJSON, jsonFile: *jsonFile})
 	}
-	if *help {
-		fmt.Fprint(e.stdout, benchUsage+"\nFlags:\n")
-		fs.SetOutput(e.stdout)
-		fs.PrintDefaults()
-		return nil
-	}
+}
+
+// benchOutput is where bench writes, besides its table.
+type benchOutput struct {
+	verbose               bool
+	cpuProfile, traceFile string
+	asJSON                bool
+	jsonFile              string
+}
+
+func (e cliEnv) runBench(ctx context.Context, cfg bench.Config, pos []string, o benchOutput) error {
 	switch len(pos) {
 	case 0:
 	case 1:
@@ -122,7 +134,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 		return usagef("bench takes one scenario (%s), got %q", strings.Join(bench.Scenarios, ", "), strings.Join(pos, " "))
 	}
 	level := slog.LevelError
-	if *verbose {
+	if o.verbose {
 		level = slog.LevelInfo
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
@@ -133,7 +145,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 		}
 	}
 
-	stopProfiles, err := startProfiles(*cpuProfile, *traceFile)
+	stopProfiles, err := startProfiles(o.cpuProfile, o.traceFile)
 	if err != nil {
 		return err
 	}
@@ -147,7 +159,7 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 	}
 	if rep != nil {
 		var werr error
-		if *asJSON {
+		if o.asJSON {
 			werr = rep.WriteJSON(e.stdout)
 		} else {
 			werr = rep.WriteTable(e.stdout)
@@ -155,8 +167,8 @@ func (e cliEnv) cmdBench(ctx context.Context, args []string) error {
 		if werr != nil {
 			return werr
 		}
-		if *jsonFile != "" {
-			if werr := writeReportFile(*jsonFile, rep); werr != nil {
+		if o.jsonFile != "" {
+			if werr := writeReportFile(o.jsonFile, rep); werr != nil {
 				return werr
 			}
 		}
@@ -180,6 +192,8 @@ func (d *scenarioDuration) String() string {
 	}
 	return time.Duration(*d).String()
 }
+
+func (d *scenarioDuration) Type() string { return "duration" }
 
 func (d *scenarioDuration) Set(s string) error {
 	v, err := time.ParseDuration(s)

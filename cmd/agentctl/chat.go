@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
@@ -23,23 +25,28 @@ var chatStdin io.Reader = os.Stdin
 // chatLineMax bounds one line of chat: a run's message limit.
 const chatLineMax = 256 << 10
 
-// cmdChat is `agentctl chat [--agent A] [--session S]`: every line read
-// is a run in the session, its answer printed to stdout when it ends (an
-// error to stderr, and the chat goes on); /new starts another session,
-// /exit or the end of the input quits. The session id goes to stderr at
-// the start and the end, to continue it with --session.
-func (e cliEnv) cmdChat(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("chat", flag.ContinueOnError)
-	agent := fs.String("agent", "", "agent to chat with (default: the tenant's default agent)")
-	session := fs.String("session", "", "session to continue (default: a new one)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("chat takes no arguments: it reads a message a line from standard input")
-	}
-	id := *session
+// chatCmd is `agentctl chat [--agent A] [--session S]`.
+func (e cliEnv) chatCmd() *cobra.Command {
+	return long(leaf("chat [flags]", "Chat with an agent: a run a line of standard input, in one session",
+		"agentctl chat\nagentctl chat --agent triage --session chat-5f1c2d3e4a5b6c7d\necho 'What is 6*7?' | agentctl chat",
+		func(fs *pflag.FlagSet) runFunc {
+			agent := fs.String("agent", "", "agent to chat with (default: the tenant's default agent)")
+			session := fs.String("session", "", "session to continue (default: a new one)")
+			return func(ctx context.Context, _ []string) error { return e.chat(ctx, *agent, *session) }
+		}), `Reads a message a line from standard input; each is a run in the session,
+its answer printed to stdout when it ends (an error to stderr, and the chat
+goes on). /new starts another session, /exit or the end of the input quits.
+The session id goes to stderr at the start and the end, to continue it with
+--session.`)
+}
+
+// chat reads lines until the end of the input or /exit: every line is
+// a run in the session (session "": a new one), its answer printed to
+// stdout when it ends (an error to stderr, and the chat goes on); /new
+// starts another session. The session id goes to stderr at the start
+// and the end, to continue it with --session.
+func (e cliEnv) chat(ctx context.Context, agent, session string) error {
+	id := session
 	if id == "" {
 		id = newSessionID()
 	}
@@ -78,7 +85,7 @@ func (e cliEnv) cmdChat(ctx context.Context, args []string) error {
 			fmt.Fprintf(e.stderr, "session %s\n", id)
 			continue
 		}
-		if err := e.chatTurn(ctx, c, *agent, id, msg); err != nil {
+		if err := e.chatTurn(ctx, c, agent, id, msg); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}

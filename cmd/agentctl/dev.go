@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
@@ -26,12 +28,20 @@ var demoTasks = []struct{ tenant, message string }{
 	{"demo-b", "Count the words in: the quick brown fox jumps over the lazy dog the end"},
 }
 
-func (e cliEnv) cmdDev(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	demo := fs.Bool("demo", false, "also submit a few demo runs across two tenants and stream them")
-	if _, err := parse(fs, args); err != nil {
-		return err
-	}
+func (e cliEnv) devCmd() *cobra.Command {
+	return long(leaf("dev [flags]", "Run the whole fleet in this process: API, console, NATS, store, workers",
+		"agentctl dev\nagentctl dev --demo\nAGENTFLEET_MODEL=gpt-4o-mini OPENAI_API_KEY=sk-... agentctl dev",
+		func(fs *pflag.FlagSet) runFunc {
+			demo := fs.Bool("demo", false, "also submit a few demo runs across two tenants and stream them")
+			return func(ctx context.Context, _ []string) error { return e.dev(ctx, *demo) }
+		}), `Runs the dispatcher (API and console), an embedded NATS server, the store
+(SQLite in AGENTFLEET_DATA_DIR, or AGENTFLEET_DATABASE_URL) and
+AGENTFLEET_WORKERS workers in this process, with a dev tenant and its key,
+until Ctrl-C. The model is AGENTFLEET_MODEL at OPENAI_BASE_URL, or the
+offline demo model.`)
+}
+
+func (e cliEnv) dev(ctx context.Context, demo bool) error {
 	cfg, err := fleet.ConfigFromEnv()
 	if err != nil {
 		return usagef("%v", err)
@@ -81,7 +91,7 @@ Press Ctrl-C to stop.
 	defer stop()
 	var wg sync.WaitGroup
 	var demoErr error
-	if *demo {
+	if demo {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/api"
@@ -18,122 +20,110 @@ import (
 // secretStdin is where `secrets set` reads a value given by no file.
 var secretStdin io.Reader = os.Stdin
 
-// hostList is a repeatable --host.
-type hostList []string
-
-func (h *hostList) String() string { return strings.Join(*h, ",") }
-func (h *hostList) Set(v string) error {
-	*h = append(*h, v)
-	return nil
-}
-
-// cmdSecrets is `agentctl secrets set|ls|show|rm|rekey`. A value is
+// secretsCmd is `agentctl secrets set|ls|show|rm|rekey`. A value is
 // never a flag (it would be in the shell's history and in ps): it comes
 // from standard input or --from-file, without one trailing newline.
-func (e cliEnv) cmdSecrets(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		return usagef("secrets needs a subcommand: set, ls, show, rm or rekey")
-	}
-	c := e.client()
-	tenantFlag := func(fs *flag.FlagSet) *string {
+func (e cliEnv) secretsCmd() *cobra.Command {
+	tenantFlag := func(fs *pflag.FlagSet) *string {
 		return fs.String("tenant", "", "the tenant whose secrets these are (with the admin token; a tenant's key manages its own)")
 	}
-	one := func(name string, fs *flag.FlagSet) (string, error) {
-		pos, err := parse(fs, args[1:])
-		if err != nil {
-			return "", err
-		}
+	one := func(name string, pos []string) (string, error) {
 		if len(pos) != 1 {
 			return "", usagef("secrets %s takes one secret NAME", name)
 		}
 		return pos[0], nil
 	}
-	switch args[0] {
-	case "set":
-		return e.secretsSet(ctx, c, args[1:])
-	case "ls", "list":
-		fs := flag.NewFlagSet("secrets ls", flag.ContinueOnError)
-		tenant := tenantFlag(fs)
-		limit := fs.Int("limit", 100, "page size")
-		cursor := fs.String("cursor", "", "page cursor from a previous listing")
-		asJSON := fs.Bool("json", false, "JSON output")
-		if pos, err := parse(fs, args[1:]); err != nil {
-			return err
-		} else if len(pos) > 0 {
-			return usagef("secrets ls takes no arguments")
-		}
-		list, err := c.ListSecrets(ctx, client.ListSecretsParams{Tenant: *tenant, Limit: *limit, Cursor: *cursor})
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(e.stdout, list)
-		}
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tHOSTS\tHEADER\tEXPOSE\tVERSION\tUPDATED")
-		for _, s := range list.Secrets {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\n", s.Name, strings.Join(s.Hosts, ","), s.Header, s.Expose, s.Version,
-				s.UpdatedAt.Local().Format(time.DateTime))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		if list.NextCursor != "" {
-			fmt.Fprintf(e.stderr, "more: agentctl secrets ls --cursor %s\n", list.NextCursor)
-		}
-		return nil
-	case "show":
-		fs := flag.NewFlagSet("secrets show", flag.ContinueOnError)
-		tenant := tenantFlag(fs)
-		name, err := one("show", fs)
-		if err != nil {
-			return err
-		}
-		s, err := c.GetSecret(ctx, *tenant, name)
-		if err != nil {
-			return err
-		}
-		return writeJSON(e.stdout, s)
-	case "rm", "delete":
-		fs := flag.NewFlagSet("secrets rm", flag.ContinueOnError)
-		tenant := tenantFlag(fs)
-		name, err := one("rm", fs)
-		if err != nil {
-			return err
-		}
-		if err := c.DeleteSecret(ctx, *tenant, name); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "secret %s deleted\n", name)
-		return nil
-	case "rekey":
-		fs := flag.NewFlagSet("secrets rekey", flag.ContinueOnError)
-		asJSON := fs.Bool("json", false, "JSON output")
-		if pos, err := parse(fs, args[1:]); err != nil {
-			return err
-		} else if len(pos) > 0 {
-			return usagef("secrets rekey takes no arguments (it needs the admin token)")
-		}
-		rep, err := c.RekeySecrets(ctx)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			if err := writeJSON(e.stdout, rep); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprintf(e.stdout, "rewrote %d sealed values under key %s (%d were under it already)\n", rep.Rewritten, rep.KeyID, rep.Current)
-		}
-		if len(rep.Unopened) > 0 {
-			for _, r := range rep.Unopened {
-				fmt.Fprintf(e.stderr, "not opened: %s %s%s\n", r.Kind, r.Owner, nameSuffix(r.Name))
-			}
-			return exitError{code: exitFailed, err: fmt.Errorf("%d sealed value(s) open under no key this dispatcher holds (sealed under a key that is in neither AGENTFLEET_SECRETS_KEY nor AGENTFLEET_SECRETS_KEY_PREVIOUS, or altered): they were left as they are; keep the old key in AGENTFLEET_SECRETS_KEY_PREVIOUS until they are rewritten, or set them again", len(rep.Unopened))}
-		}
-		return nil
-	}
-	return usagef("unknown secrets subcommand %q: use set, ls, show, rm or rekey", args[0])
+	return group("secrets", "Credentials agents use and never see, sent to their hosts",
+		e.secretsSetCmd(),
+		aliases(leaf("ls [flags]", "List secrets (never their values)",
+			"agentctl secrets ls\nagentctl secrets ls --tenant acme --json",
+			func(fs *pflag.FlagSet) runFunc {
+				tenant := tenantFlag(fs)
+				limit := fs.Int("limit", 100, "page size")
+				cursor := fs.String("cursor", "", "page cursor from a previous listing")
+				asJSON := fs.Bool("json", false, "JSON output")
+				return func(ctx context.Context, _ []string) error {
+					list, err := e.client().ListSecrets(ctx, client.ListSecretsParams{Tenant: *tenant, Limit: *limit, Cursor: *cursor})
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return writeJSON(e.stdout, list)
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tHOSTS\tHEADER\tEXPOSE\tVERSION\tUPDATED")
+					for _, s := range list.Secrets {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%t\t%d\t%s\n", s.Name, strings.Join(s.Hosts, ","), s.Header, s.Expose, s.Version,
+							s.UpdatedAt.Local().Format(time.DateTime))
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					if list.NextCursor != "" {
+						fmt.Fprintf(e.stderr, "more: agentctl secrets ls --cursor %s\n", list.NextCursor)
+					}
+					return nil
+				}
+			}), "list"),
+		leaf("show [flags] NAME", "Show a secret's settings as JSON (never its value)",
+			"agentctl secrets show github_token",
+			func(fs *pflag.FlagSet) runFunc {
+				tenant := tenantFlag(fs)
+				jsonFlag(fs)
+				return func(ctx context.Context, pos []string) error {
+					name, err := one("show", pos)
+					if err != nil {
+						return err
+					}
+					s, err := e.client().GetSecret(ctx, *tenant, name)
+					if err != nil {
+						return err
+					}
+					return writeJSON(e.stdout, s)
+				}
+			}),
+		aliases(leaf("rm [flags] NAME", "Delete a secret",
+			"agentctl secrets rm github_token",
+			func(fs *pflag.FlagSet) runFunc {
+				tenant := tenantFlag(fs)
+				return func(ctx context.Context, pos []string) error {
+					name, err := one("rm", pos)
+					if err != nil {
+						return err
+					}
+					if err := e.client().DeleteSecret(ctx, *tenant, name); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.stdout, "secret %s deleted\n", name)
+					return nil
+				}
+			}), "delete"),
+		leaf("rekey [flags]", "Rewrite every sealed value under the current key (admin token)",
+			"AGENTFLEET_TOKEN=$ADMIN agentctl secrets rekey",
+			func(fs *pflag.FlagSet) runFunc {
+				asJSON := fs.Bool("json", false, "JSON output")
+				return func(ctx context.Context, _ []string) error {
+					rep, err := e.client().RekeySecrets(ctx)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						if err := writeJSON(e.stdout, rep); err != nil {
+							return err
+						}
+					} else {
+						fmt.Fprintf(e.stdout, "rewrote %d sealed values under key %s (%d were under it already)\n", rep.Rewritten, rep.KeyID, rep.Current)
+					}
+					if len(rep.Unopened) > 0 {
+						for _, r := range rep.Unopened {
+							fmt.Fprintf(e.stderr, "not opened: %s %s%s\n", r.Kind, r.Owner, nameSuffix(r.Name))
+						}
+						return exitError{code: exitFailed, err: fmt.Errorf("%d sealed value(s) open under no key this dispatcher holds (sealed under a key that is in neither AGENTFLEET_SECRETS_KEY nor AGENTFLEET_SECRETS_KEY_PREVIOUS, or altered): they were left as they are; keep the old key in AGENTFLEET_SECRETS_KEY_PREVIOUS until they are rewritten, or set them again", len(rep.Unopened))}
+					}
+					return nil
+				}
+			}),
+	)
 }
 
 func nameSuffix(name string) string {
@@ -143,37 +133,44 @@ func nameSuffix(name string) string {
 	return "/" + name
 }
 
-// secretsSet creates or replaces a secret; its value is read from
+// secretsSetCmd creates or replaces a secret; its value is read from
 // --from-file or standard input.
-func (e cliEnv) secretsSet(ctx context.Context, c *client.Client, args []string) error {
-	fs := flag.NewFlagSet("secrets set", flag.ContinueOnError)
-	var hosts hostList
-	fs.Var(&hosts, "host", "a host whose HTTPS requests get the secret (repeat for more; *.example.com for every host below it)")
-	header := fs.String("header", "", "the request header it is sent in (default Authorization)")
-	format := fs.String("format", "", `the header's value, with {value} where the secret goes (default "Bearer {value}")`)
-	expose := fs.Bool("expose", false, "let scripts read the value with secret(name)")
-	fromFile := fs.String("from-file", "", "read the value from this file (default: standard input)")
-	tenant := fs.String("tenant", "", "the tenant whose secret this is (with the admin token)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("secrets set takes one secret NAME, its value on standard input or in --from-file (never as an argument)")
-	}
-	if len(hosts) == 0 {
-		return usagef("secrets set needs --host: a host whose HTTPS requests get the secret (api.github.com)")
-	}
-	name := pos[0]
-	if f, ok := secretStdin.(*os.File); ok && *fromFile == "" && isTerminal(f) {
+func (e cliEnv) secretsSetCmd() *cobra.Command {
+	return leaf("set [flags] NAME", "Create or replace a secret, its value on standard input or in --from-file",
+		`printf %s "$GITHUB_TOKEN" | agentctl secrets set --host api.github.com github_token
+agentctl secrets set --host api.stripe.com --from-file stripe.key stripe`,
+		func(fs *pflag.FlagSet) runFunc {
+			var hosts []string
+			fs.StringArrayVar(&hosts, "host", nil, "a host whose HTTPS requests get the secret (repeat for more; *.example.com for every host below it)")
+			header := fs.String("header", "", "the request header it is sent in (default Authorization)")
+			format := fs.String("format", "", `the header's value, with {value} where the secret goes (default "Bearer {value}")`)
+			expose := fs.Bool("expose", false, "let scripts read the value with secret(name)")
+			fromFile := fs.String("from-file", "", "read the value from this file (default: standard input)")
+			tenant := fs.String("tenant", "", "the tenant whose secret this is (with the admin token)")
+			return func(ctx context.Context, pos []string) error {
+				if len(pos) != 1 {
+					return usagef("secrets set takes one secret NAME, its value on standard input or in --from-file (never as an argument)")
+				}
+				if len(hosts) == 0 {
+					return usagef("secrets set needs --host: a host whose HTTPS requests get the secret (api.github.com)")
+				}
+				return e.secretsSet(ctx, e.client(), *tenant, pos[0], *fromFile,
+					wire.SecretRequest{Hosts: hosts, Header: *header, Format: *format, Expose: *expose})
+			}
+		})
+}
+
+func (e cliEnv) secretsSet(ctx context.Context, c *client.Client, tenant, name, fromFile string, req wire.SecretRequest) error {
+	if f, ok := secretStdin.(*os.File); ok && fromFile == "" && isTerminal(f) {
 		// Else it would wait in silence; a terminal echoes what is typed.
 		fmt.Fprintf(e.stderr, "the value of %s, then Ctrl-D (better: pipe it in, or --from-file):\n", name)
 	}
-	value, err := readSecretValue(*fromFile)
+	value, err := readSecretValue(fromFile)
 	if err != nil {
 		return err
 	}
-	s, err := c.PutSecret(ctx, *tenant, name, wire.SecretRequest{Value: value, Hosts: hosts, Header: *header, Format: *format, Expose: *expose})
+	req.Value = value
+	s, err := c.PutSecret(ctx, tenant, name, req)
 	if err != nil {
 		return err
 	}

@@ -2,32 +2,39 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/agentfleet/agentfleet/client"
 )
 
-// runSteps prints a run's trace: its steps, then its journal (the
+// runsStepsCmd prints a run's trace: its steps, then its journal (the
 // side-effecting calls its scripts made and what each returned).
-func (e cliEnv) runSteps(ctx context.Context, c *client.Client, args []string) error {
-	fs := flag.NewFlagSet("runs steps", flag.ContinueOnError)
-	turn := fs.Int("turn", -1, "show this turn only (0: the run's message)")
-	asJSON := fs.Bool("json", false, "JSON output")
-	pos, err := parse(fs, args)
+func (e cliEnv) runsStepsCmd() *cobra.Command {
+	return leaf("steps [flags] RUN", "Show a run's trace: its steps, then the calls its scripts made",
+		"agentctl runs steps run_01JD3X\nagentctl runs steps --turn 2 --json run_01JD3X",
+		func(fs *pflag.FlagSet) runFunc {
+			turn := fs.Int("turn", -1, "show this turn only (0: the run's message; -1: all)")
+			asJSON := fs.Bool("json", false, "JSON output")
+			return func(ctx context.Context, pos []string) error {
+				if len(pos) != 1 {
+					return usagef("runs steps takes one RUN id")
+				}
+				return e.runSteps(ctx, e.client(), pos[0], *turn, *asJSON)
+			}
+		})
+}
+
+func (e cliEnv) runSteps(ctx context.Context, c *client.Client, runID string, turn int, asJSON bool) error {
+	trace, err := c.RunSteps(ctx, runID, turn)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("runs steps takes one RUN id")
-	}
-	trace, err := c.RunSteps(ctx, pos[0], *turn)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(e.stdout, trace)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
