@@ -147,4 +147,3 @@ func denseBuckets(win store.StatsWindow, got []store.StatsBucket) []wire.StatsBu
 	}
 	return out
 }
-

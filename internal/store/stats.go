@@ -117,4 +117,3 @@ type StatsRow struct {
 	Status                         agentfleet.RunStatus
 	Count                          int
 }
-

@@ -64,4 +64,3 @@ func (s *Store) BatchStatsGet(ctx context.Context, p store.BatchStatsGetParams) 
 	}
 	return store.StatsMerge(p.StatsWindow, rows), nil
 }
-
