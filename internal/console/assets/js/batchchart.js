@@ -11,7 +11,7 @@ export function batchChart(id) {
     axes: [{ space: 60 }, { label: 'runs ended', size: 64, values: (u, vals) => vals.map(fmt) },
       { label: 'runs a minute', side: 1, scale: 'rate', size: 56, grid: { show: false }, values: (u, vals) => vals.map(fmt) }],
     series: [{},
-      { label: 'runs a minute', scale: 'rate', fill: colors.rate + 'aa', stroke: colors.rate, width: 0, paths: bars(), points: { show: false } },
+      { label: 'runs a minute', scale: 'rate', fill: colors.rate, stroke: colors.rate, width: 0, paths: bars(), points: { show: false } },
       { label: 'ended', stroke: colors.done, width: 2, points: { show: false } },
       { label: 'inputs', stroke: colors.slots, width: 1, dash: [4, 3], points: { show: false } }],
   });

@@ -74,7 +74,7 @@ export class Chart {
 // bars is uPlot's bar path builder, made once.
 let barPaths = null;
 export function bars() {
-  barPaths ??= window.uPlot.paths.bars({ size: [0.7, 60], gap: 1 });
+  barPaths ??= window.uPlot.paths.bars({ size: [0.8, 60], gap: 0 });
   return barPaths;
 }
 
