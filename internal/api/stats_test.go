@@ -69,3 +69,30 @@ func TestStats(t *testing.T) {
 	require.Equal(t, []wire.FleetSample{{At: at, Slots: 8, SlotsInUse: 3, QueueDepth: 12}}, fs.Samples)
 	requireError(t, e.do("GET", "/v1/fleet/stats", key, nil), http.StatusForbidden, "forbidden")
 }
+
+// TestBatchWindow: a batch's life is cut into at most about 120 buckets
+// of a round width, from the second it was created, its end included.
+func TestBatchWindow(t *testing.T) {
+	t.Parallel()
+	from := time.Date(2026, 3, 1, 12, 0, 0, 400_000_000, time.UTC)
+	for _, c := range []struct {
+		span  time.Duration
+		width time.Duration
+		n     int
+	}{
+		{0, time.Second, 2}, // 12:00:00 to 12:00:01.4
+		{59 * time.Second, time.Second, 61},
+		{3 * time.Minute, 2 * time.Second, 91},
+		{31 * time.Minute, 30 * time.Second, 63},
+		{7 * time.Hour, 5 * time.Minute, 85},
+		{40 * 24 * time.Hour, 12 * time.Hour, 81},
+		{400 * 24 * time.Hour, 24 * time.Hour, 401},
+	} {
+		w := api.BatchWindow(from, from.Add(c.span))
+		require.Equal(t, from.Truncate(time.Second), w.Since, "span %s", c.span)
+		require.Equal(t, c.width, w.Bucket, "span %s", c.span)
+		require.Equal(t, c.n, w.Buckets(), "span %s", c.span)
+		require.False(t, w.Until.Before(from.Add(c.span)), "span %s: the end is in", c.span)
+		require.NoError(t, w.Validate())
+	}
+}

@@ -158,8 +158,7 @@ export function batchPage(root, id) {
   }
 
   async function refresh() {
-    const b = await loadHead();
-    await Promise.all([loadResults(), chart.load()]);
+    const [b] = await Promise.all([loadHead(), loadResults(), chart.load()]);
     if (b && b.status !== 'running' && b.status !== 'admitting') {
       clearInterval(poll);
       poll = null;
