@@ -176,8 +176,10 @@ func TestConsoleCharts(t *testing.T) {
 	})
 
 	t.Run("OtherPages", func(t *testing.T) {
-		// As the tenant with the 110,000 runs.
+		// As the tenant with the 110,000 runs; open reads p.
+		admin := p
 		p = signIn(t, br, url, bigKey)
+		defer func() { p = admin }()
 		open(t, "runs page", "#/batches", `document.querySelectorAll('table.runs tbody tr').length === 1`)
 		open(t, "runs page", "#/runs", `document.querySelectorAll('table.runs tbody tr').length === 50`)
 		open(t, "tenants page", "#/tenants", `!!document.querySelector('.tenant[data-tenant="big"] .budget')`)
