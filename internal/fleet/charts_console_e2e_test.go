@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/agentfleet/agentfleet"
+	"github.com/agentfleet/agentfleet/client"
 	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -198,6 +199,26 @@ func TestConsoleCharts(t *testing.T) {
 		requireClean(t, tp)
 	})
 
+	t.Run("Client", func(t *testing.T) {
+		ts, err := f.tenant.TenantStats(f.ctx, "acme", 0)
+		require.NoError(t, err)
+		require.Len(t, ts.Buckets, 7*24)
+		require.Equal(t, int64(300), ts.Buckets[len(ts.Buckets)-1].PromptTokens+ts.Buckets[len(ts.Buckets)-2].PromptTokens, "the run's three calls, this hour or the last")
+		_, err = f.tenant.TenantStats(f.ctx, "big", 0)
+		require.True(t, client.IsNotFound(err), "another tenant's: %v", err)
+		bs, err := f.admin.BatchStats(f.ctx, batchID)
+		require.NoError(t, err)
+		require.Equal(t, chartBatch, bs.Total)
+		require.Equal(t, chartBatchDone, bs.Done)
+		fs, err := f.admin.FleetStats(f.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 10, fs.IntervalSeconds)
+		require.NotEmpty(t, fs.Samples)
+		require.Equal(t, 16, fs.Samples[len(fs.Samples)-1].Slots)
+		_, err = f.tenant.FleetStats(f.ctx)
+		require.Error(t, err, "the admin's alone")
+	})
+
 	if dir := os.Getenv("AGENTFLEET_SCREENSHOT_DIR"); dir != "" {
 		// The README's picture (docs/console-charts.png).
 		open(t, "run page", "#/runs/"+run.ID, drawn("timeline", 3, rgbModel))
@@ -216,10 +237,15 @@ func commas(n int) string {
 	return s
 }
 
+// seedHours is how far back seedCharts writes: within the stats' week
+// (which ends with the hour now is in) even when the clock passes an
+// hour while the test runs.
+const seedHours = 7*24 - 1
+
 // seededTokens are the usage seedCharts settles for tenant big.
 var seededTokens = func() int64 {
 	var n int64
-	for h := range 7 * 24 {
+	for h := range seedHours {
 		n += seedPrompt(h) + seedCompletion(h)
 	}
 	return n
@@ -238,10 +264,10 @@ func seedCharts(t *testing.T, f *testFleet, path string) (string, string) {
 	big, err := f.admin.CreateTenant(f.ctx, wire.TenantRequest{ID: "big"})
 	require.NoError(t, err)
 	now := time.Now().UTC()
-	for h := range 7 * 24 {
+	for h := range seedHours {
 		_, err := f.store.BudgetSettle(f.ctx, store.BudgetSettleParams{Tenant: "big", RunID: "seed", Model: "m",
 			Usage: agentfleet.Usage{PromptTokens: seedPrompt(h), CompletionTokens: seedCompletion(h)},
-			Now:   now.Add(-time.Duration(7*24-1-h) * time.Hour)})
+			Now:   now.Add(-time.Duration(seedHours-1-h) * time.Hour)})
 		require.NoError(t, err)
 	}
 
@@ -261,9 +287,7 @@ func seedCharts(t *testing.T, f *testFleet, path string) (string, string) {
 	require.NoError(t, err)
 	defer db.Close()
 	us := func(t time.Time) int64 { return t.UnixMicro() }
-	// Within the last 167 hours: the stats' week ends with the hour now
-	// is in.
-	week := int64(167 * time.Hour / time.Microsecond)
+	week := int64((seedHours - 1) * time.Hour / time.Microsecond)
 	_, err = db.ExecContext(f.ctx, `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?3 - 1)
 		INSERT INTO runs (id, tenant, agent, agent_version, status, message, turn, prompt_tokens, completion_tokens, created_at, updated_at)
 		SELECT 'seed-' || i, 'big', 'default', 1,
