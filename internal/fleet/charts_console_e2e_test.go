@@ -181,7 +181,7 @@ func TestConsoleCharts(t *testing.T) {
 		admin := p
 		p = signIn(t, br, url, bigKey)
 		defer func() { p = admin }()
-		open(t, "runs page", "#/batches", `document.querySelectorAll('table.runs tbody tr').length === 1`)
+		open(t, "batches page", "#/batches", `document.querySelectorAll('table.runs tbody tr').length === 1`)
 		open(t, "runs page", "#/runs", `document.querySelectorAll('table.runs tbody tr').length === 50`)
 		open(t, "tenants page", "#/tenants", `!!document.querySelector('.tenant[data-tenant="big"] .budget')`)
 		open(t, "usage page", "#/usage", and(drawn("tokens", 168, rgbModel), drawn("outcomes", 168, rgbCompleted)))

@@ -39,13 +39,15 @@ export class Chart {
   constructor(kind, title, opts, note) {
     this.opts = { height: 220, ...opts };
     this.plot = h('div', { class: 'plot' });
-    this.el = h('figure', { class: 'chart', dataset: { chart: kind, points: 0 } },
+    // Hidden until it has data: a run not started yet shows no empty box.
+    this.el = h('figure', { class: 'chart', hidden: true, dataset: { chart: kind, points: 0 } },
       h('figcaption', null, title), this.plot, note && h('p', { class: 'hint' }, note));
     this.u = null;
   }
 
   set(data) {
     const points = data[0].length;
+    this.el.hidden = false;
     if (this.u) {
       this.u.setData(data);
     } else {

@@ -101,13 +101,16 @@ export function usagePage(root, params) {
     }
   }
 
+  let fleetRefused = false;
   async function loadFleet() {
+    if (fleetRefused) return;
     try {
       fleet.show(await api('GET', '/v1/fleet/stats'));
       fleetSection.hidden = false;
     } catch (err) {
       // A tenant's key may not see the fleet: the section stays hidden.
-      if (err.status !== 403) flash(err.message, 'error');
+      if (err.status === 403) fleetRefused = true;
+      else flash(err.message, 'error');
     }
   }
 
