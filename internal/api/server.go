@@ -111,6 +111,9 @@ type Config struct {
 	BatchMaxBytes int64
 	// NATSCreds, when set, serves /v1/tenants/{id}/nats-creds.
 	NATSCreds NATSCreds
+	// FleetSamples, when set, serves GET /v1/fleet/stats (stats.go);
+	// unset, it answers no samples.
+	FleetSamples FleetSampler
 
 	// HookDigestWindow is how long a GitHub delivery's body digest is
 	// held against its replay under another delivery id (zero:
@@ -280,6 +283,7 @@ func (s *Server) routes() {
 	// What the console reads, and the console itself when it is served.
 	s.mux.HandleFunc("GET /v1/events", s.authed(s.stream(always, s.handleEvents)))
 	s.mux.HandleFunc("GET /v1/tenants", s.authed(s.handleTenantList))
+	s.registerStats()
 	if s.cfg.Console != nil {
 		s.mux.Handle("GET /{$}", s.cfg.Console)
 		s.mux.Handle("GET /console/", s.cfg.Console)

@@ -14,6 +14,13 @@
 // here carries a Content-Security-Policy that allows scripts, styles and
 // connections from this origin alone: no inline script, no inline event
 // handler, no eval.
+//
+// The charts (a run's timeline, a tenant's usage, a batch's progress, the
+// fleet's slots) are drawn by uPlot, vendored as released on npm
+// (assets/vendor: uPlot.iife.min.js, uPlot.min.css and its MIT licence)
+// and loaded as a classic script before the modules; it draws on a canvas
+// and styles through the CSSOM, so the policy holds it as it holds the
+// console's own scripts. js/charts.js is the console's only user of it.
 package console
 
 import (

@@ -92,6 +92,9 @@ type DispatcherConfig struct {
 	// TenantStreams caps each tenant's concurrent event streams and
 	// ?wait polls (AGENTFLEET_TENANT_STREAMS; zero: api.TenantStreamsDefault).
 	TenantStreams int
+	// FleetSampleEvery is how often the fleet's slots and queue depth
+	// are sampled for the console (zero: FleetSampleEveryDefault).
+	FleetSampleEvery time.Duration
 }
 
 // Dispatcher is the dispatcher process's work: the HTTP API, the fair
@@ -172,6 +175,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	sampler := newFleetSampler(cfg.Bus, cfg.FleetSampleEvery, cfg.Logger)
 	srv, err := api.New(api.Config{
 		Store: cfg.Store, Bus: cfg.Bus, AdminToken: cfg.AdminToken, Registerer: cfg.Registry, Logger: cfg.Logger,
 		TenantChanged: func(string) { keeper.Kick() },
@@ -184,6 +188,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		Tracer:         d.tracer,
 		NATSCreds:      cfg.NATSCreds,
 		TenantStreams:  cfg.TenantStreams,
+		FleetSamples:   sampler,
 	})
 	if err != nil {
 		return nil, err
@@ -192,6 +197,7 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		srv.Close()
 		return nil, err
 	}
+	d.services = append(d.services, sampler)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		srv.Close()

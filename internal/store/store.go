@@ -76,6 +76,8 @@ func (e *QueueFullError) Error() string {
 type Store interface {
 	// Close releases the backend's connections.
 	Close() error
+	// StatsReader reads the console's pictures (stats.go).
+	StatsReader
 
 	TenantCreate(ctx context.Context, p TenantCreateParams) (agentfleet.Tenant, error)
 	TenantGetByID(ctx context.Context, id string) (agentfleet.Tenant, error)

@@ -153,6 +153,7 @@ func Exercise(t *testing.T, newStore NewStore, opts ...Option) {
 		{"Retention", testRetention},
 		{"Text", testText},
 		{"Children", testChildren},
+		{"Stats", testStats},
 	} {
 		t.Run(g.name, func(t *testing.T) { g.run(t, newStore) })
 	}

@@ -5,6 +5,7 @@
 
 import { api, query } from './api.js';
 import { h, replace, link, num, when, ago, flash } from './dom.js';
+import { batchChart } from './batchchart.js';
 
 const PAGE = 50;
 const POLL_MS = 2000;
@@ -76,10 +77,29 @@ export function batchesPage(root) {
   return () => clearInterval(poll);
 }
 
+// firstLines reads up to n lines of a JSONL body and lets go of the
+// rest: a batch of 100,000 inputs answers with as many lines.
+async function firstLines(body, n) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  let lines = [];
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (!done) buf += value;
+    const parts = buf.split('\n');
+    buf = done ? '' : parts.pop();
+    lines = lines.concat(parts.filter(Boolean));
+    if (done || lines.length >= n) break;
+  }
+  reader.cancel().catch(() => {});
+  return lines.slice(0, n);
+}
+
 export function batchPage(root, id) {
   const path = '/v1/batches/' + encodeURIComponent(id);
   const head = h('div', { class: 'run-head' }, h('h1', null, 'Batch ', h('code', null, id)));
   const results = h('tbody');
+  const chart = batchChart(id);
   let poll = null;
 
   async function loadResults() {
@@ -88,7 +108,7 @@ export function batchPage(root, id) {
     try {
       const res = await fetch(path + '/results', { headers: { Authorization: 'Bearer ' + sessionStorage.getItem('agentfleet.token') }, cache: 'no-store' });
       if (!res.ok) return;
-      const lines = (await res.text()).split('\n').filter(Boolean).slice(0, RESULTS);
+      const lines = await firstLines(res.body, RESULTS);
       replace(results, lines.map((l) => JSON.parse(l)).map((r) => h('tr', { dataset: { index: r.index, status: r.status } },
         h('td', { class: 'num' }, String(r.index)),
         h('td', null, r.custom_id || ''),
@@ -138,20 +158,19 @@ export function batchPage(root, id) {
   }
 
   async function refresh() {
-    const b = await loadHead();
-    await loadResults();
+    const [b] = await Promise.all([loadHead(), loadResults(), chart.load()]);
     if (b && b.status !== 'running' && b.status !== 'admitting') {
       clearInterval(poll);
       poll = null;
     }
   }
 
-  replace(root, h('section', { class: 'page batch' }, head,
+  replace(root, h('section', { class: 'page batch' }, head, chart.el,
     h('h2', null, 'Results (the first ' + RESULTS + ', in input order)'),
     h('table', { class: 'runs results' },
       h('thead', null, h('tr', null, ['#', 'Custom id', 'Run', 'Status', 'Answer or error'].map((c) => h('th', { scope: 'col' }, c)))),
       results)));
   refresh();
   poll = setInterval(refresh, POLL_MS);
-  return () => clearInterval(poll);
+  return () => { clearInterval(poll); chart.stop(); };
 }

@@ -12,6 +12,7 @@ import { batchesPage, batchPage } from './batches.js';
 import { approvalsPage } from './approvals.js';
 import { secretsPage } from './secrets.js';
 import { sessionsPage, sessionPage } from './sessions.js';
+import { usagePage } from './usage.js';
 
 export const pages = [
   { title: 'Runs', nav: '/runs', match: (p) => (p === '/runs' ? [] : null), render: (root, _, params) => runsPage(root, params) },
@@ -40,5 +41,6 @@ export const pages = [
   },
   { title: 'Approvals', nav: '/approvals', match: (p) => (p === '/approvals' ? [] : null), render: (root) => approvalsPage(root) },
   { title: 'Secrets', nav: '/secrets', match: (p) => (p === '/secrets' ? [] : null), render: (root, _, params) => secretsPage(root, params) },
+  { title: 'Usage', nav: '/usage', match: (p) => (p === '/usage' ? [] : null), render: (root, _, params) => usagePage(root, params) },
   { title: 'Tenants', nav: '/tenants', match: (p) => (p === '/tenants' ? [] : null), render: (root) => tenantsPage(root) },
 ];

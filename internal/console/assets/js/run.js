@@ -9,6 +9,7 @@ import { reply } from './highlight.js';
 import { cancelRun } from './runs.js';
 import { approvalActions } from './approvals.js';
 import { sessionRoute } from './sessions.js';
+import { runTimeline } from './timeline.js';
 
 const CHILDREN_PAGE = 50;
 
@@ -28,6 +29,7 @@ export function runPage(root, id) {
   const children = h('section', { class: 'children', hidden: true });
   const live = h('span', { class: 'live', dataset: { state: 'connecting' } }, 'connecting');
   const sections = new Map(); // turn -> body element
+  const tl = runTimeline();
   let run = null;
   let lastSeq = 0;
 
@@ -71,6 +73,7 @@ export function runPage(root, id) {
       const r = await api('GET', path);
       if (n !== asked) return;
       run = r;
+      tl.update(run);
       renderHead();
       if (run.children > 0) loadChildren();
       if (ended && !isTerminal(run.status) && rereads++ < 25) refreshSoon();
@@ -156,6 +159,7 @@ export function runPage(root, id) {
   function onEvent(ev) {
     if (ev.seq <= lastSeq) return false;
     lastSeq = ev.seq;
+    tl.add(ev);
     const text = ev.content || ev.summary || '';
     timeline.append(h('li', { dataset: { type: ev.type, seq: ev.seq } },
       h('span', { class: 'seq' }, '#' + ev.seq), ' ',
@@ -180,7 +184,7 @@ export function runPage(root, id) {
 
   replace(root, h('section', { class: 'page run' }, head,
     h('div', { class: 'run-body' },
-      h('div', { class: 'main-col' }, turns, children),
+      h('div', { class: 'main-col' }, tl.el, turns, children),
       h('aside', { class: 'side-col' }, h('h2', null, 'Events'), timeline))));
 
   refresh();
@@ -193,5 +197,5 @@ export function runPage(root, id) {
       refreshSoon();
     },
   });
-  return () => { stop(); clearTimeout(timer); };
+  return () => { stop(); clearTimeout(timer); tl.stop(); };
 }
