@@ -258,6 +258,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/batches/{id}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The batch's id. */
+                id: components["parameters"]["batchID"];
+            };
+            cookie?: never;
+        };
+        /** The batch's runs ended over its life (creation to end, or now), in about 120 buckets of a round width, by final status. */
+        get: operations["getBatchStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/events": {
         parameters: {
             query?: never;
@@ -270,6 +290,23 @@ export interface paths {
          * @description An event published again after a crash may come twice at two positions, with the same run_id and seq: drop what you have seen. The stream never ends by itself.
          */
         get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fleet/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The fleet's worker slots, slots running a turn and turns queued, as this dispatcher sampled them over the last hour (admin token). */
+        get: operations["getFleetStats"];
         put?: never;
         post?: never;
         delete?: never;
@@ -635,6 +672,26 @@ export interface paths {
          * @description The tenant's user enters the account's revocation list; the servers close connections made with those creds at once, and every consumer made with them is deleted. Creds issued afterwards work.
          */
         delete: operations["revokeNATSCreds"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{id}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant's id. */
+                id: components["parameters"]["tenantID"];
+            };
+            cookie?: never;
+        };
+        /** The tenant's tokens settled and runs ended per hour, by final status: every hour of the window, oldest first, the hour now is in last. */
+        get: operations["getTenantStats"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1589,6 +1646,60 @@ export interface components {
             id: string;
             deleted: number;
         };
+        /** @description Tokens settled and runs ended (by final status) within one bucket. */
+        StatsBucket: {
+            /** Format: date-time */
+            start: string;
+            prompt_tokens: number;
+            completion_tokens: number;
+            /** @description Runs that ended in the bucket, by final status; statuses with none are left out. */
+            ended: {
+                [key: string]: number;
+            };
+        };
+        /** @description A tenant's hours. */
+        TenantStats: {
+            tenant: string;
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            /** @description The width of each bucket. */
+            bucket_seconds: number;
+            buckets: components["schemas"]["StatsBucket"][];
+        };
+        /** @description A batch's progress over time. */
+        BatchStats: {
+            batch_id: string;
+            /** @enum {string} */
+            status: "running" | "completed" | "cancelled";
+            total: number;
+            /** @description Its runs ended, of total. */
+            done: number;
+            /** Format: date-time */
+            since: string;
+            /** Format: date-time */
+            until: string;
+            /** @description The width of each bucket. */
+            bucket_seconds: number;
+            buckets: components["schemas"]["StatsBucket"][];
+        };
+        /** @description What the dispatcher saw of the fleet at one moment. */
+        FleetSample: {
+            /** Format: date-time */
+            at: string;
+            /** @description Worker slots announced. */
+            slots: number;
+            /** @description Turns delivered to workers and not yet acked. */
+            slots_in_use: number;
+            /** @description Turns waiting: in AF_RUNQ, and in AF_WORK undelivered. */
+            queue_depth: number;
+        };
+        /** @description The samples this dispatcher kept, oldest first. */
+        FleetStats: {
+            interval_seconds: number;
+            samples: components["schemas"]["FleetSample"][];
+        };
     };
     responses: {
         /** @description Malformed: bad JSON, an unknown field, a bad query parameter; the message names it. */
@@ -2276,6 +2387,33 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    getBatchStats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The batch's id. */
+                id: components["parameters"]["batchID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The buckets. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BatchStats"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            default: components["responses"]["Error"];
+        };
+    };
     streamEvents: {
         parameters: {
             query?: {
@@ -2315,6 +2453,29 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            default: components["responses"]["Error"];
+        };
+    };
+    getFleetStats: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The samples. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FleetStats"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
             default: components["responses"]["Error"];
         };
     };
@@ -3252,6 +3413,37 @@ export interface operations {
                     "application/json": components["schemas"]["Error"];
                 };
             };
+            default: components["responses"]["Error"];
+        };
+    };
+    getTenantStats: {
+        parameters: {
+            query?: {
+                /** @description How many hours back (1 to 744; default 168, a week). */
+                hours?: number;
+            };
+            header?: never;
+            path: {
+                /** @description The tenant's id. */
+                id: components["parameters"]["tenantID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The hours. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TenantStats"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             default: components["responses"]["Error"];
         };
     };
