@@ -22,8 +22,8 @@ type Skill struct {
 	Agents      []string  `json:"agents"`
 	Source      string    `json:"source"`
 	SourceRun   string    `json:"source_run,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	CreatedAt   time.Time `json:"created"`
+	UpdatedAt   time.Time `json:"updated"`
 }
 
 // Sources of a skill.
