@@ -106,10 +106,10 @@ func describe(task string) string {
 }
 
 // NameFor is a skill name from a run's task: its first words, joined by
-// '-'; "run-<id>" when the task has no usable word.
+// '-' (of its first line); "run-<id>" when it has no usable word.
 func NameFor(run agentfleet.Run) string {
 	var words []string
-	for _, w := range strings.FieldsFunc(strings.ToLower(run.Message), func(r rune) bool {
+	for _, w := range strings.FieldsFunc(strings.ToLower(describe(run.Message)), func(r rune) bool {
 		return !('a' <= r && r <= 'z' || '0' <= r && r <= '9')
 	}) {
 		if stopWords[w] || len(w) < 2 {

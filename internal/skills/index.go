@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -32,6 +33,8 @@ type Index struct {
 	// words are each skill's distinct words (for Jaccard), built on
 	// first use by the benchmark only.
 	words []map[string]bool
+	// scratch pools the searches' score arrays.
+	scratch sync.Pool
 }
 
 type posting struct {
@@ -109,8 +112,22 @@ func (x *Index) Search(query, agent string, k int) []Hit {
 	if len(terms) == 0 {
 		return nil
 	}
-	scores := make([]float64, len(x.skills))
+	// The scores of a search are dense (one per skill) but few are
+	// touched: a pooled array, zeroed where touched, spares a turn the
+	// allocation of one per skill.
+	sp, _ := x.scratch.Get().(*[]float64)
+	if sp == nil {
+		s := make([]float64, len(x.skills))
+		sp = &s
+	}
+	scores := *sp
 	touched := make([]int32, 0, 64)
+	defer func() {
+		for _, d := range touched {
+			scores[d] = 0
+		}
+		x.scratch.Put(sp)
+	}()
 	for t, qtf := range terms {
 		ps := x.postings[t]
 		if len(ps) == 0 {
@@ -197,15 +214,36 @@ func (x *Index) selfScore(terms map[string]float64) float64 {
 const NearDuplicateThreshold = 0.5
 
 // NearDuplicate is the skill agent sees that is most relevant to
-// description (a compiled skill's, from its run's task) by BM25, if its
-// Similarity reaches NearDuplicateThreshold.
+// description (a compiled skill's, from its run's task) by BM25, if the
+// two are alike both ways: the skill's score for the description and
+// the description's score for the skill's own (each over its
+// selfScore) both reach NearDuplicateThreshold. One way only, a short
+// task that shares two words with a long skill would be its duplicate.
 func (x *Index) NearDuplicate(description, agent string) (*agentfleet.Skill, float64, bool) {
 	hits := x.Search(description, agent, 1)
 	if len(hits) == 0 {
 		return nil, 0, false
 	}
-	sim := x.Similarity(description, hits[0].Score)
+	forward := x.Similarity(description, hits[0].Score)
+	back := x.Similarity(hits[0].Skill.Description, x.pseudoScore(queryTerms(hits[0].Skill.Description), description))
+	sim := min(forward, back)
 	return hits[0].Skill, sim, sim >= NearDuplicateThreshold
+}
+
+// pseudoScore is the BM25 score of query's terms against a skill whose
+// description is text and whose length is the mean.
+func (x *Index) pseudoScore(terms map[string]float64, text string) float64 {
+	tf := map[string]float64{}
+	for _, t := range Tokens(text) {
+		tf[t] += DescriptionWeight
+	}
+	var s float64
+	for t, qtf := range terms {
+		if n := tf[t]; n > 0 {
+			s += qtf * x.idf(len(x.postings[t])) * n * (K1 + 1) / (n + K1)
+		}
+	}
+	return s
 }
 
 // Similarity is score (a skill's BM25 score for query) over the score of
