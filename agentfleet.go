@@ -358,6 +358,10 @@ type AgentSpec struct {
 	// call with require('api:<name>') (docs/api.md, "Tools").
 	MCP     []MCPServer     `json:"mcp,omitempty"`
 	OpenAPI []OpenAPIModule `json:"openapi,omitempty"`
+	// Learn has the worker compile each completed run of the agent into
+	// a skill of its tenant (DESIGN.md section 20): a near-duplicate of
+	// an existing skill updates that one instead of adding another.
+	Learn bool `json:"learn,omitempty"`
 }
 
 // MCPServer is an MCP server an agent's scripts may call, over streamable

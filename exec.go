@@ -74,6 +74,9 @@ type ExecRequest struct {
 	// call goes through the policy, approvals, the journal (tools
 	// without readOnlyHint) and ToolEvent, over the agent's egress.
 	MCP []MCPServer
+	// Skills serves skillList() and skillGet() (the skills the run's
+	// agent sees); nil leaves them undefined.
+	Skills SkillLibrary
 }
 
 // ScriptErrorKind classifies why a script failed.

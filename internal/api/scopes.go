@@ -28,7 +28,9 @@ var scopeRules = []scopeRule{
 	{"/v1/tenants/{id}/secrets", store.ScopeAdmin, store.ScopeAdmin},
 	{"/v1/tenants/{id}/nats-creds", store.ScopeAdmin, store.ScopeAdmin}, // and the admin token's alone
 	{"/v1/secrets", store.ScopeAdmin, store.ScopeAdmin},
-	{"/v1/triggers", store.ScopeAdmin, store.ScopeAdmin}, // their deliveries hold payloads
+	{"/v1/skills", store.ScopeAdmin, store.ScopeAdmin},
+	{"/v1/runs/{id}/skill", store.ScopeAdmin, store.ScopeAdmin}, // it writes a skill
+	{"/v1/triggers", store.ScopeAdmin, store.ScopeAdmin},        // their deliveries hold payloads
 	{"/v1/agents", store.ScopeAdmin, store.ScopeRead},
 	{"/v1/runs", store.ScopeSubmit, store.ScopeRead},
 	{"/v1/sessions", store.ScopeSubmit, store.ScopeRead}, // a delete deletes runs

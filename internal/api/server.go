@@ -271,6 +271,12 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE /v1/secrets/{name}", s.authed(s.withNamedTenant("secrets", s.handleSecretDelete)))
 	// A rekey walks every sealed value: the deadlines of a long body.
 	s.mux.HandleFunc("POST /v1/secrets/rekey", s.longBody(s.adminOnly(s.handleSecretsRekey)))
+	// Skills (skills.go).
+	s.mux.HandleFunc("PUT /v1/skills/{name}", s.authedBody(max(s.cfg.MaxBodyBytes, skillMaxBodyBytes), s.withNamedTenant("skills", s.handleSkillPut)))
+	s.mux.HandleFunc("GET /v1/skills", s.authed(s.withNamedTenant("skills", s.handleSkillList)))
+	s.mux.HandleFunc("GET /v1/skills/{name}", s.authed(s.withNamedTenant("skills", s.handleSkillGet)))
+	s.mux.HandleFunc("DELETE /v1/skills/{name}", s.authed(s.withNamedTenant("skills", s.handleSkillDelete)))
+	s.mux.HandleFunc("POST /v1/runs/{id}/skill", s.authed(s.handleRunSkill))
 	// Sessions (sessions.go).
 	s.mux.HandleFunc("GET /v1/sessions", s.authed(s.withNamedTenant("sessions", s.handleSessionList)))
 	s.mux.HandleFunc("GET /v1/sessions/{id}", s.authed(s.withNamedTenant("sessions", s.handleSessionGet)))

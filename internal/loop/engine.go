@@ -328,6 +328,10 @@ type TurnInput struct {
 	// Approval looks up the approvals of the calls the agent's approve
 	// rules cover; nil makes such a call throw.
 	Approval agentfleet.ApprovalFunc
+	// Skills is the skills the run's agent sees (nil: none). The prompt
+	// lists the SkillCatalogSize most relevant to the task, and scripts
+	// read them with skillList() and skillGet() (skills.go).
+	Skills agentfleet.SkillLibrary
 	// OnEvent, when set, sees each event the moment the turn produces
 	// it (without seq: the store assigns seq on commit), for live
 	// progress. The durable copy is TurnResult.Events, published after

@@ -36,7 +36,7 @@ func (t *turn) execute(ctx context.Context, script Script, maxTurns int) (TurnRe
 			Script: script.Code, Args: args, Tenant: run.Tenant, RunID: run.ID, Turn: t.n,
 			Primitives: t.in.Agent.Primitives, Egress: t.in.Agent.Egress, TurnTimeout: t.in.Agent.TurnTimeout.D(), AI: t.aiFunc(), Spawn: t.spawnFunc(), IsChild: t.isChild,
 			Secrets: t.in.Secrets, TenantSecrets: t.in.TenantSecrets, Credentials: t.creds,
-			Approve: t.in.Agent.Approve, Approval: t.in.Approval,
+			Approve: t.in.Agent.Approve, Approval: t.in.Approval, Skills: t.in.Skills,
 		}
 		if len(t.in.Agent.OpenAPI) > 0 {
 			req.OpenAPI, req.ToolEvent = t.in.Agent.OpenAPI, t.toolEvent

@@ -30,7 +30,7 @@ import (
 func (t *turn) compose(ctx context.Context) (conversation, error) {
 	cfg, agent := &t.e.cfg, &t.in.Agent
 	in := composeInput{
-		system: t.e.systemPromptTools(*agent, t.exposed, t.mcpDeclarations(ctx)), run: t.run, session: t.in.Session, steps: t.in.Steps,
+		system: t.withSkills(ctx, t.e.systemPromptTools(*agent, t.exposed, t.mcpDeclarations(ctx))), run: t.run, session: t.in.Session, steps: t.in.Steps,
 		contextTokens: cfg.ContextTokens, logCap: cfg.SessionLogCap,
 	}
 	var prof agentfleet.Profile

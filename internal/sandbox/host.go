@@ -39,6 +39,12 @@ func (p *Pool) hostCall(ctx context.Context, req *agentfleet.ExecRequest, set pr
 		status, data := p.mcpHostCall(ctx, req, args, st)
 		return seq, status, data
 	}
+	if skillSet.has(pr) {
+		// A read of the tenant's own skills: no side effect to journal,
+		// approve or hold to a policy.
+		status, data := skillCall(ctx, req.Skills, pr, args)
+		return seq, status, data
+	}
 	name := prims[pr].name
 	// tool names an api call (api:<module>.<operation>): from here on it
 	// is the HTTP request its document makes, on fetch's path.

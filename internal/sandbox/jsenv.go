@@ -86,7 +86,7 @@ func (e *jsEnv) restrict(set primSet) {
 		switch p {
 		case primHTTP, primMarkdown, primRequire:
 			continue // modules, handled by require below
-		case primSecret:
+		case primSecret, primSkillList, primSkillGet:
 			continue // defined only when enabled, below
 		}
 		_ = g.Delete(prims[p].name)
@@ -95,6 +95,10 @@ func (e *jsEnv) restrict(set primSet) {
 		// Only for agents that name secrets: defining it costs every
 		// fresh runtime allocations.
 		_ = g.Set("secret", e.t.secretFn)
+	}
+	if set.has(primSkillList) {
+		_ = g.Set("skillList", e.t.skillListFn)
+		_ = g.Set("skillGet", e.t.skillGetFn)
 	}
 	if len(set.modules()) == 0 && len(e.t.apis) == 0 && len(e.t.mcps) == 0 {
 		_ = g.Delete("require")

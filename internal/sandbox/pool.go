@@ -169,6 +169,9 @@ func (p *Pool) Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfl
 	if len(req.OpenAPI) > 0 {
 		set |= 1 << primAPI
 	}
+	if req.Skills != nil {
+		set |= skillSet
+	}
 	var mcpTools string
 	if len(req.MCP) > 0 {
 		set |= 1 << primMCP

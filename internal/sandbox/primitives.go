@@ -29,6 +29,8 @@ const (
 	primSecret
 	primAPI
 	primMCP
+	primSkillList
+	primSkillGet
 	numPrims
 )
 
@@ -83,11 +85,16 @@ var prims = [numPrims]primInfo{
 	// the agent names MCP servers (ExecRequest.MCP), declared per
 	// server (mcprun.go).
 	primMCP: {name: "mcp", host: true},
+	// skillList and skillGet read the tenant's skills the run's agent
+	// sees: not listed in primitives, enabled when the run has skills
+	// (ExecRequest.Skills), declared by the prompt's skills catalog.
+	primSkillList: {name: "skillList", host: true, decl: SkillListDecl},
+	primSkillGet:  {name: "skillGet", host: true, decl: SkillGetDecl},
 }
 
 // defaultSet is what ExecRequest.Primitives nil enables: every listable
 // primitive.
-const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret) &^ (1 << primAPI) &^ (1 << primMCP)
+const defaultSet = primSet(1<<numPrims-1) &^ (1 << primSecret) &^ (1 << primAPI) &^ (1 << primMCP) &^ skillSet
 
 // resTypesDecl declares the types fetch and http share, once.
 const resTypesDecl = "type Res = {status: number; headers: Record<string, string>; body: string; url: string; truncated?: true; json(): any};\n" +
@@ -96,7 +103,7 @@ const resTypesDecl = "type Res = {status: number; headers: Record<string, string
 var primByName = func() map[string]prim {
 	m := make(map[string]prim, numPrims)
 	for i, p := range prims {
-		if prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP {
+		if prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP && !skillSet.has(prim(i)) {
 			m[p.name] = prim(i)
 		}
 	}
@@ -107,7 +114,7 @@ var primByName = func() map[string]prim {
 func DefaultPrimitives() []string {
 	out := make([]string, 0, numPrims)
 	for i, p := range prims {
-		if prim(i) != primRequire && prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP {
+		if prim(i) != primRequire && prim(i) != primSecret && prim(i) != primAPI && prim(i) != primMCP && !skillSet.has(prim(i)) {
 			out = append(out, p.name)
 		}
 	}

@@ -1,20 +1,12 @@
 package store
 
-import "time"
-
-// Skill is a named, reusable piece of script a tenant's agents can load.
-type Skill struct {
-	Tenant      string
-	Name        string
-	Description string
-	Code        string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-}
-
-type SkillUpsertParams struct {
-	Tenant      string
-	Name        string
-	Description string
-	Code        string
+// SkillPutParams create or replace a tenant's skill (agentfleet.Skill):
+// Body is markdown of at most agentfleet.SkillBodyMaxBytes; Agents empty
+// means all the tenant's agents; Source is agentfleet.SkillSourceImported
+// (the default) or SkillSourceCompiled, with SourceRun the run compiled.
+type SkillPutParams struct {
+	Tenant, Name      string
+	Description, Body string
+	Agents            []string
+	Source, SourceRun string
 }

@@ -428,9 +428,23 @@ type Store interface {
 	// does not exist (never made, or deleted).
 	RunCallbackPrune(ctx context.Context, before time.Time) (int, error)
 
-	SkillUpsert(ctx context.Context, p SkillUpsertParams) (Skill, error)
-	SkillGetByName(ctx context.Context, tenant, name string) (Skill, error)
-	SkillList(ctx context.Context, tenant string) ([]Skill, error)
+	// SkillPut creates a tenant's skill or replaces all of it but its
+	// creation time; an unknown tenant is ErrNotFound, a name that
+	// shadows a script global (agentfleet.CheckSkillName) or a body over
+	// agentfleet.SkillBodyMaxBytes ErrInvalid. SkillGet and SkillList
+	// (by name, bytewise, bodies included; an unknown tenant is
+	// ErrNotFound) read them; SkillDelete removes one. An unknown skill
+	// is ErrNotFound. Every put and delete moves the tenant's
+	// SkillRevision on, in the same transaction.
+	SkillPut(ctx context.Context, p SkillPutParams) (agentfleet.Skill, error)
+	SkillGet(ctx context.Context, tenant, name string) (agentfleet.Skill, error)
+	SkillList(ctx context.Context, tenant string) ([]agentfleet.Skill, error)
+	SkillDelete(ctx context.Context, tenant, name string) error
+	// SkillRevision is a tenant's skills revision: 0 before its first
+	// skill write, one more at each. A worker's index of the tenant's
+	// skills reads it each turn (one primary-key read) and rebuilds
+	// when it moved.
+	SkillRevision(ctx context.Context, tenant string) (int64, error)
 
 	// RunDeleteEnded deletes up to Limit runs that ended (completed,
 	// failed, cancelled, max turns) before EndedBefore, oldest first,

@@ -134,11 +134,15 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	if err != nil {
 		return &execFacts{err: err}
 	}
+	lib, err := w.skillLibrary(a.ctx, run)
+	if err != nil {
+		return &execFacts{err: err}
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: a.ld.Steps, Session: session, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
-		Approval: w.approver(run, run.Turn+1),
+		Approval: w.approver(run, run.Turn+1), Skills: lib,
 	})
 	if session != nil && err == nil && res.Outcome == loop.OutcomeFinished {
 		w.sessions.forget(run.ID)
@@ -275,6 +279,7 @@ func (w *Worker) ended(a *attempt, run agentfleet.Run) {
 	if run.Status.Terminal() {
 		w.cfg.Metrics.runEnded(run)
 		w.cfg.Tracer.EndRun(a.ctx, run)
+		w.learn(a.ctx, run)
 	}
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/bus"
 	"github.com/agentfleet/agentfleet/internal/loop"
+	"github.com/agentfleet/agentfleet/internal/skills"
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
@@ -163,6 +164,7 @@ type Worker struct {
 	commits  *committer
 	agents   agentCache
 	sessions sessionCache
+	skills   *skills.Libraries
 
 	mu       sync.Mutex
 	inflight map[string]context.CancelCauseFunc // run id -> cancel of its executing turn
@@ -189,6 +191,7 @@ func New(cfg Config) (*Worker, error) {
 	w.drainCtx, w.drain = context.WithCancel(context.Background())
 	w.agents = newAgentCache(cfg.Store, AgentCacheTTL)
 	w.sessions = newSessionCache(cfg.Store)
+	w.skills = skills.NewLibraries(cfg.Store)
 	return w, nil
 }
 

@@ -56,4 +56,5 @@ type Executor interface {
 	BudgetExecutor
 	SecretExecutor
 	SessionExecutor
+	SkillExecutor
 }

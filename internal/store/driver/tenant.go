@@ -8,7 +8,8 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
-// TenantExecutor stores tenants, their API keys and their skills. The
+// TenantExecutor stores tenants and their API keys (their skills are
+// the SkillExecutor's). The
 // ledger columns of a tenant (budget) are the BudgetExecutor's.
 type TenantExecutor interface {
 	// TenantInsert inserts a tenant (created and updated at Now); an id
@@ -34,13 +35,6 @@ type TenantExecutor interface {
 	// last use that could not be written is no error (the next lookup
 	// writes it).
 	TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error)
-
-	// SkillUpsert inserts or replaces (description, code, updated_at) a
-	// tenant's skill, at now.
-	SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error)
-	SkillGet(ctx context.Context, tenant, name string) (store.Skill, error)
-	// SkillList reads a tenant's skills by name (bytewise).
-	SkillList(ctx context.Context, tenant string) ([]store.Skill, error)
 }
 
 // TenantInsertParams are TenantInsert's: the validated, defaulted create

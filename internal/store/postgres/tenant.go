@@ -58,15 +58,3 @@ var tenantByAPIKeySQL = `WITH k AS (
 func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefore time.Time) (store.TenantGetByAPIKeyResult, error) {
 	return one(ctx, e, tenantByAPIKeySQL, scans.TenantByAPIKey, hash, now, touchBefore)
 }
-
-func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	return one(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now)
-}
-
-func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
-	return one(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = $1 AND name = $2`, scans.Skill, tenant, name)
-}
-
-func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	return all(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = $1 ORDER BY name COLLATE "C"`, scans.Skill, tenant)
-}

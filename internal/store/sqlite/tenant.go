@@ -62,18 +62,6 @@ func (e exec) TenantGetByAPIKey(ctx context.Context, hash string, now, touchBefo
 	return res, nil
 }
 
-func (e exec) SkillUpsert(ctx context.Context, p store.SkillUpsertParams, now time.Time) (store.Skill, error) {
-	return row(ctx, e, rules.SkillUpsertSQL, scans.Skill, p.Tenant, p.Name, p.Description, p.Code, now.UnixMicro())
-}
-
-func (e exec) SkillGet(ctx context.Context, tenant, name string) (store.Skill, error) {
-	return one(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = ? AND name = ?`, scans.Skill, tenant, name)
-}
-
-func (e exec) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	return all(ctx, e, `SELECT `+rules.SkillCols+` FROM skills WHERE tenant = ? ORDER BY name`, scans.Skill, tenant)
-}
-
 // textArg stores JSON text as TEXT (not BLOB), NULL when absent.
 func textArg(b []byte) any {
 	if b == nil {

@@ -314,34 +314,6 @@ func testAPIKey(t *testing.T, newStore NewStore) {
 	})
 }
 
-func testSkill(t *testing.T, newStore NewStore) {
-	t.Run("UpsertGetList", func(t *testing.T) {
-		b := setup(t, newStore)
-		ten := b.tenant(t, store.TenantCreateParams{})
-		k, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "csv", Description: "parse CSV", Code: "function csv(s) {}"})
-		require.NoError(t, err)
-		require.Equal(t, store.Skill{Tenant: ten.ID, Name: "csv", Description: "parse CSV", Code: "function csv(s) {}", CreatedAt: k.CreatedAt, UpdatedAt: k.UpdatedAt}, k)
-		k2, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "csv", Description: "parse CSV v2", Code: "function csv(s) { return [] }"})
-		require.NoError(t, err)
-		require.Equal(t, k.CreatedAt, k2.CreatedAt)
-		require.Equal(t, "parse CSV v2", k2.Description)
-		got, err := b.s.SkillGetByName(b.ctx, ten.ID, "csv")
-		require.NoError(t, err)
-		require.Equal(t, k2, got)
-		a, err := b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID, Name: "aaa", Code: "x"})
-		require.NoError(t, err)
-		list, err := b.s.SkillList(b.ctx, ten.ID)
-		require.NoError(t, err)
-		require.Equal(t, []store.Skill{a, k2}, list)
-		_, err = b.s.SkillGetByName(b.ctx, ten.ID, "nope")
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: "nobody", Name: "x"})
-		require.ErrorIs(t, err, store.ErrNotFound)
-		_, err = b.s.SkillUpsert(b.ctx, store.SkillUpsertParams{Tenant: ten.ID})
-		require.ErrorIs(t, err, store.ErrInvalid)
-	})
-}
-
 func testMigrate(t *testing.T, opener Opener) {
 	open := func(t *testing.T) func(ctx context.Context) (store.Store, error) {
 		t.Helper()

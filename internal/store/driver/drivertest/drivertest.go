@@ -49,6 +49,7 @@ func Exercise(t *testing.T, open func(t *testing.T) Backend) {
 		"Admit":      exerciseAdmit,
 		"Secrets":    exerciseSecrets,
 		"Sessions":   exerciseSessions,
+		"Skills":     exerciseSkills,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -24,7 +24,6 @@ const (
 	JournalCols = `run_id, turn, idx, primitive, method, url, result, error, prompt_tokens, completion_tokens, created_at`
 	TenantCols  = `id, token_limit, budget_window, tokens_per_minute, max_concurrent_runs, max_queued_runs, weight, exhausted, created_at, updated_at`
 	APIKeyCols  = `id, tenant, name, scopes, created_at, last_used_at`
-	SkillCols   = `tenant, name, description, code, created_at, updated_at`
 	// AgentCols reads a version (v); Scans.Agent reads its agent's
 	// creation time after it.
 	AgentCols   = `v.tenant, v.name, v.version, v.spec, v.created_at`
@@ -216,13 +215,6 @@ func (s Scans) TenantByAPIKey(sc Scanner) (store.TenantGetByAPIKeyResult, error)
 	var k APIKeyScan
 	t, err := s.Tenant(sc, k.Dest(s)...)
 	return store.TenantGetByAPIKeyResult{Tenant: t, Key: k.Key()}, err
-}
-
-// Skill scans SkillCols.
-func (s Scans) Skill(sc Scanner) (store.Skill, error) {
-	var k store.Skill
-	err := sc.Scan(&k.Tenant, &k.Name, &k.Description, &k.Code, s.Time(&k.CreatedAt), s.Time(&k.UpdatedAt))
-	return k, err
 }
 
 // Agent scans AgentCols and the agent's creation time.

@@ -124,11 +124,6 @@ const (
 	// page), at most $3.
 	APIKeyListSQL = `SELECT ` + APIKeyCols + `, seq FROM api_keys WHERE tenant = $1 AND ($2 = 0 OR seq < $2)
 		ORDER BY seq DESC LIMIT $3`
-	// SkillUpsertSQL writes skill $2 of tenant $1 ($3 description, $4
-	// code) at $5.
-	SkillUpsertSQL = `INSERT INTO skills (` + SkillCols + `) VALUES ($1, $2, $3, $4, $5, $5)
-		ON CONFLICT (tenant, name) DO UPDATE SET description = excluded.description, code = excluded.code, updated_at = excluded.updated_at
-		RETURNING ` + SkillCols
 	// CallbackSecretUpsertSQL writes tenant $1's callback secret $2 at $3.
 	CallbackSecretUpsertSQL = `INSERT INTO tenant_callback_secrets (tenant, secret, updated_at) VALUES ($1, $2, $3)
 		ON CONFLICT (tenant) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at`

@@ -116,33 +116,6 @@ func (s *Store) TenantGetByAPIKey(ctx context.Context, p store.TenantGetByAPIKey
 	return res, nil
 }
 
-func (s *Store) SkillUpsert(ctx context.Context, p store.SkillUpsertParams) (store.Skill, error) {
-	if err := SkillUpsert(p); err != nil {
-		return store.Skill{}, err
-	}
-	k, err := s.d.SkillUpsert(ctx, p, Now())
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("upsert skill %s/%s: %w", p.Tenant, p.Name, err)
-	}
-	return k, nil
-}
-
-func (s *Store) SkillGetByName(ctx context.Context, tenant, name string) (store.Skill, error) {
-	k, err := s.d.SkillGet(ctx, tenant, name)
-	if err != nil {
-		return store.Skill{}, fmt.Errorf("get skill %s/%s: %w", tenant, name, err)
-	}
-	return k, nil
-}
-
-func (s *Store) SkillList(ctx context.Context, tenant string) ([]store.Skill, error) {
-	ks, err := s.d.SkillList(ctx, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list skills of %s: %w", tenant, err)
-	}
-	return ks, nil
-}
-
 // TenantCreate validates p and fills its defaults.
 func TenantCreate(p store.TenantCreateParams) (store.TenantCreateParams, Window, error) {
 	if err := CheckID("tenant id", p.ID); err != nil {
