@@ -819,6 +819,68 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/skill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's id. */
+                id: components["parameters"]["runID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Compile a completed run into a skill of its tenant: the description from its task, the recipe from its turns' scripts and what they observed. A skill of the same name is replaced. */
+        post: operations["compileRunSkill"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/skills": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the tenant's skills by name, without their bodies. */
+        get: operations["listSkills"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/skills/{name}": {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        /** Read a skill, its body included. */
+        get: operations["getSkill"];
+        /** Create the skill or replace it whole (imported). Its body is markdown of at most 64 KiB; agents names the agents that see it (empty: all). */
+        put: operations["putSkill"];
+        post?: never;
+        /** Delete a skill: prompts and scripts of runs from now on go without it. */
+        delete: operations["deleteSkill"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -887,6 +949,8 @@ export interface components {
             context_window?: number;
             /** @description The model that folds the oldest history into a summary (default: model). A worker that cannot serve it fails the compaction, not the run: the history is trimmed instead, with a warning event. */
             summary_model?: string;
+            /** @description Compile each completed run into a skill of the tenant; a near-duplicate of an existing skill updates it instead. */
+            learn?: boolean;
             /**
              * Format: date-time
              * @description When the agent was first defined.
@@ -961,6 +1025,8 @@ export interface components {
             context_window?: number;
             /** @description The model that folds the oldest history into a summary (default: model). A worker that cannot serve it fails the compaction, not the run: the history is trimmed instead, with a warning event. */
             summary_model?: string;
+            /** @description Compile each completed run into a skill of the tenant; a near-duplicate of an existing skill updates it instead. */
+            learn?: boolean;
             /** Format: date-time */
             created_at?: string;
             /** Format: date-time */
@@ -1700,6 +1766,44 @@ export interface components {
             interval_seconds: number;
             samples: components["schemas"]["FleetSample"][];
         };
+        /** @description A tenant's named recipe: the prompt of a run lists the most relevant to its task by name and description, and its scripts read the body with skillGet(name). */
+        Skill: {
+            tenant: string;
+            name: string;
+            description: string;
+            /** @description Markdown, at most 64 KiB (left out of listings). */
+            body?: string;
+            /** @description The agents that see the skill; empty: all. */
+            agents: string[];
+            /** @enum {string} */
+            source: "imported" | "compiled";
+            /** @description The run a compiled skill came from. */
+            source_run?: string;
+            /** Format: date-time */
+            created: string;
+            /** Format: date-time */
+            updated: string;
+        };
+        /** @description A page of a tenant's skills, by name, without bodies. */
+        SkillList: {
+            skills: components["schemas"]["Skill"][];
+            next_cursor?: string;
+        };
+        /** @description A whole skill (PUT replaces it). */
+        SkillRequest: {
+            /** @description What the skill is for: the prompt's catalog line shows it. */
+            description?: string;
+            /** @description Markdown, at most 64 KiB. */
+            body?: string;
+            /** @description The agents that see the skill; empty or absent: all. */
+            agents?: string[];
+        };
+        SkillCompileRequest: {
+            /** @description The skill's name (absent: from the run's task). */
+            name?: string;
+            /** @description The agents that see the skill; empty or absent: all. */
+            agents?: string[];
+        };
     };
     responses: {
         /** @description Malformed: bad JSON, an unknown field, a bad query parameter; the message names it. */
@@ -1810,6 +1914,8 @@ export interface components {
         secretName: string;
         /** @description The session's id (the session_id its runs were submitted with). */
         sessionID: string;
+        /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+        skillName: string;
     };
     requestBodies: never;
     headers: never;
@@ -3761,6 +3867,187 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    compileRunSkill: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's id. */
+                id: components["parameters"]["runID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SkillCompileRequest"];
+            };
+        };
+        responses: {
+            /** @description The skill, replaced. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            /** @description The skill, created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    listSkills: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+                /** @description Page size. */
+                limit?: components["parameters"]["limit"];
+                /** @description The next_cursor of the previous page (same filters). */
+                cursor?: components["parameters"]["cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of skills, by name (bodies left out). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SkillList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The skill. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    putSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SkillRequest"];
+            };
+        };
+        responses: {
+            /** @description The skill, replaced. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            /** @description The skill, created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
