@@ -434,6 +434,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/skill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's id. */
+                id: components["parameters"]["runID"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Compile a completed run into a skill of its tenant: the description from its task, the recipe from its turns' scripts and what they observed. A skill of the same name is replaced. */
+        post: operations["compileRunSkill"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps": {
         parameters: {
             query?: never;
@@ -543,6 +563,48 @@ export interface paths {
         post?: never;
         /** Delete a session: every run of it with its trace, once they have all ended (the usage ledger keeps their charges). */
         delete: operations["deleteSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/skills": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the tenant's skills by name, without their bodies. */
+        get: operations["listSkills"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/skills/{name}": {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        /** Read a skill, its body included. */
+        get: operations["getSkill"];
+        /** Create the skill or replace it whole (imported). Its body is markdown of at most 64 KiB; agents names the agents that see it (empty: all). */
+        put: operations["putSkill"];
+        post?: never;
+        /** Delete a skill: prompts and scripts of runs from now on go without it. */
+        delete: operations["deleteSkill"];
         options?: never;
         head?: never;
         patch?: never;
@@ -814,68 +876,6 @@ export interface paths {
         /** Sign a delivery with the trigger's secret, as its sender would, and run it through the intake. */
         post: operations["testTrigger"];
         delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/runs/{id}/skill": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description The run's id. */
-                id: components["parameters"]["runID"];
-            };
-            cookie?: never;
-        };
-        get?: never;
-        put?: never;
-        /** Compile a completed run into a skill of its tenant: the description from its task, the recipe from its turns' scripts and what they observed. A skill of the same name is replaced. */
-        post: operations["compileRunSkill"];
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/skills": {
-        parameters: {
-            query?: never;
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        /** List the tenant's skills by name, without their bodies. */
-        get: operations["listSkills"];
-        put?: never;
-        post?: never;
-        delete?: never;
-        options?: never;
-        head?: never;
-        patch?: never;
-        trace?: never;
-    };
-    "/v1/skills/{name}": {
-        parameters: {
-            query?: {
-                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
-                tenant?: string;
-            };
-            header?: never;
-            path: {
-                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
-                name: components["parameters"]["skillName"];
-            };
-            cookie?: never;
-        };
-        /** Read a skill, its body included. */
-        get: operations["getSkill"];
-        /** Create the skill or replace it whole (imported). Its body is markdown of at most 64 KiB; agents names the agents that see it (empty: all). */
-        put: operations["putSkill"];
-        post?: never;
-        /** Delete a skill: prompts and scripts of runs from now on go without it. */
-        delete: operations["deleteSkill"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2889,6 +2889,49 @@ export interface operations {
             default: components["responses"]["Error"];
         };
     };
+    compileRunSkill: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The run's id. */
+                id: components["parameters"]["runID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["SkillCompileRequest"];
+            };
+        };
+        responses: {
+            /** @description The skill, replaced. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            /** @description The skill, created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
     getRunSteps: {
         parameters: {
             query?: {
@@ -3194,6 +3237,144 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    listSkills: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+                /** @description Page size. */
+                limit?: components["parameters"]["limit"];
+                /** @description The next_cursor of the previous page (same filters). */
+                cursor?: components["parameters"]["cursor"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of skills, by name (bodies left out). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SkillList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    getSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The skill. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    putSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SkillRequest"];
+            };
+        };
+        responses: {
+            /** @description The skill, replaced. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            /** @description The skill, created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Skill"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["Unprocessable"];
+            default: components["responses"]["Error"];
+        };
+    };
+    deleteSkill: {
+        parameters: {
+            query?: {
+                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
+                name: components["parameters"]["skillName"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             422: components["responses"]["Unprocessable"];
             default: components["responses"]["Error"];
         };
@@ -3867,187 +4048,6 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            422: components["responses"]["Unprocessable"];
-            default: components["responses"]["Error"];
-        };
-    };
-    compileRunSkill: {
-        parameters: {
-            query?: never;
-            header?: never;
-            path: {
-                /** @description The run's id. */
-                id: components["parameters"]["runID"];
-            };
-            cookie?: never;
-        };
-        requestBody?: {
-            content: {
-                "application/json": components["schemas"]["SkillCompileRequest"];
-            };
-        };
-        responses: {
-            /** @description The skill, replaced. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Skill"];
-                };
-            };
-            /** @description The skill, created. */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Skill"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
-            422: components["responses"]["Unprocessable"];
-            default: components["responses"]["Error"];
-        };
-    };
-    listSkills: {
-        parameters: {
-            query?: {
-                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
-                tenant?: string;
-                /** @description Page size. */
-                limit?: components["parameters"]["limit"];
-                /** @description The next_cursor of the previous page (same filters). */
-                cursor?: components["parameters"]["cursor"];
-            };
-            header?: never;
-            path?: never;
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description A page of skills, by name (bodies left out). */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["SkillList"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            422: components["responses"]["Unprocessable"];
-            default: components["responses"]["Error"];
-        };
-    };
-    getSkill: {
-        parameters: {
-            query?: {
-                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
-                tenant?: string;
-            };
-            header?: never;
-            path: {
-                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
-                name: components["parameters"]["skillName"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description The skill. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Skill"];
-                };
-            };
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            422: components["responses"]["Unprocessable"];
-            default: components["responses"]["Error"];
-        };
-    };
-    putSkill: {
-        parameters: {
-            query?: {
-                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
-                tenant?: string;
-            };
-            header?: never;
-            path: {
-                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
-                name: components["parameters"]["skillName"];
-            };
-            cookie?: never;
-        };
-        requestBody: {
-            content: {
-                "application/json": components["schemas"]["SkillRequest"];
-            };
-        };
-        responses: {
-            /** @description The skill, replaced. */
-            200: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Skill"];
-                };
-            };
-            /** @description The skill, created. */
-            201: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Skill"];
-                };
-            };
-            400: components["responses"]["BadRequest"];
-            401: components["responses"]["Unauthorized"];
-            403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
-            422: components["responses"]["Unprocessable"];
-            default: components["responses"]["Error"];
-        };
-    };
-    deleteSkill: {
-        parameters: {
-            query?: {
-                /** @description With the admin token: the tenant whose skills these are (required). A tenant's key may leave it out or name its own tenant. */
-                tenant?: string;
-            };
-            header?: never;
-            path: {
-                /** @description The skill's name ([a-z0-9][a-z0-9_-]{0,63}; not a script global such as fetch or skillGet). */
-                name: components["parameters"]["skillName"];
-            };
-            cookie?: never;
-        };
-        requestBody?: never;
-        responses: {
-            /** @description Deleted. */
-            204: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content?: never;
-            };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
