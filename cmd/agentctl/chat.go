@@ -100,7 +100,19 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 		return err
 	}
 	parked := false
+	var typed strings.Builder // the last turn's reply, typed as it streamed
 	err = c.Events(ctx, run.ID, 0, func(ev agentfleet.Event) error {
+		if ev.Type == agentfleet.EventResponseChunk {
+			if ev.Index == 1 {
+				if typed.Len() > 0 {
+					fmt.Fprintln(e.stdout)
+				}
+				typed.Reset()
+			}
+			typed.WriteString(ev.Text)
+			fmt.Fprint(e.stdout, ev.Text)
+			return nil
+		}
 		if ev.Type == agentfleet.EventBudgetWaiting && !parked {
 			parked = true
 			fmt.Fprintf(e.stderr, "(run %s waits for budget; it goes on when budget returns)\n", run.ID)
@@ -113,9 +125,15 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 	if run, err = c.GetRun(ctx, run.ID); err != nil {
 		return err
 	}
+	if typed.Len() > 0 && !strings.HasSuffix(typed.String(), "\n") {
+		fmt.Fprintln(e.stdout)
+	}
 	switch run.Status {
 	case agentfleet.StatusCompleted:
-		fmt.Fprintln(e.stdout, answerText(run.Answer))
+		if answer := answerText(run.Answer); strings.TrimSpace(typed.String()) != answer {
+			// Not the reply just typed (a script answered).
+			fmt.Fprintln(e.stdout, answer)
+		}
 	case agentfleet.StatusCancelled:
 		fmt.Fprintf(e.stderr, "run %s was cancelled\n", run.ID)
 	default:
