@@ -36,14 +36,19 @@ func (b *Bus) PublishChunk(ev agentfleet.Event) error {
 // ChunkSubject is the subject of a run's response chunks.
 func (b *Bus) ChunkSubject(tenant, runID string) string { return b.n.streamSubject(tenant, runID) }
 
-// SubscribeChunks calls fn with each response chunk of one run as it is
-// published, from one goroutine at a time; fn should not block. The
+// SubscribeChunks calls fn with each response chunk of one run (every run
+// of the tenant when runID is empty) as it is published, from one goroutine at a time; fn should not block. The
 // subscription is registered at the server when SubscribeChunks returns,
 // and ends with unsubscribe or Close. A message that is not a chunk event
 // is skipped.
 func (b *Bus) SubscribeChunks(ctx context.Context, tenant, runID string, fn func(agentfleet.Event)) (unsubscribe func(), err error) {
-	if err := validRun(tenant, runID); err != nil {
-		return nil, fmt.Errorf("subscribe to chunks: %w", err)
+	if err := validToken(tenant); err != nil {
+		return nil, fmt.Errorf("subscribe to chunks: tenant: %w", err)
+	}
+	if runID != "" {
+		if err := validToken(runID); err != nil {
+			return nil, fmt.Errorf("subscribe to chunks: run id: %w", err)
+		}
 	}
 	return b.subscribe(ctx, b.n.streamSubject(tenant, runID), func(m *nats.Msg) {
 		var ev agentfleet.Event
