@@ -113,3 +113,15 @@ func refusesStreaming(err error) bool {
 	}
 	return errors.Is(err, openaiwire.ErrTruncated)
 }
+
+// Unwrap returns the client WithStreamMode wrapped (c itself when it
+// wraps none): what New built, for a caller that needs its own methods.
+func Unwrap(c Client) Client {
+	switch w := c.(type) {
+	case plainStream:
+		return w.Client
+	case *autoStream:
+		return w.c
+	}
+	return c
+}
