@@ -134,12 +134,16 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	if err != nil {
 		return &execFacts{err: err}
 	}
+	var onChunk func(agentfleet.Event)
+	if w.cfg.Bus != nil {
+		onChunk = w.publishChunk
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: a.ld.Steps, Session: session, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
 		Approval: w.approver(run, run.Turn+1),
-		OnChunk:  w.publishChunk,
+		OnChunk:  onChunk,
 	})
 	if session != nil && err == nil && res.Outcome == loop.OutcomeFinished {
 		w.sessions.forget(run.ID)
