@@ -100,17 +100,20 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 		return err
 	}
 	parked := false
-	var typed strings.Builder // the last turn's reply, typed as it streamed
+	// The model's replies are typed on stderr as they stream (its
+	// scripts too); stdout keeps the answers alone, unless both are the
+	// terminal and the answer is the reply just typed.
+	var typed strings.Builder // the last turn's reply, as it streamed
 	err = c.Events(ctx, run.ID, 0, func(ev agentfleet.Event) error {
 		if ev.Type == agentfleet.EventResponseChunk {
 			if ev.Index == 1 {
 				if typed.Len() > 0 {
-					fmt.Fprintln(e.stdout)
+					fmt.Fprintln(e.stderr)
 				}
 				typed.Reset()
 			}
 			typed.WriteString(ev.Text)
-			fmt.Fprint(e.stdout, ev.Text)
+			fmt.Fprint(e.stderr, ev.Text)
 			return nil
 		}
 		if ev.Type == agentfleet.EventBudgetWaiting && !parked {
@@ -126,12 +129,12 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 		return err
 	}
 	if typed.Len() > 0 && !strings.HasSuffix(typed.String(), "\n") {
-		fmt.Fprintln(e.stdout)
+		fmt.Fprintln(e.stderr)
 	}
 	switch run.Status {
 	case agentfleet.StatusCompleted:
-		if answer := answerText(run.Answer); strings.TrimSpace(typed.String()) != answer {
-			// Not the reply just typed (a script answered).
+		answer := answerText(run.Answer)
+		if strings.TrimSpace(typed.String()) != answer || !isTerminal(e.stdout) || !isTerminal(e.stderr) {
 			fmt.Fprintln(e.stdout, answer)
 		}
 	case agentfleet.StatusCancelled:

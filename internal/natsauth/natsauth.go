@@ -459,7 +459,7 @@ func (i *Issuer) TenantCreds(tenant string, ttl time.Duration) ([]byte, error) {
 		return nil, err
 	}
 	hint := "\n# agentfleet tenant " + tenant + ": subscribe to " + i.subjects.Prefix + ".events." + tenant +
-		".>, " + i.subjects.Prefix + ".stream." + tenant + ".> (response chunks) and " + i.subjects.Prefix + ".batches." + tenant + ".>; JetStream clients use the API prefix " +
+		".> and " + i.subjects.Prefix + ".batches." + tenant + ".> (and " + i.subjects.Prefix + ".stream." + tenant + ".> for response chunks); JetStream clients use the API prefix " +
 		TenantAPIPrefix(i.subjects, tenant) + " and the inbox prefix " + InboxPrefix(tenant) + ". Expires " + time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339) + ".\n"
 	return append(creds, hint...), nil
 }
