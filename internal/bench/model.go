@@ -192,7 +192,9 @@ func (m *model) setFanout(tag string, children int) {
 
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
 
-func chunkKey(task string, turn, index int) string { return turnKey(task, turn) + "/" + strconv.Itoa(index) }
+func chunkKey(task string, turn, index int) string {
+	return turnKey(task, turn) + "/" + strconv.Itoa(index)
+}
 
 // chunkSent notes when a streamed chunk of a bench turn left, while
 // timing is on: where its trip to the subscribers starts.
