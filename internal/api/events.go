@@ -142,6 +142,11 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 				events = nil
 				continue
 			}
+			// Chunks received before this event go first: a turn's
+			// chunks precede its model_call, and none is lost after done.
+			if err := sse.drainChunks(chunks); err != nil {
+				return
+			}
 			switch {
 			case n.ev.Seq <= sse.last:
 				continue
@@ -161,6 +166,9 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 				return
 			}
 		case <-poll.C:
+			if err := sse.drainChunks(chunks); err != nil {
+				return
+			}
 			if done, err := s.catchUp(ctx, sse, run.ID); err != nil || done {
 				return
 			}
@@ -259,6 +267,21 @@ func (s *sseWriter) sendAt(id string, ev agentfleet.Event) error {
 	}
 	s.f.Flush()
 	return nil
+}
+
+// drainChunks sends the chunks waiting in chunks, without waiting for
+// more.
+func (s *sseWriter) drainChunks(chunks <-chan agentfleet.Event) error {
+	for {
+		select {
+		case ev := <-chunks:
+			if err := s.chunk(ev); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // chunk writes a response chunk: no id, so resuming skips it.
