@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/client"
+	"github.com/agentfleet/agentfleet/internal/console/browsertest"
 	"github.com/agentfleet/agentfleet/internal/fleet"
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/llm/fakeserver"
@@ -199,4 +200,38 @@ func TestFleetRetriesABrokenStreamAsAPlainCallBilledOnce(t *testing.T) {
 	require.Equal(t, []int{1, 2, 3, 1}, []int{chunks[0].Index, chunks[1].Index, chunks[2].Index, chunks[3].Index})
 	require.Equal(t, reply[:48], chunks[0].Text+chunks[1].Text+chunks[2].Text)
 	require.Equal(t, reply, chunks[3].Text)
+}
+
+// The console's run page types a streaming reply into its turn as the
+// chunks arrive, and the turn's model reply replaces it once recorded.
+func TestConsoleTypesAStreamingReply(t *testing.T) {
+	br := browsertest.Start(t)
+	reply := "Typing this reply slowly, a piece at a time, so the page shows it before the turn ends."
+	model, err := fakeserver.Start(fakeserver.Config{
+		Responder: fakeserver.Static(reply, agentfleet.Usage{PromptTokens: 40, CompletionTokens: 20}),
+		// Time to open the page first; then about two seconds of typing.
+		Latency: 2 * time.Second, ChunkDelay: 150 * time.Millisecond, ChunkSize: 8,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = model.Close() })
+	f := setupAuthFleet(t, false, func(c *fleet.Config) { c.Model = llm.Config{Model: "fake-model", BaseURL: model.URL()} })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	acme := client.New(f.dev.URL(), f.keys["acme"])
+	run, err := acme.CreateRun(ctx, wire.RunCreateRequest{Message: "type slowly"})
+	require.NoError(t, err)
+
+	p := signIn(t, br, f.dev.URL(), f.keys["acme"])
+	p.Navigate(f.dev.URL() + "/#/runs/" + run.ID)
+	const typing = `section.turn[data-turn="1"] .block.call.streaming pre`
+	p.WaitJS("part of the reply typed", `(document.querySelector('`+typing+`')?.textContent || '').length >= 16`)
+	typed := p.Text(typing)
+	require.True(t, strings.HasPrefix(reply, typed), "typed %q", typed)
+	require.Less(t, len(typed), len(reply), "typed before the reply was whole")
+	require.Zero(t, browsertest.Eval[int](p, `document.querySelectorAll('section.turn[data-turn="1"] .block.answer').length`), "no answer yet")
+
+	p.WaitVisible(`section.turn[data-turn="1"] .block.answer`)
+	require.Zero(t, browsertest.Eval[int](p, `document.querySelectorAll('.block.call.streaming').length`), "the recorded reply replaced the typed one")
+	require.Contains(t, p.Text(`section.turn[data-turn="1"] .block.call`), "Typing this reply slowly")
+	requireClean(t, p)
 }
