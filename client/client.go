@@ -252,6 +252,11 @@ var ErrStopEvents = errors.New("stop events")
 // Events streams a run's events after afterSeq to fn, in seq order, until
 // the terminal event, ctx ends, or fn returns an error. A broken stream is
 // resumed with Last-Event-ID, so fn sees every event exactly once.
+//
+// While a turn's model reply streams, fn also sees its response_chunk
+// events (Seq 0, Index and Text set) as they arrive, between the stored
+// ones; they are not stored, so a chunk sent while the stream was broken
+// is missed, and the turn's model_call event carries the whole reply.
 func (c *Client) Events(ctx context.Context, runID string, afterSeq int64, fn func(agentfleet.Event) error) error {
 	last := afterSeq
 	return follow(ctx, func() (bool, bool, error, error) {
@@ -342,6 +347,15 @@ func (c *Client) eventStream(ctx context.Context, runID string, last *int64, fn 
 		var ev agentfleet.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			return false, fmt.Errorf("decode event: %w", err)
+		}
+		if ev.Type == agentfleet.EventResponseChunk && ev.Seq == 0 {
+			// A streamed piece of a model reply: not stored, without an
+			// id, so it moves no resume point (a resumed stream does
+			// not bring it again).
+			if cbErr = fn(ev); cbErr != nil {
+				return true, nil
+			}
+			return false, nil
 		}
 		if ev.Seq <= *last {
 			return false, nil

@@ -107,7 +107,22 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 		return err
 	}
 	parked := false
+	// The model's replies are typed on stderr as they stream (its
+	// scripts too); stdout keeps the answers alone, unless both are the
+	// terminal and the answer is the reply just typed.
+	var typed strings.Builder // the last turn's reply, as it streamed
 	err = c.Events(ctx, run.ID, 0, func(ev agentfleet.Event) error {
+		if ev.Type == agentfleet.EventResponseChunk {
+			if ev.Index == 1 {
+				if typed.Len() > 0 {
+					fmt.Fprintln(e.stderr)
+				}
+				typed.Reset()
+			}
+			typed.WriteString(ev.Text)
+			fmt.Fprint(e.stderr, ev.Text)
+			return nil
+		}
 		if ev.Type == agentfleet.EventBudgetWaiting && !parked {
 			parked = true
 			fmt.Fprintf(e.stderr, "(run %s waits for budget; it goes on when budget returns)\n", run.ID)
@@ -120,9 +135,15 @@ func (e cliEnv) chatTurn(ctx context.Context, c *client.Client, agent, session, 
 	if run, err = c.GetRun(ctx, run.ID); err != nil {
 		return err
 	}
+	if typed.Len() > 0 && !strings.HasSuffix(typed.String(), "\n") {
+		fmt.Fprintln(e.stderr)
+	}
 	switch run.Status {
 	case agentfleet.StatusCompleted:
-		fmt.Fprintln(e.stdout, answerText(run.Answer))
+		answer := answerText(run.Answer)
+		if strings.TrimSpace(typed.String()) != answer || !isTerminal(e.stdout) || !isTerminal(e.stderr) {
+			fmt.Fprintln(e.stdout, answer)
+		}
 	case agentfleet.StatusCancelled:
 		fmt.Fprintf(e.stderr, "run %s was cancelled\n", run.ID)
 	default:

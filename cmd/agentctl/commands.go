@@ -104,13 +104,14 @@ func (e cliEnv) follow(ctx context.Context, c *client.Client, runID string, asJS
 		events = e.stderr
 	}
 	parked := false
+	live := &livePrinter{w: events}
 	err := c.Events(ctx, runID, 0, func(ev agentfleet.Event) error {
 		if asJSON {
 			if err := writeJSONLine(e.stdout, ev); err != nil {
 				return err
 			}
 		} else {
-			printEvent(events, ev)
+			live.print(ev)
 		}
 		if ev.Type == agentfleet.EventBudgetWaiting {
 			parked = true
@@ -148,10 +149,48 @@ func (e cliEnv) follow(ctx context.Context, c *client.Client, runID string, asJS
 	}
 }
 
-// printEvent writes one event for a human.
+// livePrinter prints events for a human, and a turn's model reply as it
+// streams (response_chunk events): then the turn's model_call and
+// response events print without the text already shown.
+type livePrinter struct {
+	w        io.Writer
+	streamed map[int]bool // turns whose reply was shown as it streamed
+	open     bool         // a streamed reply is being written
+}
+
+func (p *livePrinter) print(ev agentfleet.Event) {
+	const bar = "    │ "
+	if ev.Type == agentfleet.EventResponseChunk {
+		if p.streamed == nil {
+			p.streamed = map[int]bool{}
+		}
+		switch {
+		case !p.open:
+			fmt.Fprintf(p.w, "     turn %-2d %-18s\n%s", ev.Turn, "model (streaming)", bar)
+		case ev.Index == 1:
+			// The stream broke and the reply came again whole.
+			fmt.Fprintf(p.w, "\n    (stream broke; the whole reply:)\n%s", bar)
+		}
+		p.open, p.streamed[ev.Turn] = true, true
+		fmt.Fprint(p.w, strings.ReplaceAll(ev.Text, "\n", "\n"+bar))
+		return
+	}
+	if p.open {
+		fmt.Fprintln(p.w)
+		p.open = false
+	}
+	if p.streamed[ev.Turn] && (ev.Type == agentfleet.EventModelCall || ev.Type == agentfleet.EventResponse) {
+		ev.Content = ""
+	}
+	printEvent(p.w, ev)
+}
+
+// printEvent writes one event for a human; response chunks are the
+// livePrinter's.
 func printEvent(w io.Writer, ev agentfleet.Event) {
 	head := fmt.Sprintf("#%-3d turn %-2d %-18s", ev.Seq, ev.Turn, ev.Type)
 	switch ev.Type {
+	case agentfleet.EventResponseChunk:
 	case agentfleet.EventModelCall:
 		tok := ""
 		if ev.Tokens != nil {

@@ -13,6 +13,10 @@ import (
 	"github.com/agentfleet/agentfleet/internal/store"
 )
 
+// sseChunkBuffer is how many response chunks wait for a slow event
+// stream before more are dropped.
+const sseChunkBuffer = 1024
+
 // handleRunEvents streams a run's events as Server-Sent Events: "id:" is
 // the event's seq (dense from 1), "event:" its type, "data:" the event
 // JSON. It replays history from the store, then follows live events from
@@ -24,6 +28,12 @@ import (
 // yet, or history aged out of the stream) is filled from the store, and
 // the store is also polled every few seconds so a lost publish cannot
 // stall a stream.
+//
+// A running turn's response chunks (the streamed pieces of its model
+// reply, from core NATS) are interleaved as they arrive, as
+// "event: response_chunk" without an "id:" line: they are not stored, so
+// a resumed stream replays only stored events, and the model_call event
+// that follows them carries the whole reply.
 func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p principal) {
 	run, err := s.lookupRun(r, p)
 	if err != nil {
@@ -63,6 +73,23 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 		live = nil
 	} else {
 		defer live.Close()
+	}
+
+	var chunks chan agentfleet.Event // nil (never ready) without them
+	if !run.Status.Terminal() {
+		chunks = make(chan agentfleet.Event, sseChunkBuffer)
+		stop, err := s.cfg.Bus.SubscribeChunks(ctx, run.Tenant, run.ID, func(ev agentfleet.Event) {
+			select {
+			case chunks <- ev:
+			default: // a client this far behind gets the reply in model_call
+			}
+		})
+		if err != nil {
+			s.log.Warn("subscribe to response chunks; streaming stored events only", "run", run.ID, "err", err)
+			chunks = nil
+		} else {
+			defer stop()
+		}
 	}
 
 	startSSE(w, flusher)
@@ -115,6 +142,11 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 				events = nil
 				continue
 			}
+			// Chunks received before this event go first: a turn's
+			// chunks precede its model_call, and none is lost after done.
+			if err := sse.drainChunks(chunks); err != nil {
+				return
+			}
 			switch {
 			case n.ev.Seq <= sse.last:
 				continue
@@ -129,7 +161,14 @@ func (s *Server) handleRunEvents(w http.ResponseWriter, r *http.Request, p princ
 			if err := sse.send(n.ev); err != nil || n.ev.Terminal() {
 				return
 			}
+		case ev := <-chunks:
+			if err := sse.chunk(ev); err != nil {
+				return
+			}
 		case <-poll.C:
+			if err := sse.drainChunks(chunks); err != nil {
+				return
+			}
 			if done, err := s.catchUp(ctx, sse, run.ID); err != nil || done {
 				return
 			}
@@ -224,6 +263,34 @@ func (s *sseWriter) sendAt(id string, ev agentfleet.Event) error {
 		return err
 	}
 	if _, err := fmt.Fprintf(s.w, "id: %s\nevent: %s\ndata: %s\n\n", id, ev.Type, data); err != nil {
+		return err
+	}
+	s.f.Flush()
+	return nil
+}
+
+// drainChunks sends the chunks waiting in chunks, without waiting for
+// more.
+func (s *sseWriter) drainChunks(chunks <-chan agentfleet.Event) error {
+	for {
+		select {
+		case ev := <-chunks:
+			if err := s.chunk(ev); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// chunk writes a response chunk: no id, so resuming skips it.
+func (s *sseWriter) chunk(ev agentfleet.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", ev.Type, data); err != nil {
 		return err
 	}
 	s.f.Flush()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agentfleet/agentfleet/internal/bus"
+	"github.com/agentfleet/agentfleet/internal/llm"
 )
 
 // Scenarios.
@@ -174,6 +175,9 @@ type Config struct {
 	// whether every POST arrived once and every model call was billed
 	// once (Figures.Effects).
 	SideEffects bool
+	// Stream is the fleet's AGENTFLEET_MODEL_STREAM (auto, on, off;
+	// empty: auto, which streams from the fake model).
+	Stream llm.StreamMode
 	// Secrets is how many secrets each bench tenant holds (random
 	// 32-byte values, bound to a host no run calls): every turn of the
 	// tenant then loads them and redacts their values from all it
@@ -253,6 +257,11 @@ func (c *Config) applyDefaults() error {
 	c.Model.Listen = c.ModelListen
 	c.Model.keepRequests = c.Scenario == Chaos
 	var errs []error
+	if m, err := llm.ParseStreamMode(string(c.Stream)); err != nil {
+		errs = append(errs, fmt.Errorf("--stream: %w", err))
+	} else {
+		c.Stream = m
+	}
 	if c.Runs < 1 || c.Turns < 1 || c.Workers < 1 || c.Slots < 1 || c.Submitters < 1 {
 		errs = append(errs, fmt.Errorf("--runs, --turns, --workers, --slots and --submitters must be at least 1"))
 	}
@@ -314,7 +323,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Runs: cfg.Runs, Turns: cfg.Turns, ModelLatency: Duration(cfg.ModelLatency),
 		Workers: cfg.Workers, Slots: cfg.Slots, AckWait: Duration(cfg.AckWait), ReadyDepth: cfg.ReadyDepth,
 		PromptTokens: cfg.Model.PromptTokens, CompletionTokens: cfg.Model.CompletionTokens,
-		Fail429: cfg.Model.Fail429, Fail500: cfg.Model.Fail500,
+		Fail429: cfg.Model.Fail429, Fail500: cfg.Model.Fail500, Stream: string(cfg.Stream),
 	}
 	logger := cfg.Logger
 	if logger == nil {

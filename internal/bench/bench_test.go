@@ -475,3 +475,24 @@ func TestWebhooksSpawned(t *testing.T) {
 	require.Equal(t, w.Retries, w.RetriesDeduped)
 	require.Contains(t, w.CPUPerDeliveryByProcess, "dispatcher")
 }
+
+// TestLatencyOfStreamedChunks: with replies padded into many chunks, the
+// latency scenario times each chunk from the fake model to the SSE client
+// and to the NATS subscriber; with streaming off there are none.
+func TestLatencyOfStreamedChunks(t *testing.T) {
+	rep := run(t, bench.Config{Scenario: bench.Latency, Runs: 4, Warmup: -1, ModelLatency: bench.LatencyDefault,
+		Model: bench.ModelConfig{CompletionTokens: 40, ChunkSize: 16}})
+	l := rep.Figures.Latency
+	require.NotNil(t, l.ChunkToSSE)
+	require.NotNil(t, l.ChunkToNATS)
+	// About 200 bytes of padding a turn: a dozen chunks or more.
+	require.GreaterOrEqual(t, l.ChunkToSSE.N, 4*2*10)
+	requireOrdered(t, "chunk to SSE", *l.ChunkToSSE, 0)
+	requireOrdered(t, "chunk to NATS", *l.ChunkToNATS, 0)
+	require.GreaterOrEqual(t, l.ChunkToNATS.N, l.ChunkToSSE.N)
+
+	rep = run(t, bench.Config{Scenario: bench.Latency, Runs: 2, Warmup: -1, ModelLatency: bench.LatencyDefault,
+		Model: bench.ModelConfig{CompletionTokens: 40}, Stream: "off"})
+	require.Nil(t, rep.Figures.Latency.ChunkToSSE)
+	require.Equal(t, "off", rep.Parameters.Stream)
+}

@@ -16,7 +16,11 @@ import (
 //   - the model's reply to turn k -> its request for turn k+1;
 //   - an event's ts -> its arrival at an SSE client and at a NATS
 //     subscriber (upper bounds: ts is set just before the commit);
-//   - submit -> the done event at the SSE client.
+//   - submit -> the done event at the SSE client;
+//   - with a streaming model (the fleet's default; pad the replies with
+//     --completion-tokens so they come in many chunks), a streamed chunk
+//     leaving the fake model -> its response_chunk at the SSE client and
+//     at a NATS subscriber of the tenant's chunks.
 //
 // The SSE stream of a run can only be opened once the run exists, so the
 // fake model holds its reply to the run's first turn until the stream has
@@ -42,6 +46,11 @@ func (e *env) latency(ctx context.Context) error {
 		}
 		return ch
 	}
+	type natsChunk struct {
+		ev agentfleet.Event
+		at time.Time
+	}
+	var natsChunks []natsChunk
 	haveNATS := false
 	if url := e.fleet.natsURL(); url != "" {
 		b, err := bus.Connect(ctx, bus.Config{URL: url, CredsFile: e.fleet.natsCreds(), Name: "agentctl-bench-subscriber", Observer: true})
@@ -67,6 +76,16 @@ func (e *env) latency(ctx context.Context) error {
 			return fmt.Errorf("subscribe to events: %w", err)
 		}
 		defer unsubscribe()
+		stopChunks, err := b.SubscribeChunks(ctx, t.id, "", func(ev agentfleet.Event) {
+			now := time.Now()
+			natsMu.Lock()
+			defer natsMu.Unlock()
+			natsChunks = append(natsChunks, natsChunk{ev, now})
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe to response chunks: %w", err)
+		}
+		defer stopChunks()
 		haveNATS = true
 	} else {
 		e.rep.note("no NATS subscriber: the fleet's NATS URL is unknown (pass --nats-url with --url)")
@@ -91,8 +110,9 @@ func (e *env) latency(ctx context.Context) error {
 	})
 	defer e.model.setTiming(false, nil)
 
-	var submitToFirst, turnGaps, sse, toDone []time.Duration
+	var submitToFirst, turnGaps, sse, toDone, chunkSSE []time.Duration
 	var subs []submission
+	taskOf := map[string]string{} // run id -> task, for the NATS chunks
 	submitErrs := 0
 	e.startProgress(func(elapsed time.Duration) string {
 		return fmt.Sprintf("%s latency: %d/%d runs done", elapsed, len(toDone), e.cfg.Runs)
@@ -116,10 +136,17 @@ func (e *env) latency(ctx context.Context) error {
 			continue
 		}
 		subs = append(subs, s)
+		taskOf[s.id] = task
 		var streamOpen, doneAt time.Time
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.Stall)
 		err = t.c.Events(rctx, s.id, 0, func(ev agentfleet.Event) error {
 			now := time.Now()
+			if ev.Type == agentfleet.EventResponseChunk {
+				if sent, ok := e.model.chunkAt(task, ev.Turn, ev.Index); ok {
+					chunkSSE = append(chunkSSE, now.Sub(sent))
+				}
+				return nil
+			}
 			if streamOpen.IsZero() {
 				streamOpen = now
 				openGate()
@@ -181,6 +208,24 @@ func (e *env) latency(ctx context.Context) error {
 		s := summarize(natsLat)
 		natsMu.Unlock()
 		f.CommitToNATS = &s
+	}
+	if len(chunkSSE) > 0 {
+		s := summarize(chunkSSE)
+		f.ChunkToSSE = &s
+	}
+	if haveNATS {
+		natsMu.Lock()
+		var lat []time.Duration
+		for _, c := range natsChunks {
+			if sent, ok := e.model.chunkAt(taskOf[c.ev.RunID], c.ev.Turn, c.ev.Index); ok {
+				lat = append(lat, c.at.Sub(sent))
+			}
+		}
+		natsMu.Unlock()
+		if len(lat) > 0 {
+			s := summarize(lat)
+			f.ChunkToNATS = &s
+		}
 	}
 	e.rep.Figures.Latency = f
 	e.rep.note("commit -> SSE/NATS are measured from each event's ts, which is set when the turn's events are made, just before the commit: upper bounds of commit-to-delivery")

@@ -85,6 +85,10 @@ type ModelConfig struct {
 	// tokens also pad the reply with about that many tokens of prose.
 	PromptTokens     int
 	CompletionTokens int
+	// ChunkDelay and ChunkSize shape a streamed reply (fakeserver's):
+	// the pause before each content chunk and its bytes (0: 16).
+	ChunkDelay time.Duration
+	ChunkSize  int
 	// Fail429 and Fail500 make the first requests fail: Fail429 of them
 	// with 429 and Retry-After RetryAfter (default "1"), then Fail500
 	// with 500.
@@ -114,6 +118,8 @@ type model struct {
 	timing   bool
 	requests map[string]time.Time
 	replies  map[string]time.Time
+	// chunks is when each streamed content chunk left, by chunkKey.
+	chunks map[string]time.Time
 	// gate, when set, is called before replying to a request (turn is
 	// 1-based); the latency scenario holds a run's first reply until its
 	// SSE stream is open.
@@ -186,10 +192,42 @@ func (m *model) setFanout(tag string, children int) {
 
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
 
+func chunkKey(task string, turn, index int) string {
+	return turnKey(task, turn) + "/" + strconv.Itoa(index)
+}
+
+// chunkSent notes when a streamed chunk of a bench turn left, while
+// timing is on: where its trip to the subscribers starts.
+func (m *model) chunkSent(r fakeserver.Request, index int, _ string) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.timing {
+		return
+	}
+	k := 1
+	for _, msg := range r.Messages {
+		if msg.Role == agentfleet.RoleAssistant {
+			k++
+		}
+	}
+	m.chunks[chunkKey(r.FirstUser(), k, index)] = now
+}
+
+// chunkAt is when chunk index of turn k of task left.
+func (m *model) chunkAt(task string, k, index int) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.chunks[chunkKey(task, k, index)]
+	return t, ok
+}
+
 func startModel(cfg ModelConfig) (*model, error) {
-	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{}, ai: map[string]int{}}
+	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{},
+		chunks: map[string]time.Time{}, ai: map[string]int{}}
 	srv, err := fakeserver.Start(fakeserver.Config{
 		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: !cfg.keepRequests,
+		ChunkDelay: cfg.ChunkDelay, ChunkSize: cfg.ChunkSize, OnChunk: m.chunkSent,
 	})
 	if err != nil {
 		return nil, err

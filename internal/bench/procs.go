@@ -275,7 +275,8 @@ func (f *procFleet) startWorker(ctx context.Context) (*proc, error) {
 	env := append(f.commonEnv(name),
 		"AGENTFLEET_WORKER_SLOTS="+strconv.Itoa(f.cfg.Slots),
 		"AGENTFLEET_METRICS_LISTEN=127.0.0.1:0",
-		"AGENTFLEET_MODEL="+ModelName, "OPENAI_BASE_URL="+f.modelURL, "OPENAI_API_KEY=")
+		"AGENTFLEET_MODEL="+ModelName, "OPENAI_BASE_URL="+f.modelURL, "OPENAI_API_KEY=",
+		"AGENTFLEET_MODEL_STREAM="+string(f.cfg.Stream))
 	if f.cfg.SideEffects {
 		env = append(env, "AGENTFLEET_EGRESS_ALLOW=127.0.0.1")
 	}

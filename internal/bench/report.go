@@ -61,6 +61,8 @@ type Parameters struct {
 	SideEffects bool `json:"side_effects,omitempty"`
 	// Secrets each tenant holds (Config.Secrets).
 	Secrets int `json:"secrets,omitempty"`
+	// Stream is the fleet's AGENTFLEET_MODEL_STREAM.
+	Stream string `json:"stream,omitempty"`
 }
 
 // Figures are the measurements; which are set depends on the scenario.
@@ -176,6 +178,13 @@ type LatencyFigures struct {
 	CommitToNATS *Summary `json:"commit_to_nats,omitempty"`
 	// SubmitToDone: from POST to the done event at the SSE client.
 	SubmitToDone Summary `json:"submit_to_done"`
+	// ChunkToSSE and ChunkToNATS: from a streamed chunk of a model reply
+	// leaving the fake model (just before its write) to its
+	// response_chunk event at the SSE client and at a NATS subscriber of
+	// the tenant's chunks (bus.SubscribeChunks); absent when the model
+	// did not stream.
+	ChunkToSSE  *Summary `json:"chunk_to_sse,omitempty"`
+	ChunkToNATS *Summary `json:"chunk_to_nats,omitempty"`
 }
 
 // ScaleFigures: K runs in flight at once on a slow model.
@@ -477,6 +486,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 			row("commit -> NATS subscriber*", "%s", *l.CommitToNATS)
 		}
 		row("submit -> done (SSE)", "%s", l.SubmitToDone)
+		if l.ChunkToSSE != nil {
+			row("chunk leaves model -> SSE", "%s", *l.ChunkToSSE)
+		}
+		if l.ChunkToNATS != nil {
+			row("chunk leaves model -> NATS", "%s", *l.ChunkToNATS)
+		}
 		row("", "* from the event's ts, set just before the commit: upper bounds")
 	}
 	if s := f.Scale; s != nil {

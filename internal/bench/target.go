@@ -121,7 +121,7 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 		NATSURL: cfg.NATSURL, NATSCreds: cfg.NATSCreds, NATSListen: natsListen, DataDir: dir,
 		Workers: cfg.Workers, WorkerSlots: cfg.Slots, DrainTimeout: 10 * time.Second,
 		AckWait: cfg.AckWait, MaxWaiting: mw, ReadyDepth: cfg.ReadyDepth,
-		Model: llm.Config{Model: ModelName, BaseURL: m.URL()},
+		Model: llm.Config{Model: ModelName, BaseURL: m.URL(), Stream: cfg.Stream},
 	}
 	if cfg.SideEffects || cfg.Scenario == Tools {
 		// The side-effect target and the tools scenario's MCP server
@@ -132,7 +132,7 @@ func startEmbedded(ctx context.Context, cfg Config, m *model, logger *slog.Logge
 	if err != nil {
 		return nil, err
 	}
-	dev, err := fleet.StartDev(ctx, fcfg, fleet.DevOptions{ModelClient: mc, Logger: logger})
+	dev, err := fleet.StartDev(ctx, fcfg, fleet.DevOptions{ModelClient: llm.WithStreamMode(mc, cfg.Stream), Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("start embedded fleet: %w", err)
 	}

@@ -177,3 +177,10 @@ func orStar(s string) string {
 	}
 	return s
 }
+
+// streamSubject is <p>.stream.<tenant>.<run>, where a run's response
+// chunks go (core NATS, outside every stream); empty parts become
+// wildcards.
+func (n names) streamSubject(tenant, runID string) string {
+	return n.prefix + ".stream." + orStar(tenant) + "." + orStar(runID)
+}

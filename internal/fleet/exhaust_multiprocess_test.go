@@ -161,6 +161,15 @@ func (m *outOfDescriptors) Complete(ctx context.Context, req agentfleet.ModelReq
 	return m.Client.Complete(ctx, req)
 }
 
+// Stream fails the same way: a turn's model call streams.
+func (m *outOfDescriptors) Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error) {
+	if m.left.Add(-1) >= 0 {
+		return agentfleet.ModelResponse{}, fmt.Errorf("chat completion: %w",
+			&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)})
+	}
+	return m.Client.Stream(ctx, req, fn)
+}
+
 // A turn the worker fails for want of its own file descriptors, more
 // times than a turn may fail, is handed back each time uncounted: the
 // run completes, nothing is dead-lettered.

@@ -58,6 +58,10 @@ type Config struct {
 	BackoffCap    time.Duration
 	MaxRetryAfter time.Duration
 
+	// Stream says whether model calls stream (AGENTFLEET_MODEL_STREAM);
+	// empty is StreamAuto.
+	Stream StreamMode
+
 	// DemoLatency is added to every demo model reply, so that benchmarks
 	// and demos can look like a real model's pace.
 	DemoLatency time.Duration
@@ -74,13 +78,16 @@ type Config struct {
 //     (default gpt-4o-mini) at OPENAI_BASE_URL (default
 //     https://api.openai.com/v1).
 //
-// Values are trimmed of surrounding space. New validates the result.
+// AGENTFLEET_MODEL_STREAM (auto, on, off; default auto) says whether a
+// turn's model call streams. Values are trimmed of surrounding space. New
+// validates the result.
 func ConfigFromEnv() Config {
 	env := func(k string) string { return strings.TrimSpace(os.Getenv(k)) }
 	return Config{
 		Model:   env(EnvModel),
 		BaseURL: env(EnvBaseURL),
 		APIKey:  env(EnvAPIKey),
+		Stream:  StreamMode(env(EnvStream)),
 	}
 }
 
@@ -107,6 +114,9 @@ func (c Config) withDefaults() Config {
 // validate checks a defaulted Config; its messages name the environment
 // variable to fix, since that is where users set these.
 func (c Config) validate() error {
+	if _, err := ParseStreamMode(string(c.Stream)); err != nil {
+		return err
+	}
 	if c.DemoLatency < 0 {
 		return fmt.Errorf("demo latency %s is negative: use 0 for none", c.DemoLatency)
 	}
@@ -134,8 +144,9 @@ func New(cfg Config) (Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("model configuration: %w", err)
 	}
+	mode, _ := ParseStreamMode(string(cfg.Stream))
 	if IsDemo(cfg) {
-		return &Demo{Latency: cfg.DemoLatency}, nil
+		return WithStreamMode(&Demo{Latency: cfg.DemoLatency}, mode), nil
 	}
 	c, err := openaiwire.New(openaiwire.Config{
 		BaseURL:       cfg.BaseURL,
@@ -150,7 +161,7 @@ func New(cfg Config) (Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model configuration: %w", err)
 	}
-	return c, nil
+	return WithStreamMode(c, mode), nil
 }
 
 // LongestCall is the longest a model call of the client cfg selects can

@@ -43,11 +43,11 @@ func TestConfigFromEnv(t *testing.T) {
 			}
 			require.NoError(t, err)
 			if tc.demo {
-				require.IsType(t, &llm.Demo{}, c)
+				require.IsType(t, &llm.Demo{}, llm.Unwrap(c))
 				require.Equal(t, llm.DemoModelLabel, cfg.String())
 				return
 			}
-			wc, ok := c.(*openaiwire.Client)
+			wc, ok := llm.Unwrap(c).(*openaiwire.Client)
 			require.True(t, ok, "want the OpenAI-wire client, got %T", c)
 			require.Equal(t, tc.wantModel, wc.Model())
 			require.Contains(t, cfg.String(), tc.wantBase)

@@ -18,6 +18,7 @@ import (
 // status class.
 type Metrics struct {
 	duration *prometheus.HistogramVec
+	ttft     *prometheus.HistogramVec
 	tokens   *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
 }
@@ -35,12 +36,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Tokens per model call (gen_ai.client.token.usage), by operation, requested model and token type (input, output).",
 			Buckets: []float64{1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864},
 		}, []string{"gen_ai_operation_name", "gen_ai_request_model", "gen_ai_token_type"}),
+		// The conventions' buckets for gen_ai.server.time_to_first_token:
+		// measured here, at the client, from the request to the first
+		// content delta of a streamed call.
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gen_ai_server_time_to_first_token_seconds",
+			Help:    "Time from a streamed model call's start to its first content delta (gen_ai.server.time_to_first_token), by operation and requested model.",
+			Buckets: []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10},
+		}, []string{"gen_ai_operation_name", "gen_ai_request_model"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentfleet_model_call_errors_total",
 			Help: "Model calls that failed, by status class: 4xx and 5xx (the provider's answer), timeout, or other (the connection).",
 		}, []string{"class"}),
 	}
-	reg.MustRegister(m.duration, m.tokens, m.errors)
+	reg.MustRegister(m.duration, m.ttft, m.tokens, m.errors)
 	return m
 }
 
@@ -66,7 +75,17 @@ func (i instrumented) Complete(ctx context.Context, req agentfleet.ModelRequest)
 
 func (i instrumented) Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error) {
 	start := time.Now()
-	resp, err := i.c.Stream(ctx, req, fn)
+	first := true
+	resp, err := i.c.Stream(ctx, req, func(ch agentfleet.ModelChunk) error {
+		if first && !ch.Done && ch.Delta != "" {
+			first = false
+			i.m.ttft.WithLabelValues("chat", req.Model).Observe(time.Since(start).Seconds())
+		}
+		if fn == nil {
+			return nil
+		}
+		return fn(ch)
+	})
 	i.m.observe(req, resp, err, time.Since(start))
 	return resp, err
 }

@@ -338,6 +338,11 @@ type TurnInput struct {
 	// the commit. It may be called from the sandbox's host-call
 	// goroutine, one call at a time.
 	OnEvent func(agentfleet.Event)
+	// OnChunk, when set and the model is a Streamer, makes the turn's
+	// model call stream: it sees each response_chunk event as the
+	// reply arrives (stream.go), on the turn's goroutine, and should
+	// not block. Chunks are never part of TurnResult.Events.
+	OnChunk func(agentfleet.Event)
 }
 
 // Outcome says what the caller does with a TurnResult.

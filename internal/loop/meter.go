@@ -30,7 +30,12 @@ func (e *Engine) reserve(ctx context.Context, run *agentfleet.Run, tokens int64)
 
 // call calls the model; a failed call releases its reservation.
 func (e *Engine) call(ctx context.Context, run *agentfleet.Run, req agentfleet.ModelRequest, res *agentfleet.Reservation) (agentfleet.ModelResponse, error) {
-	resp, err := e.cfg.Model.Complete(ctx, req)
+	return e.released(ctx, res, func() (agentfleet.ModelResponse, error) { return e.cfg.Model.Complete(ctx, req) })
+}
+
+// released makes a model call with call; a failed one releases res.
+func (e *Engine) released(ctx context.Context, res *agentfleet.Reservation, call func() (agentfleet.ModelResponse, error)) (agentfleet.ModelResponse, error) {
+	resp, err := call()
 	if err == nil {
 		return resp, nil
 	}

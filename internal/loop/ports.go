@@ -15,6 +15,14 @@ type Model interface {
 	Complete(ctx context.Context, req agentfleet.ModelRequest) (agentfleet.ModelResponse, error)
 }
 
+// Streamer is a Model that delivers its reply as it is produced
+// (llm.Client's Stream): content deltas, then a Done chunk with the whole
+// response. A turn whose TurnInput.OnChunk is set streams its model call
+// through it; a script's ai() sub-calls never stream.
+type Streamer interface {
+	Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error)
+}
+
 // Sandbox runs one turn's script in isolation.
 type Sandbox interface {
 	Execute(ctx context.Context, req agentfleet.ExecRequest) (agentfleet.ExecResult, error)

@@ -62,7 +62,7 @@ func (t *turn) reply(ctx context.Context, msgs []agentfleet.ChatMessage) (Reply,
 	if err != nil {
 		return Reply{}, nil, err
 	}
-	resp, err := t.e.call(ctx, run, req, res)
+	resp, err := t.modelCall(ctx, req, res)
 	var unavailable *agentfleet.ModelUnavailableError
 	if errors.As(err, &unavailable) {
 		r := t.fail(fmt.Sprintf("agent %s: %v", t.in.Agent.Name, unavailable))

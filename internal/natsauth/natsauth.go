@@ -310,13 +310,15 @@ func TenantAPIPrefix(subj Subjects, tenant string) string {
 }
 
 // TenantPermissions are what a tenant's user may do: subscribe to its
-// events, batch events and inboxes, and make JetStream requests through
+// events, its runs' response chunks (core NATS, <p>.stream.<tenant>.<run>),
+// batch events and inboxes, and make JetStream requests through
 // its API prefix; nothing reaches $JS.API directly.
 func TenantPermissions(subj Subjects, tenant string) jwt.Permissions {
 	subj = subj.withDefaults()
 	return jwt.Permissions{
 		Sub: jwt.Permission{Allow: jwt.StringList{
 			subj.Prefix + ".events." + tenant + ".>",
+			subj.Prefix + ".stream." + tenant + ".>",
 			subj.Prefix + ".batches." + tenant + ".>",
 			InboxPrefix(tenant) + ".>",
 		}},
@@ -457,7 +459,7 @@ func (i *Issuer) TenantCreds(tenant string, ttl time.Duration) ([]byte, error) {
 		return nil, err
 	}
 	hint := "\n# agentfleet tenant " + tenant + ": subscribe to " + i.subjects.Prefix + ".events." + tenant +
-		".> and " + i.subjects.Prefix + ".batches." + tenant + ".>; JetStream clients use the API prefix " +
+		".> and " + i.subjects.Prefix + ".batches." + tenant + ".> (and " + i.subjects.Prefix + ".stream." + tenant + ".> for response chunks); JetStream clients use the API prefix " +
 		TenantAPIPrefix(i.subjects, tenant) + " and the inbox prefix " + InboxPrefix(tenant) + ". Expires " + time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339) + ".\n"
 	return append(creds, hint...), nil
 }

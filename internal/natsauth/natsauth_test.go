@@ -89,7 +89,7 @@ func TestTenantCredsAreScopedToTheTenant(t *testing.T) {
 	require.NotEqual(t, user, other)
 
 	require.InDelta(t, time.Now().Add(natsauth.TTLDefault).Unix(), uc.Expires, 5)
-	require.ElementsMatch(t, []string{"af.events.acme.>", "af.batches.acme.>", "_INBOX_acme.>"}, []string(uc.Permissions.Sub.Allow))
+	require.ElementsMatch(t, []string{"af.events.acme.>", "af.stream.acme.>", "af.batches.acme.>", "_INBOX_acme.>"}, []string(uc.Permissions.Sub.Allow))
 	require.ElementsMatch(t, []string{
 		"af.js.acme.>",
 	}, []string(uc.Permissions.Pub.Allow))

@@ -35,6 +35,30 @@ type tracedModel struct {
 }
 
 func (tm tracedModel) Complete(ctx context.Context, req agentfleet.ModelRequest) (agentfleet.ModelResponse, error) {
+	return tm.traced(ctx, req, func(ctx context.Context) (agentfleet.ModelResponse, error) { return tm.m.Complete(ctx, req) })
+}
+
+// Stream is Complete streamed, when the wrapped model streams (else a
+// plain call whose reply arrives as the Done chunk): the span covers the
+// whole stream.
+func (tm tracedModel) Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error) {
+	return tm.traced(ctx, req, func(ctx context.Context) (agentfleet.ModelResponse, error) {
+		if s, ok := tm.m.(streamer); ok {
+			return s.Stream(ctx, req, fn)
+		}
+		resp, err := tm.m.Complete(ctx, req)
+		if err == nil && fn != nil {
+			err = fn(agentfleet.ModelChunk{Done: true, Response: resp})
+		}
+		return resp, err
+	})
+}
+
+type streamer interface {
+	Stream(ctx context.Context, req agentfleet.ModelRequest, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error)
+}
+
+func (tm tracedModel) traced(ctx context.Context, req agentfleet.ModelRequest, call func(context.Context) (agentfleet.ModelResponse, error)) (agentfleet.ModelResponse, error) {
 	ctx, span := tm.t.tracer.Start(ctx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", tm.provider),
@@ -42,7 +66,7 @@ func (tm tracedModel) Complete(ctx context.Context, req agentfleet.ModelRequest)
 		attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),
 	))
 	defer span.End()
-	resp, err := tm.m.Complete(ctx, req)
+	resp, err := call(ctx)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		span.SetAttributes(attribute.String("error.type", errorType(err)))

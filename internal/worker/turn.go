@@ -138,11 +138,16 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	if err != nil {
 		return &execFacts{err: err}
 	}
+	var onChunk func(agentfleet.Event)
+	if w.cfg.Bus != nil {
+		onChunk = w.publishChunk
+	}
 	res, err := w.cfg.Engine.Step(a.turnCtx, loop.TurnInput{
 		Run: run, Agent: agent, Steps: a.ld.Steps, Session: session, Secrets: w.cfg.Secrets, TenantSecrets: secrets,
 		FirstAttempt: a.f.firstAttempt, TenantUnlimited: a.ld.TenantUnlimited,
 		Spawn: w.spawner(a.ctx, run, run.Turn+1), IsChild: w.childOf(run), Children: children,
 		Approval: w.approver(run, run.Turn+1), Skills: lib,
+		OnChunk: onChunk,
 	})
 	if session != nil && err == nil && res.Outcome == loop.OutcomeFinished {
 		w.sessions.forget(run.ID)
@@ -152,6 +157,16 @@ func (w *Worker) execute(a *attempt) *execFacts {
 		x.priorErr = w.awaitEvents(a.ctx, a.prior)
 	}
 	return x
+}
+
+// publishChunk sends a streamed piece of a turn's reply to the run's
+// live subscribers (SSE, tenants' NATS consumers). Best effort: a lost
+// chunk costs a subscriber only the live view, and the model_call event
+// carries the whole reply.
+func (w *Worker) publishChunk(ev agentfleet.Event) {
+	if err := w.cfg.Bus.PublishChunk(ev); err != nil {
+		w.cfg.Logger.Debug("publish response chunk", "run", ev.RunID, "turn", ev.Turn, "err", err)
+	}
 }
 
 // commit commits the executed turn through the current group commit.

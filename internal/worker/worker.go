@@ -62,6 +62,8 @@ type Bus interface {
 	EnqueueTurn(ctx context.Context, t bus.Turn) error
 	ContinueTurn(ctx context.Context, prev, next bus.Turn) (direct bool, err error)
 	PublishControl(ctx context.Context, tenant, runID, verb string) error
+	// PublishChunk sends a streamed piece of a reply, unstored.
+	PublishChunk(ev agentfleet.Event) error
 }
 
 // Config configures a Worker.

@@ -58,3 +58,12 @@ func BenchmarkDecodeRequest(b *testing.B) {
 		}
 	}
 }
+
+// A streamed content chunk's string is what encoding/json makes of it.
+func TestAppendJSONStringEncodesLikeEncodingJSON(t *testing.T) {
+	for _, s := range []string{"", "plain", "quote \" back \\ slash", "line\nbreak\ttab\r", "\x01\x1f ctl", "é 😀 <&>", "\u2028"} {
+		var got string
+		require.NoError(t, json.Unmarshal(appendJSONString(nil, s), &got), s)
+		require.Equal(t, s, got)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,6 +105,12 @@ type Fault struct {
 	// Hang makes the server accept the request and never answer, until
 	// the client gives up or the server closes. Status is ignored.
 	Hang bool
+	// BreakAfter, for a streamed request, serves the reply but drops
+	// the connection after this many content chunks, as a provider whose
+	// stream breaks midway (a plain request is answered as usual). The
+	// reply counts as served: the provider did the work. Status is
+	// ignored.
+	BreakAfter int
 	// Times repeats the fault for this many consecutive requests
 	// (0 means once).
 	Times int
@@ -127,6 +134,13 @@ type Config struct {
 	// OmitUsage never sends usage, like providers that ignore
 	// include_usage.
 	OmitUsage bool
+	// RefuseStream answers every streamed request 400, as a provider
+	// that does not stream.
+	RefuseStream bool
+	// OnChunk, when set, is called as each streamed content chunk
+	// (index from 1) is about to be written: where a benchmark starts
+	// the clock of a chunk's trip to its subscribers.
+	OnChunk func(req Request, index int, piece string)
 	// Key groups counted replies (CompletionsFor); nil means the first
 	// user message.
 	Key func(Request) string
@@ -266,6 +280,14 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 
+	if req.Stream && s.cfg.RefuseStream {
+		writeError(w, &StatusError{Status: http.StatusBadRequest, Message: "stream is not supported by this server"})
+		return
+	}
+	breakAfter := 0
+	if fault != nil && fault.BreakAfter > 0 {
+		breakAfter, fault = fault.BreakAfter, nil
+	}
 	if fault != nil {
 		if fault.Hang {
 			select {
@@ -315,7 +337,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.count(req)
 	if req.Stream {
-		s.stream(w, r, req, model, content, usage)
+		s.stream(w, r, req, model, content, usage, breakAfter)
 		return
 	}
 	body := completion{
@@ -339,7 +361,7 @@ func (s *Server) count(req Request) {
 	s.byKey[s.cfg.Key(req)]++
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, model, content string, usage agentfleet.Usage) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, model, content string, usage agentfleet.Usage, breakAfter int) {
 	flusher, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
@@ -360,8 +382,39 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, req Request, mod
 	if !send(chunk(&message{Role: agentfleet.RoleAssistant}, nil)) {
 		return
 	}
+	// A content chunk is what send(chunk(&message{Content: piece}, nil))
+	// writes, spelled out: benchmarks run the fake in the fleet's
+	// process, and dozens of reflective encodings a reply would be
+	// counted as the fleet's CPU.
+	head, _ := json.Marshal(chunk(&message{Content: "\x00"}, nil))
+	pre, post, _ := strings.Cut(string(head), `"\u0000"`)
+	buf := make([]byte, 0, 256)
+	sendContent := func(piece string) bool {
+		buf = append(append(buf[:0], "data: "...), pre...)
+		buf = appendJSONString(buf, piece)
+		buf = append(append(buf, post...), "\n\n"...)
+		if _, err := w.Write(buf); err != nil {
+			return false
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return true
+	}
+	n := 0
 	for piece := range pieces(content, s.cfg.ChunkSize) {
-		if !s.pause(r.Context(), s.cfg.ChunkDelay) || !send(chunk(&message{Content: piece}, nil)) {
+		if !s.pause(r.Context(), s.cfg.ChunkDelay) {
+			return
+		}
+		if breakAfter > 0 && n == breakAfter {
+			// Cut the connection mid-reply, as a broken stream would.
+			panic(http.ErrAbortHandler)
+		}
+		n++
+		if s.cfg.OnChunk != nil {
+			s.cfg.OnChunk(req, n, piece)
+		}
+		if !sendContent(piece) {
 			return
 		}
 	}
@@ -427,3 +480,27 @@ func writeError(w http.ResponseWriter, e *StatusError) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// appendJSONString appends s as a JSON string, as encoding/json writes it
+// without HTML escaping.
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c == '\n':
+			b = append(b, '\\', 'n')
+		case c == '\r':
+			b = append(b, '\\', 'r')
+		case c == '\t':
+			b = append(b, '\\', 't')
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -49,13 +50,26 @@ func (c *Client) Stream(ctx context.Context, req agentfleet.ModelRequest, fn fun
 // final: the caller has seen the text and a retry would repeat it.
 func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, params openai.ChatCompletionNewParams,
 	raw **http.Response, fn func(agentfleet.ModelChunk) error) (agentfleet.ModelResponse, error) {
-	stream := c.oa.Chat.Completions.NewStreaming(ctx, params, option.WithResponseInto(raw))
+	sent := c.oa.Chat.Completions.NewStreaming(ctx, params, option.WithResponseInto(raw))
+	if err := sent.Err(); err != nil || *raw == nil {
+		_ = sent.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: no response", ErrTruncated)
+		}
+		return agentfleet.ModelResponse{}, err
+	}
+	// The SDK sent the request (its auth, headers and middleware); its
+	// stream has read nothing yet. The events are read by the SDK's own
+	// stream reader over the same body, decoded into the few fields we
+	// use: ChatCompletionChunk's reflective decoder costs more than the
+	// rest of a turn when a reply comes in dozens of small chunks.
+	stream := ssestream.NewStream[wireChunk](ssestream.NewDecoder(*raw), nil)
 	defer stream.Close()
 
 	var (
 		content      strings.Builder
 		model        string
-		usage        openai.CompletionUsage
+		usage        wireUsage
 		reported     bool
 		finished     bool
 		finishReason string
@@ -68,8 +82,8 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 		if chunk.Model != "" {
 			model = chunk.Model
 		}
-		if chunk.JSON.Usage.Valid() {
-			usage, reported = chunk.Usage, true
+		if chunk.Usage != nil {
+			usage, reported = *chunk.Usage, true
 		}
 		for _, choice := range chunk.Choices {
 			if choice.Index != 0 {
@@ -112,4 +126,24 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 		return resp, final(fmt.Errorf("stream consumer: %w", err))
 	}
 	return resp, nil
+}
+
+// wireChunk is the part of a chat.completion.chunk a stream reads.
+type wireChunk struct {
+	Model   string `json:"model"`
+	Choices []struct {
+		Index int64 `json:"index"`
+		Delta struct {
+			Content string `json:"content"`
+			Refusal string `json:"refusal"`
+		} `json:"delta"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	// Usage is set on the chunk that carries it (include_usage).
+	Usage *wireUsage `json:"usage"`
+}
+
+type wireUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
 }

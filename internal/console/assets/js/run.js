@@ -156,10 +156,27 @@ export function runPage(root, id) {
     return null;
   }
 
+  // typing is each turn's model reply as it streams (response_chunk
+  // events, not stored), shown until the turn's model_call replaces it.
+  const typing = new Map();
+  function typeChunk(ev) {
+    let t = typing.get(ev.turn);
+    if (!t || ev.index === 1) {
+      t?.block.remove(); // index 1 again: the reply starts over
+      const pre = h('pre', { class: 'text' });
+      t = { pre, block: h('div', { class: 'block call streaming' }, h('h3', null, 'Model reply ', h('span', { class: 'meta' }, 'streaming…')), pre) };
+      typing.set(ev.turn, t);
+      turnBody(ev.turn).append(t.block);
+    }
+    t.pre.append(ev.text || '');
+  }
+
   function onEvent(ev) {
+    if (ev.type === 'response_chunk') { typeChunk(ev); return false; }
     if (ev.seq <= lastSeq) return false;
     lastSeq = ev.seq;
     tl.add(ev);
+    if (ev.type === 'model_call' && typing.has(ev.turn)) { typing.get(ev.turn).block.remove(); typing.delete(ev.turn); }
     const text = ev.content || ev.summary || '';
     timeline.append(h('li', { dataset: { type: ev.type, seq: ev.seq } },
       h('span', { class: 'seq' }, '#' + ev.seq), ' ',
