@@ -423,7 +423,7 @@ export interface paths {
         };
         /**
          * A run's events as Server-Sent Events, history then live, ending after its done event.
-         * @description Resume with Last-Event-ID (or ?after=N): the stream brings exactly the events after it.
+         * @description Resume with Last-Event-ID (or ?after=N): the stream brings exactly the stored events after it. While a turn's model reply streams, its pieces arrive interleaved as `event: response_chunk` messages without an id (not stored, never replayed); the turn's model_call event then carries the whole reply.
          */
         get: operations["streamRunEvents"];
         put?: never;
@@ -1267,7 +1267,7 @@ export interface components {
             run_id: string;
             tenant: string;
             session_id?: string;
-            /** @description Dense per run from 1: a consumer detects gaps and drops repeats. */
+            /** @description Dense per run from 1: a consumer detects gaps and drops repeats. 0 in a response_chunk, which is not stored (and has no SSE id). */
             seq: number;
             turn: number;
             type: components["schemas"]["EventType"];
@@ -1278,6 +1278,10 @@ export interface components {
             args?: unknown;
             tokens?: components["schemas"]["Tokens"];
             summary?: string;
+            /** @description response_chunk: the chunk's place in its turn's reply, from 1. A chunk of index 1 after others of the same turn starts the reply over (a stream that broke was made again as a plain call). */
+            index?: number;
+            /** @description response_chunk: a piece of the turn's model reply, secrets redacted; a turn's chunks joined equal its model_call content. */
+            text?: string;
         };
         /**
          * @description What the event records.
