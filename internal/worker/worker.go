@@ -168,6 +168,8 @@ type Worker struct {
 	sessions sessionCache
 	skills   *skills.Libraries
 
+	// mu guards inflight, and orders start's count of a turn against
+	// the drain Shutdown starts.
 	mu       sync.Mutex
 	inflight map[string]context.CancelCauseFunc // run id -> cancel of its executing turn
 	// drainCtx ends when Shutdown begins.
@@ -309,12 +311,17 @@ func (w *Worker) announceSlots() (stop func()) {
 // caller took for it, and reports true; or, when a drain has begun, hands
 // d straight back, frees the slot and reports false.
 func (w *Worker) start(ctx context.Context, d *bus.Delivery) bool {
+	// Under w.mu, as Shutdown starts the drain: a turn is either counted
+	// before Shutdown waits for the count, or not started at all.
+	w.mu.Lock()
 	if w.isDraining() {
+		w.mu.Unlock()
 		_ = d.NakWithDelay(0)
 		w.slots.release(1)
 		return false
 	}
 	w.wg.Add(1)
+	w.mu.Unlock()
 	go func() {
 		defer w.wg.Done()
 		defer w.slots.release(1)
@@ -336,7 +343,9 @@ func (w *Worker) next(ctx context.Context, src *bus.TurnSource) (*bus.Delivery, 
 // until ctx ends, then interrupts the rest and hands their messages back
 // for another worker. Run returns after Shutdown.
 func (w *Worker) Shutdown(ctx context.Context) error {
+	w.mu.Lock()
 	w.drain()
+	w.mu.Unlock()
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
 	select {
