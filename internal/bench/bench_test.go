@@ -476,12 +476,13 @@ func TestWebhooksSpawned(t *testing.T) {
 	require.Contains(t, w.CPUPerDeliveryByProcess, "dispatcher")
 }
 
-// TestLatencyOfStreamedChunks: with replies padded into many chunks, the
-// latency scenario times each chunk from the fake model to the SSE client
-// and to the NATS subscriber; with streaming off there are none.
+// TestLatencyOfStreamedChunks: with replies padded into many chunks sent
+// further apart than the fleet joins them, the latency scenario times
+// each chunk from the fake model to the SSE client and to the NATS
+// subscriber; with streaming off there are none.
 func TestLatencyOfStreamedChunks(t *testing.T) {
 	rep := run(t, bench.Config{Scenario: bench.Latency, Runs: 4, Warmup: -1, ModelLatency: bench.LatencyDefault,
-		Model: bench.ModelConfig{CompletionTokens: 40, ChunkSize: 16}})
+		Model: bench.ModelConfig{CompletionTokens: 40, ChunkSize: 16, ChunkDelay: 3 * time.Millisecond}})
 	l := rep.Figures.Latency
 	require.NotNil(t, l.ChunkToSSE)
 	require.NotNil(t, l.ChunkToNATS)

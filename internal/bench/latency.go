@@ -113,6 +113,25 @@ func (e *env) latency(ctx context.Context) error {
 	var submitToFirst, turnGaps, sse, toDone, chunkSSE []time.Duration
 	var subs []submission
 	taskOf := map[string]string{} // run id -> task, for the NATS chunks
+	// A chunk is timed from its first byte's piece at the fake model:
+	// the bytes of a turn's chunks before it are its offset.
+	type chunkTurn struct {
+		run  string
+		turn int
+	}
+	offsets := func() func(ev agentfleet.Event) int {
+		at := map[chunkTurn]int{}
+		return func(ev agentfleet.Event) int {
+			k := chunkTurn{ev.RunID, ev.Turn}
+			if ev.Index == 1 {
+				at[k] = 0 // a restarted reply starts again
+			}
+			off := at[k]
+			at[k] += len(ev.Text)
+			return off
+		}
+	}
+	sseOffset, natsOffset := offsets(), offsets()
 	submitErrs := 0
 	e.startProgress(func(elapsed time.Duration) string {
 		return fmt.Sprintf("%s latency: %d/%d runs done", elapsed, len(toDone), e.cfg.Runs)
@@ -142,7 +161,7 @@ func (e *env) latency(ctx context.Context) error {
 		err = t.c.Events(rctx, s.id, 0, func(ev agentfleet.Event) error {
 			now := time.Now()
 			if ev.Type == agentfleet.EventResponseChunk {
-				if sent, ok := e.model.chunkAt(task, ev.Turn, ev.Index); ok {
+				if sent, ok := e.model.chunkAt(task, ev.Turn, sseOffset(ev)); ok {
 					chunkSSE = append(chunkSSE, now.Sub(sent))
 				}
 				return nil
@@ -217,7 +236,7 @@ func (e *env) latency(ctx context.Context) error {
 		natsMu.Lock()
 		var lat []time.Duration
 		for _, c := range natsChunks {
-			if sent, ok := e.model.chunkAt(taskOf[c.ev.RunID], c.ev.Turn, c.ev.Index); ok {
+			if sent, ok := e.model.chunkAt(taskOf[c.ev.RunID], c.ev.Turn, natsOffset(c.ev)); ok {
 				lat = append(lat, c.at.Sub(sent))
 			}
 		}

@@ -118,8 +118,9 @@ type model struct {
 	timing   bool
 	requests map[string]time.Time
 	replies  map[string]time.Time
-	// chunks is when each streamed content chunk left, by chunkKey.
-	chunks map[string]time.Time
+	// chunks is, by turnKey, when each streamed content chunk left and
+	// the byte of the reply it ends at.
+	chunks map[string][]chunkMark
 	// gate, when set, is called before replying to a request (turn is
 	// 1-based); the latency scenario holds a run's first reply until its
 	// SSE stream is open.
@@ -192,13 +193,16 @@ func (m *model) setFanout(tag string, children int) {
 
 func turnKey(task string, turn int) string { return task + "#" + strconv.Itoa(turn) }
 
-func chunkKey(task string, turn, index int) string {
-	return turnKey(task, turn) + "/" + strconv.Itoa(index)
+// chunkMark is one streamed piece of a reply: the reply's bytes up to
+// end left at at.
+type chunkMark struct {
+	end int
+	at  time.Time
 }
 
 // chunkSent notes when a streamed chunk of a bench turn left, while
 // timing is on: where its trip to the subscribers starts.
-func (m *model) chunkSent(r fakeserver.Request, index int, _ string) {
+func (m *model) chunkSent(r fakeserver.Request, _ int, piece string) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -211,20 +215,32 @@ func (m *model) chunkSent(r fakeserver.Request, index int, _ string) {
 			k++
 		}
 	}
-	m.chunks[chunkKey(r.FirstUser(), k, index)] = now
+	key := turnKey(r.FirstUser(), k)
+	marks := m.chunks[key]
+	end := len(piece)
+	if n := len(marks); n > 0 {
+		end += marks[n-1].end
+	}
+	m.chunks[key] = append(marks, chunkMark{end: end, at: now})
 }
 
-// chunkAt is when chunk index of turn k of task left.
-func (m *model) chunkAt(task string, k, index int) (time.Time, bool) {
+// chunkAt is when the byte at offset of turn k's reply to task left the
+// fake model: a fleet chunk that starts there waited since then (the
+// fleet may join pieces into one chunk).
+func (m *model) chunkAt(task string, k, offset int) (time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	t, ok := m.chunks[chunkKey(task, k, index)]
-	return t, ok
+	for _, c := range m.chunks[turnKey(task, k)] {
+		if c.end > offset {
+			return c.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func startModel(cfg ModelConfig) (*model, error) {
 	m := &model{cfg: cfg, finalsByTag: map[string]int{}, requests: map[string]time.Time{}, replies: map[string]time.Time{},
-		chunks: map[string]time.Time{}, ai: map[string]int{}}
+		chunks: map[string][]chunkMark{}, ai: map[string]int{}}
 	srv, err := fakeserver.Start(fakeserver.Config{
 		Addr: cfg.Listen, Responder: m.respond, Model: ModelName, Latency: cfg.Latency, Forget: !cfg.keepRequests,
 		ChunkDelay: cfg.ChunkDelay, ChunkSize: cfg.ChunkSize, OnChunk: m.chunkSent,

@@ -7,6 +7,9 @@ package loop
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/redact"
@@ -36,6 +39,7 @@ func (t *turn) modelCall(ctx context.Context, req agentfleet.ModelRequest, res *
 		return e.call(ctx, t.run, req, res)
 	}
 	ch := &chunks{t: t, red: redact.NewStream(t.redact)}
+	defer ch.stop()
 	deltas, bytes := 0, 0
 	resp, err := s.Stream(ctx, req, func(c agentfleet.ModelChunk) error {
 		if c.Done || c.Delta == "" {
@@ -62,29 +66,99 @@ func (t *turn) modelCall(ctx context.Context, req agentfleet.ModelRequest, res *
 	return resp, err
 }
 
-// chunks turns a reply's deltas into response_chunk events.
+// chunkCoalesce is the least time between two of a turn's chunks: the
+// deltas that arrive sooner after a chunk went out wait, at most this
+// long, and go out together. A provider streaming tokens tens of
+// milliseconds apart sees each go out at once; a reply that arrives in a
+// burst (a fast provider, a cached reply) is a few events, not one per
+// delta, which is what streaming costs the fleet per turn.
+const chunkCoalesce = 2 * time.Millisecond
+
+// chunks turns a reply's deltas into response_chunk events. add and flush
+// run on the stream's goroutine; the timer that sends deltas held back by
+// chunkCoalesce runs on its own, hence mu.
 type chunks struct {
-	t     *turn
-	red   *redact.Stream
-	index int
+	t   *turn
+	red *redact.Stream
+
+	mu      sync.Mutex
+	index   int
+	pending strings.Builder
+	last    time.Time   // when the last chunk went out
+	timer   *time.Timer // sends pending, when set
+	stopped bool
 }
 
-func (c *chunks) add(delta string) { c.send(c.red.Write(delta)) }
-
-func (c *chunks) flush() { c.send(c.red.Flush()) }
-
-// restart sends a whole reply as the turn's chunk 1.
-func (c *chunks) restart(content string) {
-	c.index = 0
-	c.red = redact.NewStream(nil)
-	c.send(c.t.clean(content))
-}
-
-func (c *chunks) send(text string) {
+func (c *chunks) add(delta string) {
+	text := c.red.Write(delta)
 	if text == "" {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending.WriteString(text)
+	wait := chunkCoalesce - time.Since(c.last)
+	switch {
+	case wait <= 0:
+		c.sendLocked()
+	case c.timer == nil:
+		c.timer = time.AfterFunc(wait, func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.timer = nil
+			if !c.stopped {
+				c.sendLocked()
+			}
+		})
+	}
+}
+
+// flush sends what is held back: the end of the reply.
+func (c *chunks) flush() {
+	text := c.red.Flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pending.WriteString(text)
+	c.stopTimerLocked()
+	c.sendLocked()
+}
+
+// restart sends a whole reply as the turn's chunk 1, dropping what was
+// held back of the broken stream.
+func (c *chunks) restart(content string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopTimerLocked()
+	c.index = 0
+	c.red = redact.NewStream(nil)
+	c.pending.Reset()
+	c.pending.WriteString(c.t.clean(content))
+	c.sendLocked()
+}
+
+// stop ends the chunks of the call: nothing is sent after it.
+func (c *chunks) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopTimerLocked()
+	c.stopped = true
+}
+
+func (c *chunks) stopTimerLocked() {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+func (c *chunks) sendLocked() {
+	if c.pending.Len() == 0 {
+		return
+	}
+	text := c.pending.String()
+	c.pending.Reset()
 	c.index++
+	c.last = time.Now()
 	t := c.t
 	t.in.OnChunk(agentfleet.Event{
 		V: agentfleet.EventVersion, RunID: t.run.ID, Tenant: t.run.Tenant, SessionID: t.run.SessionID,
