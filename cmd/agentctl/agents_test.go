@@ -142,4 +142,51 @@ approval_timeout: 2h
 	require.Equal(t, exitFailed, code)
 	code, _, _ = agentctl("agents", "show", "--version", "2", "triage")
 	require.Equal(t, exitOK, code, "its versions stay for the runs admitted under them")
+
+	// An MCP server and an OpenAPI document written inline as YAML: the
+	// agent has both, the document as the JSON the server validated; a
+	// document with a problem is refused with the server's words.
+	const tools = `name: tooled
+egress: [linear.example.com, billing.example.com]
+mcp:
+  - name: linear
+    url: https://linear.example.com/mcp
+    tools: [search_issues, create_issue]
+openapi:
+  - name: billing
+    base_url: https://billing.example.com
+    spec:
+      openapi: 3.0.3
+      info: {title: billing, version: "1"}
+      paths:
+        /invoices/{id}:
+          get:
+            operationId: getInvoice
+            parameters:
+              - {name: id, in: path, required: true, schema: {type: string}}
+            responses:
+              "200": {description: the invoice}
+`
+	code, out, stderr = agentctl("agents", "apply", "-f", write("tooled.yaml", tools))
+	require.Equal(t, exitOK, code, stderr)
+	a = agentfleet.Agent{}
+	require.NoError(t, json.Unmarshal([]byte(out), &a))
+	require.Equal(t, []agentfleet.MCPServer{{Name: "linear", URL: "https://linear.example.com/mcp", Tools: []string{"search_issues", "create_issue"}}}, a.MCP)
+	require.Len(t, a.OpenAPI, 1)
+	require.Equal(t, "billing", a.OpenAPI[0].Name)
+	require.Equal(t, "https://billing.example.com", a.OpenAPI[0].BaseURL)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(a.OpenAPI[0].Spec, &doc), "the YAML document is stored as JSON: %s", a.OpenAPI[0].Spec)
+	require.Equal(t, "getInvoice", doc.Paths["/invoices/{id}"]["get"].OperationID)
+
+	// A document with a reference to nothing is refused, naming it.
+	bad := bytes.Replace([]byte(tools), []byte("schema: {type: string}"), []byte("schema: {$ref: '#/components/schemas/Missing'}"), 1)
+	code, _, stderr = agentctl("agents", "apply", "-f", write("bad.yaml", string(bad)))
+	require.Equal(t, exitFailed, code, stderr)
+	require.Contains(t, stderr, "openapi[0].spec: component `#/components/schemas/Missing` does not exist")
+	require.Contains(t, stderr, "HTTP 422")
 }

@@ -49,6 +49,16 @@ type effectTarget struct {
 	release chan struct{}
 }
 
+// startEffectTarget serves a new effectTarget until t ends; its first
+// /hold is released then, if not before.
+func startEffectTarget(t *testing.T) (*effectTarget, *httptest.Server) {
+	target := &effectTarget{byKey: map[string]int{}, serials: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
+	srv := httptest.NewServer(target)
+	t.Cleanup(srv.Close)
+	t.Cleanup(sync.OnceFunc(func() { close(target.release) }))
+	return target, srv
+}
+
 func (e *effectTarget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.byKey[r.URL.Path+" "+r.Header.Get("Idempotency-Key")]++
@@ -72,10 +82,7 @@ func TestMultiProcessJournalSurvivesWorkerKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test builds binaries")
 	}
-	target := &effectTarget{byKey: map[string]int{}, serials: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
-	srv := httptest.NewServer(target)
-	t.Cleanup(srv.Close)
-	t.Cleanup(sync.OnceFunc(func() { close(target.release) }))
+	target, srv := startEffectTarget(t)
 	f := startWorkerFleet(t, journalTurns)
 	ctx, st := f.ctx, f.st
 	run, err := f.tenant.CreateRun(ctx, wire.RunCreateRequest{Message: "journal", Context: json.RawMessage(`{"target":"` + srv.URL + `"}`)})

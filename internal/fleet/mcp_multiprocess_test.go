@@ -3,9 +3,7 @@ package fleet_test
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -46,10 +44,7 @@ func TestMultiProcessMCPApprovedToolCalledOnceAcrossWorkerKill(t *testing.T) {
 		t.Skip("multi-process test builds binaries")
 	}
 	ev := startEverythingServer(t)
-	target := &effectTarget{byKey: map[string]int{}, serials: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
-	srv := httptest.NewServer(target)
-	t.Cleanup(srv.Close)
-	t.Cleanup(sync.OnceFunc(func() { close(target.release) }))
+	target, srv := startEffectTarget(t)
 	f := startWorkerFleet(t, toggleTurns)
 	ctx := f.ctx
 	body, err := json.Marshal(map[string]any{

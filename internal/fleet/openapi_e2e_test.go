@@ -236,10 +236,7 @@ func TestMultiProcessOpenAPIJournalSurvivesWorkerKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test builds binaries")
 	}
-	target := &effectTarget{byKey: map[string]int{}, serials: map[string]int{}, held: make(chan struct{}), release: make(chan struct{})}
-	srv := httptest.NewServer(target)
-	t.Cleanup(srv.Close)
-	t.Cleanup(sync.OnceFunc(func() { close(target.release) }))
+	target, srv := startEffectTarget(t)
 	f := startWorkerFleet(t, effectOpTurns)
 	ctx := f.ctx
 	body, err := json.Marshal(map[string]any{"openapi": []any{map[string]any{"name": "fx", "spec": effectDocument(srv.URL)}}})
