@@ -16,6 +16,7 @@ import (
 	"github.com/agentfleet/agentfleet/internal/llm"
 	"github.com/agentfleet/agentfleet/internal/loop"
 	"github.com/agentfleet/agentfleet/internal/sandbox"
+	"github.com/agentfleet/agentfleet/internal/skills"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
 )
@@ -70,7 +71,8 @@ func TestTurnGetsTheTenantsSecrets(t *testing.T) {
 
 	const value = "sign-VALUE-4b3a2910"
 	src := &memSecrets{err: errors.New("database is away")}
-	w := &Worker{cfg: Config{Store: st, Engine: eng, SecretSource: src}, log: slog.New(slog.DiscardHandler), agents: newAgentCache(st, AgentCacheTTL)}
+	w := &Worker{cfg: Config{Store: st, Engine: eng, SecretSource: src}, log: slog.New(slog.DiscardHandler), agents: newAgentCache(st, AgentCacheTTL),
+		skills: skills.NewLibraries(st)}
 	attemptOf := func(ld store.TurnLoadResult) *attempt {
 		return &attempt{ctx: ctx, turnCtx: ctx, baseCtx: ctx, ld: ld, f: facts{
 			turn: bus.Turn{RunID: ld.Run.ID, Tenant: "acme", Turn: ld.Run.Turn + 1}, firstAttempt: true,
