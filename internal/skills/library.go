@@ -52,6 +52,12 @@ func (l *Libraries) Index(ctx context.Context, tenant string) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.indexAt(ctx, tenant, rev)
+}
+
+// indexAt is the tenant's index as of revision rev, which the caller read
+// (a turn's load reads it with the run: store.TurnLoadResult).
+func (l *Libraries) indexAt(ctx context.Context, tenant string, rev int64) (*Index, error) {
 	if rev == 0 {
 		return nil, nil
 	}
@@ -87,8 +93,11 @@ func (l *Libraries) Index(ctx context.Context, tenant string) (*Index, error) {
 // For is the skills agent of tenant sees, as its run's scripts reach
 // them, and nil when it sees none: the prompt then says nothing of
 // skills, as for a tenant without any.
-func (l *Libraries) For(ctx context.Context, tenant, agent string) (agentfleet.SkillLibrary, error) {
-	x, err := l.Index(ctx, tenant)
+//
+// rev is the tenant's skills revision as the caller read it (the turn's
+// load); 0 means the tenant has none, and nothing is read.
+func (l *Libraries) For(ctx context.Context, tenant, agent string, rev int64) (agentfleet.SkillLibrary, error) {
+	x, err := l.indexAt(ctx, tenant, rev)
 	if err != nil || x == nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/agentfleet/agentfleet"
 	"github.com/agentfleet/agentfleet/internal/skills"
 	"github.com/agentfleet/agentfleet/internal/store"
 	"github.com/agentfleet/agentfleet/internal/store/sqlite"
@@ -30,13 +31,19 @@ func TestLibrariesFollowTheRevision(t *testing.T) {
 	require.NoError(t, err)
 
 	libs := skills.NewLibraries(reader)
-	lib, err := libs.For(ctx, "t1", "a")
+	// As a turn does: the revision read with the run (here on its own).
+	forA := func() (agentfleet.SkillLibrary, error) {
+		rev, err := reader.SkillRevision(ctx, "t1")
+		require.NoError(t, err)
+		return libs.For(ctx, "t1", "a", rev)
+	}
+	lib, err := forA()
 	require.NoError(t, err)
 	require.Nil(t, lib, "no skills: no library")
 
 	_, err = writer.SkillPut(ctx, store.SkillPutParams{Tenant: "t1", Name: "csv-totals", Description: "Sum a CSV column", Agents: []string{"b"}})
 	require.NoError(t, err)
-	lib, err = libs.For(ctx, "t1", "a")
+	lib, err = forA()
 	require.NoError(t, err)
 	require.Nil(t, lib, "a's agent sees none")
 	x1, err := libs.Index(ctx, "t1")
@@ -47,7 +54,7 @@ func TestLibrariesFollowTheRevision(t *testing.T) {
 
 	_, err = writer.SkillPut(ctx, store.SkillPutParams{Tenant: "t1", Name: "pdf-text", Description: "Read a PDF"})
 	require.NoError(t, err)
-	lib, err = libs.For(ctx, "t1", "a")
+	lib, err = forA()
 	require.NoError(t, err)
 	require.NotNil(t, lib)
 	body, err := lib.SkillGet(ctx, "pdf-text")
@@ -57,7 +64,7 @@ func TestLibrariesFollowTheRevision(t *testing.T) {
 	require.Error(t, err, "b's, not a's")
 
 	require.NoError(t, writer.SkillDelete(ctx, "t1", "pdf-text"))
-	lib, err = libs.For(ctx, "t1", "a")
+	lib, err = forA()
 	require.NoError(t, err)
 	require.Nil(t, lib, "the delete reached the index")
 }

@@ -27,6 +27,11 @@ type TurnLoadResult struct {
 	// nothing to reserve (see BudgetReserve). A limit set after the read
 	// still applies at the charge (ModelReplyRecord, BudgetSettle).
 	TenantUnlimited bool
+	// SkillsRevision is the tenant's skills revision (SkillRevision) as
+	// the load read it: 0 for a tenant that never had a skill. A worker
+	// keeps its index of the tenant's skills current by it without a read
+	// of its own.
+	SkillsRevision int64
 	// Steps are the run's steps from HistoryFrom through Run.Turn. They
 	// are loaded only when Turn > 1 and the run stands at Turn-1
 	// (HistoryLoaded); otherwise the turn is not the run's next one and

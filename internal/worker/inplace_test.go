@@ -41,6 +41,8 @@ func TestInPlaceLoadIsWhatTurnLoadReads(t *testing.T) {
 	created, err := st.RunCreate(ctx, store.RunCreateParams{Tenant: "acme", Message: "count"})
 	require.NoError(t, err)
 	run := created.Run
+	_, err = st.SkillPut(ctx, store.SkillPutParams{Tenant: "acme", Name: "counting", Description: "Count to five", Body: "n + 1"})
+	require.NoError(t, err)
 
 	load := func(turn int) store.TurnLoadResult {
 		t.Helper()
@@ -68,6 +70,8 @@ func TestInPlaceLoadIsWhatTurnLoadReads(t *testing.T) {
 		want := load(n + 1)
 		require.Equal(t, want.Run, got.Run, "after turn %d", n)
 		require.Equal(t, want.TenantUnlimited, got.TenantUnlimited)
+		require.Positive(t, want.SkillsRevision)
+		require.Equal(t, want.SkillsRevision, got.SkillsRevision)
 		require.True(t, got.HistoryLoaded)
 		require.Len(t, got.Steps, len(want.Steps), "after turn %d", n)
 		for i, s := range got.Steps {

@@ -9,11 +9,12 @@ import (
 )
 
 // skillLibrary is the skills the run's agent sees, from this process's
-// index of its tenant's (current as of the store's skills revision, read
-// each turn); nil when it sees none. A failure is the store's: the turn
-// is retried.
-func (w *Worker) skillLibrary(ctx context.Context, run agentfleet.Run) (agentfleet.SkillLibrary, error) {
-	return w.skills.For(ctx, run.Tenant, run.Agent)
+// index of its tenant's, current as of the skills revision the turn's
+// load read with the run (no read of its own; a tenant without skills
+// costs nothing); nil when it sees none. A failure is the store's: the
+// turn is retried.
+func (w *Worker) skillLibrary(ctx context.Context, run agentfleet.Run, rev int64) (agentfleet.SkillLibrary, error) {
+	return w.skills.For(ctx, run.Tenant, run.Agent, rev)
 }
 
 // learn compiles a run this worker completed into a skill of its tenant

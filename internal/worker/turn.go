@@ -134,7 +134,7 @@ func (w *Worker) execute(a *attempt) *execFacts {
 	if err != nil {
 		return &execFacts{err: err}
 	}
-	lib, err := w.skillLibrary(a.ctx, run)
+	lib, err := w.skillLibrary(a.ctx, run, a.ld.SkillsRevision)
 	if err != nil {
 		return &execFacts{err: err}
 	}
@@ -415,7 +415,10 @@ func (w *Worker) inPlace(t bus.Turn, ch store.RunChangeResult, ld store.TurnLoad
 		}
 	}
 	steps = append(steps, ch.Steps...)
-	return next, store.TurnLoadResult{Run: run, TenantUnlimited: ld.TenantUnlimited, Steps: steps, HistoryLoaded: true}
+	// What the load read of the tenant holds for the turn in place too
+	// (at most every other turn, see above, reads it again).
+	return next, store.TurnLoadResult{Run: run, TenantUnlimited: ld.TenantUnlimited, SkillsRevision: ld.SkillsRevision,
+		Steps: steps, HistoryLoaded: true}
 }
 
 // send sends events without waiting for their acks; awaitSent waits.

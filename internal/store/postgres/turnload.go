@@ -48,9 +48,10 @@ var turnLoadManySQL = `WITH p AS (
 
 // turnLoadResultSQL ends both turn load statements: from r (each run,
 // and whether this statement started it), the columns scanRun reads after
-// started and whether the run's tenant is unlimited.
+// started, whether the run's tenant is unlimited and its skills revision.
 const turnLoadResultSQL = `SELECT r.started,
 		COALESCE((SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = r.tenant), false),
+		COALESCE((SELECT v.revision FROM skill_revisions v WHERE v.tenant = r.tenant), 0),
 		` + rules.RunCols + ` FROM r`
 
 // stepsManySQL is rules.StepsSQL for several runs: the steps of run $1[i] of
@@ -88,7 +89,7 @@ func (c *turnLoadCall) queue(b *pgx.Batch) {
 
 func (c *turnLoadCall) read(br pgx.BatchResults) error {
 	c.res = store.TurnLoadResult{}
-	row, err := scans.Run(br.QueryRow(), &c.res.Started, &c.res.TenantUnlimited)
+	row, err := scans.Run(br.QueryRow(), &c.res.Started, &c.res.TenantUnlimited, &c.res.SkillsRevision)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("run %s: %w", c.p.RunID, store.ErrNotFound)
 	}
@@ -149,7 +150,7 @@ var turnLoadMerger = pipeMerger{
 		found := 0
 		for rows.Next() {
 			var res store.TurnLoadResult
-			row, err := scans.Run(rows, &res.Started, &res.TenantUnlimited)
+			row, err := scans.Run(rows, &res.Started, &res.TenantUnlimited, &res.SkillsRevision)
 			if err != nil {
 				rows.Close()
 				return err

@@ -18,8 +18,9 @@ func (d liteDriver) RunLoad(ctx context.Context, p store.TurnLoadParams, now tim
 	var res store.TurnLoadResult
 	var unlimited sql.NullBool
 	row, err := scans.Run(d.s.rd.QueryRowContext(ctx, `SELECT
-		(SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = runs.tenant), `+rules.RunCols+`
-		FROM runs WHERE id = ?`, p.RunID), &unlimited)
+		(SELECT t.token_limit = 0 AND t.tokens_per_minute = 0 FROM tenants t WHERE t.id = runs.tenant),
+		COALESCE((SELECT v.revision FROM skill_revisions v WHERE v.tenant = runs.tenant), 0), `+rules.RunCols+`
+		FROM runs WHERE id = ?`, p.RunID), &unlimited, &res.SkillsRevision)
 	if err != nil {
 		return res, mapErr(err)
 	}
