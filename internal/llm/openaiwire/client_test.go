@@ -680,6 +680,34 @@ func TestStreamTruncatedAfterDeltaIsNotRetried(t *testing.T) {
 	}
 }
 
+// An error event in the stream, or an event that is not JSON, ends the
+// call with an error saying so; after a delta it is final (not retried)
+// and what arrived is returned.
+func TestStreamErrorAndGarbageEvents(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, event, want string
+	}{
+		{"error event", `{"error":{"message":"overloaded","type":"server_error"}}`, "received error while streaming"},
+		{"not JSON", `{"choices": [`, "a stream event is not JSON"},
+		{"not an object", `[1, 2]`, "a stream event is not a JSON object"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(w http.ResponseWriter, r *http.Request) {
+				writeStream(w, []string{"half a reply"}, false, true)
+				_, _ = fmt.Fprintf(w, "data: %s\n\n", c.event)
+			})
+			var chunks []agentfleet.ModelChunk
+			resp, err := b.client.Stream(context.Background(), agentfleet.ModelRequest{Messages: testMessages}, collect(&chunks))
+			require.ErrorContains(t, err, c.want)
+			require.EqualValues(t, 1, b.hits.Load(), "a delta was delivered: not retried")
+			require.Equal(t, "half a reply", resp.Content)
+			require.Equal(t, []string{"half a reply"}, deltas(chunks))
+		})
+	}
+}
+
 func TestStreamConsumerErrorEndsCall(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(w http.ResponseWriter, r *http.Request) {

@@ -4,6 +4,7 @@
 package openaiwire
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/tidwall/gjson"
 
 	"github.com/agentfleet/agentfleet"
 )
@@ -58,12 +60,16 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 		}
 		return agentfleet.ModelResponse{}, err
 	}
-	// The SDK sent the request (its auth, headers and middleware); its
-	// stream has read nothing yet. The events are read by the SDK's own
-	// stream reader over the same body, decoded into the few fields we
-	// use: ChatCompletionChunk's reflective decoder costs more than the
-	// rest of a turn when a reply comes in dozens of small chunks.
-	stream := ssestream.NewStream[wireChunk](ssestream.NewDecoder(*raw), nil)
+	// The SDK sent the request (its auth, headers and middleware); the
+	// events are read by its SSE decoder over the same body and decoded
+	// here, by one pass of gjson over each event's few fields: the SDK's
+	// reflective ChatCompletionChunk decoder, and even encoding/json into
+	// a small struct, cost more than the rest of a turn when a reply comes
+	// in dozens of small chunks.
+	stream := ssestream.NewDecoder(*raw)
+	if stream == nil {
+		return agentfleet.ModelResponse{}, fmt.Errorf("%w: no response body", ErrTruncated)
+	}
 	defer stream.Close()
 
 	var (
@@ -73,17 +79,25 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 		reported     bool
 		finished     bool
 		finishReason string
+		chunk        wireChunk
 	)
 	partial := func() agentfleet.ModelResponse {
 		return c.response(req, params, content.String(), model, 0, 0, false)
 	}
+	var decodeErr error
 	for stream.Next() {
-		chunk := stream.Current()
+		ev := stream.Event()
+		if bytes.HasPrefix(ev.Data, []byte("[DONE]")) {
+			break
+		}
+		if decodeErr = chunk.decode(ev); decodeErr != nil {
+			break
+		}
 		if chunk.Model != "" {
 			model = chunk.Model
 		}
-		if chunk.Usage != nil {
-			usage, reported = *chunk.Usage, true
+		if chunk.HasUsage {
+			usage, reported = chunk.Usage, true
 		}
 		for _, choice := range chunk.Choices {
 			if choice.Index != 0 {
@@ -92,9 +106,9 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 			if choice.FinishReason != "" {
 				finished, finishReason = true, choice.FinishReason
 			}
-			d := choice.Delta.Content
+			d := choice.Content
 			if d == "" {
-				d = choice.Delta.Refusal
+				d = choice.Refusal
 			}
 			if d == "" {
 				continue
@@ -104,6 +118,12 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 				return partial(), final(fmt.Errorf("stream consumer: %w", err))
 			}
 		}
+	}
+	if decodeErr != nil {
+		if content.Len() > 0 {
+			return partial(), final(fmt.Errorf("stream broke after %d bytes: %w", content.Len(), decodeErr))
+		}
+		return agentfleet.ModelResponse{}, decodeErr
 	}
 	if err := stream.Err(); err != nil {
 		if content.Len() > 0 {
@@ -130,20 +150,75 @@ func (c *Client) streamOnce(ctx context.Context, req agentfleet.ModelRequest, pa
 
 // wireChunk is the part of a chat.completion.chunk a stream reads.
 type wireChunk struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Index int64 `json:"index"`
-		Delta struct {
-			Content string `json:"content"`
-			Refusal string `json:"refusal"`
-		} `json:"delta"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
+	Model   string
+	Choices []wireChoice
 	// Usage is set on the chunk that carries it (include_usage).
-	Usage *wireUsage `json:"usage"`
+	Usage    wireUsage
+	HasUsage bool
+}
+
+type wireChoice struct {
+	Index                          int64
+	Content, Refusal, FinishReason string
 }
 
 type wireUsage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// decode reads one event's chunk into c (reusing its choices): an error
+// event, or data that is not a JSON object, is an error, as the SDK's
+// stream makes them.
+func (c *wireChunk) decode(ev ssestream.Event) error {
+	if !gjson.ValidBytes(ev.Data) {
+		return fmt.Errorf("a stream event is not JSON: %.80q", ev.Data)
+	}
+	doc := gjson.ParseBytes(ev.Data)
+	if !doc.IsObject() {
+		return fmt.Errorf("a stream event is not a JSON object: %.80q", ev.Data)
+	}
+	c.Model, c.Choices, c.Usage, c.HasUsage = "", c.Choices[:0], wireUsage{}, false
+	var streamErr error
+	doc.ForEach(func(key, v gjson.Result) bool {
+		switch key.Str {
+		case "error":
+			streamErr = &ssestream.StreamError{Message: "received error while streaming: " + v.String(), Event: ev}
+			return false
+		case "model":
+			c.Model = v.String()
+		case "choices":
+			v.ForEach(func(_, ch gjson.Result) bool {
+				var w wireChoice
+				ch.ForEach(func(k, f gjson.Result) bool {
+					switch k.Str {
+					case "index":
+						w.Index = f.Int()
+					case "finish_reason":
+						w.FinishReason = f.String()
+					case "delta":
+						f.ForEach(func(dk, dv gjson.Result) bool {
+							switch dk.Str {
+							case "content":
+								w.Content = dv.String()
+							case "refusal":
+								w.Refusal = dv.String()
+							}
+							return true
+						})
+					}
+					return true
+				})
+				c.Choices = append(c.Choices, w)
+				return true
+			})
+		case "usage":
+			if v.IsObject() {
+				c.HasUsage = true
+				c.Usage = wireUsage{PromptTokens: v.Get("prompt_tokens").Int(), CompletionTokens: v.Get("completion_tokens").Int()}
+			}
+		}
+		return true
+	})
+	return streamErr
 }
