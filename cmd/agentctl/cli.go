@@ -173,6 +173,7 @@ func (e cliEnv) newRoot() *cobra.Command {
 		e.agentsCmd(),
 		e.approvalsCmd(),
 		e.secretsCmd(),
+		e.skillsCmd(),
 		e.triggersCmd(),
 		e.natsAuthCmd(),
 		e.devCmd(),

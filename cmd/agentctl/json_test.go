@@ -42,6 +42,7 @@ func TestReadCommandsJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(must("tenants", "create", "acme")), &tenant))
 	withStdin(t, "s3cr3t-value")
 	must("secrets", "set", "--tenant", "acme", "--host", "api.example.com", "token")
+	must("skills", "import", "--tenant", "acme", writeSkills(t, map[string]string{"csv/SKILL.md": "---\ndescription: Sum a CSV\n---\nbody\n"}))
 
 	// As the admin.
 	admin := map[string][]string{
@@ -53,6 +54,8 @@ func TestReadCommandsJSON(t *testing.T) {
 		"secrets show":    {"--tenant", "acme", "token"},
 		"secrets rekey":   nil,
 		"sessions ls":     {"--tenant", "acme"},
+		"skills ls":       {"--tenant", "acme"},
+		"skills show":     {"--tenant", "acme", "csv"},
 	}
 	checked := map[string]bool{}
 	read := func(name string, ndjson bool, args ...string) {
