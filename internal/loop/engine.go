@@ -436,6 +436,15 @@ type turn struct {
 	spawnedIDs map[string]bool
 	// journal is the script's journal, when the engine has one.
 	journal *turnJournal
+	// began is when the engine started the turn: its model_call event
+	// says so (modelCallArgs), so a timeline can tell the turn's wait in
+	// the queue from its model call.
+	began time.Time
+}
+
+// modelCallArgs is the Args of a turn's own model_call event.
+type modelCallArgs struct {
+	TurnStarted time.Time `json:"turn_started"`
 }
 
 // Step executes turn Run.Turn+1 of a run. Errors are infrastructure
@@ -452,7 +461,7 @@ func (e *Engine) Step(ctx context.Context, in TurnInput) (TurnResult, error) {
 		// A session's run goes on from what its previous run carried.
 		in.Run.Args = firstArgs(&in.Run, in.Session)
 	}
-	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1}
+	t := &turn{e: e, in: &in, run: &in.Run, n: in.Run.Turn + 1, began: e.cfg.Now()}
 	t.res.Turn = t.n
 	t.redact = e.redactor(&in)
 	t.missing = t.credentials()
@@ -545,7 +554,8 @@ func (t *turn) respond(ctx context.Context, msgs []agentfleet.ChatMessage, maxTu
 	t.res.Usage = t.res.Usage.Add(reply.Usage)
 	t.calls = 1
 	content := t.clean(reply.Content)
-	t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Content: content, Summary: reply.Model,
+	began, _ := json.Marshal(modelCallArgs{TurnStarted: t.began.UTC()})
+	t.emit(agentfleet.Event{Type: agentfleet.EventModelCall, Content: content, Summary: reply.Model, Args: began,
 		Tokens: &agentfleet.Tokens{Prompt: reply.Usage.PromptTokens, Completion: reply.Usage.CompletionTokens}})
 	t.res.Steps = append(t.res.Steps, agentfleet.Step{
 		RunID: run.ID, Turn: t.n, Index: 0, Kind: agentfleet.StepModel,

@@ -1274,7 +1274,7 @@ export interface components {
             /** Format: date-time */
             ts: string;
             content?: string;
-            /** @description Any JSON value. */
+            /** @description Any JSON value: a tool event's call or outcome; a turn's own model_call, {"turn_started"} (when the worker began the turn). */
             args?: unknown;
             tokens?: components["schemas"]["Tokens"];
             summary?: string;

@@ -6,10 +6,11 @@
 //   turn 1: queued (the submission) -> started (picked up) -> model_call
 //     (the reply) -> execute_js ... execute_js_result (the script) -> the
 //     turn's last event; its commit follows, unmarked.
-//   later turns: nothing marks when a turn was picked up, so the time
-//     from the previous turn's last event to this turn's reply is one
-//     bar, "queue + model call" (it holds the previous commit too, and
-//     any wait for budget, approval or children).
+//   later turns: the turn's model_call says when the worker began the
+//     turn (args.turn_started): the queue wait is from the previous
+//     turn's last event (so it holds that turn's commit too, and any wait
+//     for budget, approval or children) to then. Runs recorded before
+//     model_call carried it show one bar, "queue + model call".
 //   the last turn of an ended run: its commit is the run's last update
 //     (updated_at) less the turn's last event.
 
@@ -41,7 +42,11 @@ export function phases(events, run) {
     if (ev.type === 'started') t.started ??= ts;
     // The turn's own call: a model_call with the reply, before the
     // script (ai() calls from the script come after execute_js).
-    if (ev.type === 'model_call' && ev.content && t.scriptStart == null) t.reply ??= ts;
+    if (ev.type === 'model_call' && ev.content && t.scriptStart == null) {
+      t.reply ??= ts;
+      const began = ev.args && Date.parse(ev.args.turn_started);
+      if (began && !isNaN(began)) t.began ??= began;
+    }
     if (ev.type === 'execute_js') t.scriptStart ??= ts;
     if (ev.type === 'execute_js_result') t.scriptEnd = ts;
   }
@@ -53,9 +58,10 @@ export function phases(events, run) {
     const ready = n === 1 ? (queued ?? (run ? Date.parse(run.created_at) : null)) : (prev ? prev.last : null);
     const reply = t.reply ?? t.scriptStart ?? t.last;
     const row = { turn: n, wait: null, model: null, waitModel: null, script: null, commit: null };
-    if (t.started != null) {
-      row.wait = secs(ready, t.started);
-      row.model = secs(t.started, reply);
+    const began = t.started ?? t.began;
+    if (began != null) {
+      row.wait = secs(ready, began);
+      row.model = secs(began, reply);
     } else {
       row.waitModel = secs(ready ?? t.first, reply);
     }
@@ -78,7 +84,7 @@ export function runTimeline() {
     ],
     legend: { live: true },
     series: [{ label: 'turn', value: (u, v) => (v == null ? '—' : 'turn ' + v) }, ...stackedSeries(PHASES, () => rawValues())],
-  }, 'Turn 1 shows its queue wait and model call apart; later turns as one bar (no event marks when they were picked up).');
+  }, "Each turn: its queue wait (from the previous turn's last event, so with that turn's commit), its model call, its script; the last turn's commit.");
 
   const rawValues = () => PHASES.map((p) => rows.map((r) => r[p.key]));
 
