@@ -17,6 +17,8 @@ import (
 	"github.com/agentfleet/agentfleet/wire"
 )
 
+const secretTenantHelp = "the tenant whose secrets these are (with the admin token; a tenant's key manages its own)"
+
 // secretStdin is where `secrets set` reads a value given by no file.
 var secretStdin io.Reader = os.Stdin
 
@@ -25,13 +27,7 @@ var secretStdin io.Reader = os.Stdin
 // from standard input or --from-file, without one trailing newline.
 func (e cliEnv) secretsCmd() *cobra.Command {
 	tenantFlag := func(fs *pflag.FlagSet) *string {
-		return fs.String("tenant", "", "the tenant whose secrets these are (with the admin token; a tenant's key manages its own)")
-	}
-	one := func(name string, pos []string) (string, error) {
-		if len(pos) != 1 {
-			return "", usagef("secrets %s takes one secret NAME", name)
-		}
-		return pos[0], nil
+		return fs.String("tenant", "", secretTenantHelp)
 	}
 	return group("secrets", "Credentials agents use and never see, sent to their hosts",
 		e.secretsSetCmd(),
@@ -65,39 +61,8 @@ func (e cliEnv) secretsCmd() *cobra.Command {
 					return nil
 				}
 			}), "list"),
-		leaf("show [flags] NAME", "Show a secret's settings as JSON (never its value)",
-			"agentctl secrets show github_token",
-			func(fs *pflag.FlagSet) runFunc {
-				tenant := tenantFlag(fs)
-				jsonFlag(fs)
-				return func(ctx context.Context, pos []string) error {
-					name, err := one("show", pos)
-					if err != nil {
-						return err
-					}
-					s, err := e.client().GetSecret(ctx, *tenant, name)
-					if err != nil {
-						return err
-					}
-					return writeJSON(e.stdout, s)
-				}
-			}),
-		aliases(leaf("rm [flags] NAME", "Delete a secret",
-			"agentctl secrets rm github_token",
-			func(fs *pflag.FlagSet) runFunc {
-				tenant := tenantFlag(fs)
-				return func(ctx context.Context, pos []string) error {
-					name, err := one("rm", pos)
-					if err != nil {
-						return err
-					}
-					if err := e.client().DeleteSecret(ctx, *tenant, name); err != nil {
-						return err
-					}
-					fmt.Fprintf(e.stdout, "secret %s deleted\n", name)
-					return nil
-				}
-			}), "delete"),
+		e.showCmd(e.secretNoun(), "Show a secret's settings as JSON (never its value)", "agentctl secrets show github_token"),
+		e.rmCmd(e.secretNoun(), "agentctl secrets rm github_token"),
 		leaf("rekey [flags]", "Rewrite every sealed value under the current key (admin token)",
 			"AGENTFLEET_TOKEN=$ADMIN agentctl secrets rekey",
 			func(fs *pflag.FlagSet) runFunc {
@@ -124,6 +89,17 @@ func (e cliEnv) secretsCmd() *cobra.Command {
 				}
 			}),
 	)
+}
+
+// secretNoun is a secret to show and rm.
+func (e cliEnv) secretNoun() tenantNoun {
+	return tenantNoun{noun: "secret", tenantHelp: secretTenantHelp,
+		get: func(ctx context.Context, tenant, name string) (any, error) {
+			return e.client().GetSecret(ctx, tenant, name)
+		},
+		del: func(ctx context.Context, tenant, name string) error {
+			return e.client().DeleteSecret(ctx, tenant, name)
+		}}
 }
 
 func nameSuffix(name string) string {

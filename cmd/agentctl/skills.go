@@ -28,13 +28,7 @@ import (
 // recipes its runs find by relevance and read with skillGet().
 func (e cliEnv) skillsCmd() *cobra.Command {
 	tenantFlag := func(fs *pflag.FlagSet) *string {
-		return fs.String("tenant", "", "the tenant whose skills these are (with the admin token)")
-	}
-	one := func(verb string, pos []string) (string, error) {
-		if len(pos) != 1 {
-			return "", usagef("skills %s takes one skill NAME", verb)
-		}
-		return pos[0], nil
+		return fs.String("tenant", "", skillTenantHelp)
 	}
 	return group("skills", "Recipes a tenant's runs find by relevance and read with skillGet()",
 		leaf("import [flags] DIR", "Import DIR/<name>/SKILL.md files (YAML front matter: name, description) as skills",
@@ -97,40 +91,20 @@ func (e cliEnv) skillsCmd() *cobra.Command {
 					return nil
 				}
 			}), "list"),
-		leaf("show [flags] NAME", "Show a skill with its body as JSON",
-			"agentctl skills show csv-summary",
-			func(fs *pflag.FlagSet) runFunc {
-				tenant := tenantFlag(fs)
-				jsonFlag(fs)
-				return func(ctx context.Context, pos []string) error {
-					name, err := one("show", pos)
-					if err != nil {
-						return err
-					}
-					s, err := e.client().GetSkill(ctx, *tenant, name)
-					if err != nil {
-						return err
-					}
-					return writeJSON(e.stdout, s)
-				}
-			}),
-		aliases(leaf("rm [flags] NAME", "Delete a skill",
-			"agentctl skills rm csv-summary",
-			func(fs *pflag.FlagSet) runFunc {
-				tenant := tenantFlag(fs)
-				return func(ctx context.Context, pos []string) error {
-					name, err := one("rm", pos)
-					if err != nil {
-						return err
-					}
-					if err := e.client().DeleteSkill(ctx, *tenant, name); err != nil {
-						return err
-					}
-					fmt.Fprintf(e.stdout, "skill %s deleted\n", name)
-					return nil
-				}
-			}), "delete"),
+		e.showCmd(e.skillNoun(), "Show a skill with its body as JSON", "agentctl skills show csv-summary"),
+		e.rmCmd(e.skillNoun(), "agentctl skills rm csv-summary"),
 	)
+}
+
+const skillTenantHelp = "the tenant whose skills these are (with the admin token)"
+
+// skillNoun is a skill to show and rm.
+func (e cliEnv) skillNoun() tenantNoun {
+	return tenantNoun{noun: "skill", tenantHelp: skillTenantHelp,
+		get: func(ctx context.Context, tenant, name string) (any, error) {
+			return e.client().GetSkill(ctx, tenant, name)
+		},
+		del: func(ctx context.Context, tenant, name string) error { return e.client().DeleteSkill(ctx, tenant, name) }}
 }
 
 // skillFile is one SKILL.md read for import.
