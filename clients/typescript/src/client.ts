@@ -7,6 +7,7 @@ import type {
   ApprovalDecision, ApprovalList, ApprovalView, BatchCreateRequest, BatchList, BatchResult, BatchResultsParams,
   BatchView, ListApprovalsParams, ListBatchesParams, ListRunsParams, ListSessionsParams, Run, RunCreateRequest,
   RunEvent, RunList, RunSteps, RunStepsParams, RunView, SessionDeleted, SessionList, SessionParams, SessionView,
+  ListSkillsParams, Skill, SkillCompileRequest, SkillList, SkillParams, SkillRequest,
 } from "./types.js";
 
 export interface ClientOptions {
@@ -47,6 +48,7 @@ export class Client {
   readonly batches: Batches;
   readonly approvals: Approvals;
   readonly sessions: Sessions;
+  readonly skills: Skills;
   readonly #token: string | undefined;
   readonly #fetch: typeof fetch;
 
@@ -59,6 +61,7 @@ export class Client {
     this.batches = new Batches(this);
     this.approvals = new Approvals(this);
     this.sessions = new Sessions(this);
+    this.skills = new Skills(this);
   }
 
   /** The answer to one request, an ApiError when its status is 400 or more. */
@@ -261,6 +264,36 @@ export class Sessions {
   /** Deletes every run of the session (409, and nothing deleted, while one has not ended). */
   delete(id: string, params: SessionParams = {}, opts: CallOptions = {}): Promise<SessionDeleted> {
     return this.c.json("DELETE", `/v1/sessions/${enc(id)}`, { query: params, signal: opts.signal });
+  }
+}
+
+/** Skills: a tenant's recipes, found by relevance to a run's task and read by its scripts with skillGet(). */
+export class Skills {
+  constructor(private readonly c: Client) {}
+
+  /** Creates or replaces a skill: its description, markdown body (at most 64 KiB) and the agents that see it (empty: all). */
+  put(name: string, skill: SkillRequest, params: SkillParams = {}, opts: CallOptions = {}): Promise<Skill> {
+    return this.c.json("PUT", `/v1/skills/${enc(name)}`, { body: skill, query: params, signal: opts.signal });
+  }
+
+  /** A skill with its body. */
+  get(name: string, params: SkillParams = {}, opts: CallOptions = {}): Promise<Skill> {
+    return this.c.json("GET", `/v1/skills/${enc(name)}`, { query: params, signal: opts.signal });
+  }
+
+  /** A page of skills by name, without their bodies. */
+  list(params: ListSkillsParams = {}, opts: CallOptions = {}): Promise<SkillList> {
+    return this.c.json("GET", "/v1/skills", { query: params, signal: opts.signal });
+  }
+
+  /** Deletes a skill. */
+  async delete(name: string, params: SkillParams = {}, opts: CallOptions = {}): Promise<void> {
+    await this.c.raw("DELETE", `/v1/skills/${enc(name)}`, { query: params, signal: opts.signal });
+  }
+
+  /** Compiles a completed run into a skill: its task the description, its scripts the recipe (409 for a run not completed). */
+  compileRun(runId: string, req: SkillCompileRequest = {}, opts: CallOptions = {}): Promise<Skill> {
+    return this.c.json("POST", `/v1/runs/${enc(runId)}/skill`, { body: req, signal: opts.signal });
   }
 }
 

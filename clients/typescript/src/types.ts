@@ -24,6 +24,10 @@ export type Session = Schemas["Session"];
 export type SessionList = Schemas["SessionList"];
 export type SessionView = Schemas["SessionView"];
 export type SessionDeleted = Schemas["SessionDeleted"];
+export type Skill = Schemas["Skill"];
+export type SkillList = Schemas["SkillList"];
+export type SkillRequest = Schemas["SkillRequest"];
+export type SkillCompileRequest = Schemas["SkillCompileRequest"];
 /** Every error answer of the API: {"error":{"code","message"}}. */
 export type ErrorBody = Schemas["Error"];
 
@@ -48,3 +52,6 @@ export type ListApprovalsParams = Query<"listApprovals">;
 export type ListSessionsParams = Query<"listSessions">;
 /** The admin token names the tenant whose session it reads or deletes. */
 export type SessionParams = Query<"getSession">;
+export type ListSkillsParams = Query<"listSkills">;
+/** The admin token names the tenant whose skill it writes, reads or deletes. */
+export type SkillParams = Query<"getSkill">;

@@ -292,3 +292,30 @@ describe("sessions", () => {
     assert.deepEqual(await parked.sessions.delete(sid), { id: sid, deleted: 1 });
   });
 });
+
+describe("skills", () => {
+  test("put, list, get, compile a completed run, delete", async () => {
+    const name = `ts-${randomUUID().slice(0, 8)}`;
+    const put = await af.skills.put(name, { description: "Play fizzbuzz to a number", body: "# Steps\n\n1. loop" });
+    assert.equal(put.name, name);
+    assert.equal(put.source, "imported");
+    const list = await af.skills.list({ limit: 100 });
+    const listed = list.skills.find((s) => s.name === name);
+    assert.ok(listed, `skill ${name} listed`);
+    assert.equal(listed.body, undefined, "a listing leaves bodies out");
+    assert.equal((await af.skills.get(name)).body, "# Steps\n\n1. loop");
+
+    const run = await af.runs.create({ message: "Play fizzbuzz up to 15" });
+    await collect(af.runs.events(run.id));
+    const compiled = await af.skills.compileRun(run.id, { name: `${name}-run` });
+    assert.equal(compiled.source, "compiled");
+    assert.equal(compiled.source_run, run.id);
+    assert.ok(compiled.body && compiled.body.length > 0, "the recipe from its turns");
+
+    await af.skills.delete(name);
+    await af.skills.delete(`${name}-run`);
+    await assert.rejects(af.skills.get(name), isNotFound);
+    await assert.rejects(af.skills.put("fetch", { description: "shadows a primitive", body: "" }),
+      (e: unknown) => e instanceof ApiError && e.status === 422);
+  });
+});
